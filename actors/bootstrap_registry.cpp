@@ -1,0 +1,56 @@
+#include "actors/bootstrap_registry.hpp"
+
+#include <algorithm>
+
+#include "caf/all.hpp"
+
+#include "actors/logging.hpp"
+
+namespace kvroom {
+
+namespace {
+
+using self_ptr = caf::stateful_actor<bootstrap_registry_state>*;
+
+directory_update broadcast(self_ptr self) {
+  directory_update msg{self->state.ranks};
+  for (auto& e : self->state.ranks)
+    self->send(e.manager, msg);
+  return msg;
+}
+
+} // namespace
+
+caf::behavior
+bootstrap_registry(caf::stateful_actor<bootstrap_registry_state>* self) {
+  self->set_down_handler([=](caf::down_msg& msg) {
+    auto& xs = self->state.ranks;
+    auto n = xs.size();
+    xs.erase(std::remove_if(xs.begin(), xs.end(),
+                            [&](const rank_entry& e) {
+                              return e.manager.address() == msg.source;
+                            }),
+             xs.end());
+    if (xs.size() != n)
+      broadcast(self);
+  });
+  return {
+    [=](register_rank& msg) -> directory_update {
+      auto& xs = self->state.ranks;
+      auto& entry = msg.entry;
+      auto i = std::find_if(xs.begin(), xs.end(), [&](const rank_entry& e) {
+        return e.rank.id == entry.rank.id;
+      });
+      if (i != xs.end()) {
+        logger()->info("registry: {} registered again", to_string(entry.rank));
+        *i = entry;
+      } else {
+        xs.push_back(entry);
+      }
+      self->monitor(entry.manager);
+      return broadcast(self);
+    },
+  };
+}
+
+} // namespace kvroom

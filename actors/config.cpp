@@ -1,0 +1,65 @@
+#include "actors/config.hpp"
+
+#include "messages/error.hpp"
+
+namespace kvroom {
+
+rank_ref rank_config::ref() const noexcept {
+  rank_ref out;
+  out.side = side;
+  out.dp_rank = dp_rank;
+  out.tp_rank = tp_rank;
+  out.tp_size = tp_size;
+  out.id = id >= 0 ? id : default_rank_id(side, dp_rank, tp_rank, tp_size);
+  return out;
+}
+
+namespace {
+
+caf::error check_buffers(const std::vector<paged_buffer>& xs,
+                         const char* what) {
+  for (size_t i = 0; i < xs.size(); ++i) {
+    auto& b = xs[i];
+    auto name = std::string{what} + " buffer " + std::to_string(i);
+    if (b.mem.addr == 0 || b.mem.size_bytes == 0)
+      return make_error(errc::invalid_config, name + " is empty or null");
+    if (b.page_size_bytes == 0)
+      return make_error(errc::invalid_config, name + " has page size 0");
+    if (b.mem.size_bytes % b.page_size_bytes != 0)
+      return make_error(errc::invalid_config,
+                        name + ": size " + std::to_string(b.mem.size_bytes)
+                          + " is not a multiple of its page size "
+                          + std::to_string(b.page_size_bytes));
+  }
+  return caf::none;
+}
+
+} // namespace
+
+caf::error validate(const rank_config& cfg) {
+  if (cfg.tp_size < 1)
+    return make_error(errc::invalid_config, "tp_size must be at least 1");
+  if (cfg.tp_rank < 0 || cfg.tp_rank >= cfg.tp_size)
+    return make_error(errc::invalid_config,
+                      "tp_rank " + std::to_string(cfg.tp_rank)
+                        + " outside [0, tp_size)");
+  if (cfg.dp_rank < 0)
+    return make_error(errc::invalid_config, "dp_rank must not be negative");
+  if (cfg.memory.kv.empty())
+    return make_error(errc::invalid_config, "no KV buffers registered");
+  if (auto err = check_buffers(cfg.memory.kv, "kv"))
+    return err;
+  if (auto err = check_buffers(cfg.memory.aux, "aux"))
+    return err;
+  auto& t = cfg.timeouts;
+  if (t.bootstrap_ms == 0 || t.waiting_ms == 0 || t.transferring_ms == 0)
+    return make_error(errc::invalid_config,
+                      "every room timeout must be positive");
+  auto& l = cfg.limits;
+  if (l.max_rooms == 0 || l.max_parked == 0 || l.max_queued_chunks == 0
+      || l.max_queued_jobs == 0 || l.query_timeout_ms == 0)
+    return make_error(errc::invalid_config, "every limit must be positive");
+  return caf::none;
+}
+
+} // namespace kvroom

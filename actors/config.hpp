@@ -1,0 +1,56 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "caf/error.hpp"
+
+#include "messages/descriptors.hpp"
+#include "messages/ids.hpp"
+#include "transport/fault_plan.hpp"
+#include "actors/room_fsm.hpp"
+
+namespace kvroom {
+
+/// Limits that keep every queue of a rank bounded.
+struct rank_limits {
+  /// Rooms open on this rank at once; `make_sender`/`make_receiver` refuse more.
+  uint32_t max_rooms = 65'536;
+  /// Destinations or failures a manager holds for rooms not yet open here.
+  uint32_t max_parked = 65'536;
+  /// Cleared room ids remembered so late messages cannot resurrect them.
+  uint32_t max_tombstones = 65'536;
+  /// Chunks a sender room queues while bootstrapping or transferring.
+  uint32_t max_queued_chunks = 1'024;
+  /// Jobs a transfer worker holds before refusing (back-pressure).
+  uint32_t max_queued_jobs = 65'536;
+  /// Bound on the scheduler thread's blocking queries (failure(), stats()).
+  uint32_t query_timeout_ms = 2'000;
+};
+
+/// Everything one rank needs: where it sits, the memory it registers, its data
+/// plane, its timeouts and limits.
+struct rank_config {
+  role side = role::prefill;
+  int32_t dp_rank = 0;
+  int32_t tp_rank = 0;
+  int32_t tp_size = 1;
+  /// Deployment-wide id; -1 picks `default_rank_id`.
+  rank_id id = -1;
+  /// KV buffers (one per layer and K/V) and aux buffers, all host memory here.
+  memory_layout memory;
+  /// Data-plane backend name ("local" within one process).
+  std::string transport = "local";
+  /// Faults to inject into this rank's data plane (stress tests, demo).
+  fault_plan faults;
+  room_timeouts timeouts;
+  rank_limits limits;
+
+  /// The rank's position and id as messages carry it.
+  rank_ref ref() const noexcept;
+};
+
+/// Validates a rank configuration; the error names the first bad field.
+caf::error validate(const rank_config& cfg);
+
+} // namespace kvroom

@@ -1,0 +1,159 @@
+#include "actors/decode_room.hpp"
+
+#include "caf/all.hpp"
+
+#include "actors/logging.hpp"
+
+namespace kvroom {
+
+namespace {
+
+using self_ptr = caf::stateful_actor<decode_room_state>*;
+
+void maybe_send_dst(self_ptr self) {
+  auto& st = self->state;
+  auto& core = st.core;
+  if (core.fsm().concluded() || !st.source || !st.initialized || st.dst_sent)
+    return;
+  st.dst_sent = true;
+  dst_info info;
+  info.room = core.params().room;
+  info.decode_rank = core.params().self;
+  info.decode_room = caf::actor_cast<caf::actor>(self);
+  info.kv_indices = st.init.kv_indices;
+  info.aux_index = st.init.aux_index;
+  self->send(st.source->manager, std::move(info));
+}
+
+void on_group(self_ptr self, group_reply& reply) {
+  auto& st = self->state;
+  auto& core = st.core;
+  st.resolving = false;
+  if (core.fsm().concluded() || st.source || reply.ranks.empty())
+    return; // not registered yet: the next tick asks again
+  auto& me = core.params().self;
+  for (auto& entry : reply.ranks) {
+    if (entry->rank.tp_size != me.tp_size) {
+      core.fail_local("unsupported: prefill group dp" + std::to_string(
+                        core.params().peer_dp_rank)
+                      + " has tp_size " + std::to_string(entry->rank.tp_size)
+                      + ", decode " + to_string(me) + " has tp_size "
+                      + std::to_string(me.tp_size)
+                      + " (head-sliced transfers need equal tp sizes)");
+      return;
+    }
+    if (entry->rank.tp_rank == me.tp_rank)
+      st.source = entry;
+  }
+  if (!st.source)
+    return; // that tp slot has not registered yet
+  core.counterparts().assign(1, st.source->rank);
+  core.advance(kv_poll::waiting_for_input);
+  maybe_send_dst(self);
+}
+
+void resolve(self_ptr self) {
+  auto& st = self->state;
+  if (st.resolving || st.source || st.core.fsm().concluded())
+    return;
+  st.resolving = true;
+  auto& p = st.core.params();
+  auto limit = room_core::tick_interval(p.timeouts) * 4;
+  self->request(p.manager, limit, resolve_group{role::prefill, p.peer_dp_rank})
+    .then([=](group_reply& reply) { on_group(self, reply); },
+          [=](caf::error&) { self->state.resolving = false; });
+}
+
+/// Empty when `msg` fits this rank's registered memory, else the reason.
+std::string check_init(const memory_layout& layout, const receiver_init& msg) {
+  for (size_t b = 0; b < layout.kv.size(); ++b) {
+    auto n = layout.kv[b].num_pages();
+    for (auto idx : msg.kv_indices)
+      if (idx < 0 || static_cast<uint64_t>(idx) >= n)
+        return "destination page index " + std::to_string(idx)
+               + " out of range [0, " + std::to_string(n) + ") in buffer "
+               + std::to_string(b);
+  }
+  for (size_t b = 0; b < layout.aux.size(); ++b) {
+    auto n = layout.aux[b].num_pages();
+    if (msg.aux_index < 0 || static_cast<uint64_t>(msg.aux_index) >= n)
+      return "aux index " + std::to_string(msg.aux_index) + " out of range [0, "
+             + std::to_string(n) + ") in aux buffer " + std::to_string(b);
+  }
+  return {};
+}
+
+} // namespace
+
+caf::behavior decode_room(caf::stateful_actor<decode_room_state>* self,
+                          room_params params) {
+  auto& core = self->state.core;
+  core.init(self, std::move(params));
+  auto& p = core.params();
+  // Until resolved, a failure here must still reach the prefill group the
+  // room was assigned to; the manager expands (side, dp) to its ranks.
+  rank_ref group;
+  group.side = role::prefill;
+  group.dp_rank = p.peer_dp_rank;
+  group.id = -1;
+  core.counterparts().assign(1, group);
+  self->monitor(p.manager);
+  self->set_down_handler([=](caf::down_msg&) { self->quit(); });
+  resolve(self);
+  return {
+    [=](start_atom) {},
+    [=](group_reply& reply) { on_group(self, reply); },
+    [=](receiver_init& msg) {
+      auto& st = self->state;
+      if (st.core.fsm().concluded() || st.initialized) {
+        logger()->debug("room {}: receiver init ignored", msg.room);
+        return;
+      }
+      auto bad = check_init(st.core.params().self_entry->layout, msg);
+      if (!bad.empty()) {
+        st.core.fail_local("bad receiver init: " + bad);
+        return;
+      }
+      st.initialized = true;
+      st.init = std::move(msg);
+      maybe_send_dst(self);
+    },
+    [=](const transfer_started& msg) {
+      auto& st = self->state;
+      if (st.source && msg.src_rank == st.source->rank.id)
+        st.core.advance(kv_poll::transferring);
+    },
+    [=](const transfer_done& msg) {
+      auto& st = self->state;
+      auto& core = st.core;
+      if (core.fsm().concluded())
+        return;
+      if (!st.source || msg.src_rank != st.source->rank.id || !st.dst_sent) {
+        core.fail_local("unexpected transfer confirmation from rank "
+                        + std::to_string(msg.src_rank));
+        return;
+      }
+      if (msg.pages != st.init.kv_indices.size()) {
+        core.fail_local("prefill rank " + std::to_string(msg.src_rank)
+                        + " confirmed " + std::to_string(msg.pages)
+                        + " pages, expected "
+                        + std::to_string(st.init.kv_indices.size()));
+        return;
+      }
+      core.succeed();
+    },
+    [=](const room_failed& msg) { self->state.core.fail_remote(msg.error); },
+    [=](const room_abort& msg) {
+      self->state.core.fail_local("aborted by decode scheduler: " + msg.reason);
+    },
+    [=](const peer_lost& msg) { self->state.core.on_peer_lost(msg); },
+    [=](const room_clear&) { self->state.core.clear(); },
+    caf::after(room_core::tick_interval(p.timeouts)) >>
+      [=] {
+        self->state.core.check_deadline();
+        resolve(self);
+      },
+  };
+}
+
+} // namespace kvroom

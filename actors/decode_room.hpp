@@ -1,0 +1,32 @@
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "caf/stateful_actor.hpp"
+
+#include "actors/room_core.hpp"
+
+namespace kvroom {
+
+/// State of the receiver side of one room on one decode rank.
+struct decode_room_state {
+  room_core core;
+  /// The prefill rank this decode rank pulls from (same tp slot).
+  std::shared_ptr<const rank_entry> source;
+  bool resolving = false;
+  bool initialized = false;
+  receiver_init init;
+  bool dst_sent = false;
+  bool started = false;
+
+  static inline const char* name = "kvroom.decode_room";
+};
+
+/// The receiver room actor: resolves the prefill ranks of its room through
+/// the manager's copy of the bootstrap registry, sends them its destination
+/// pages, and concludes Success once every required prefill rank confirmed.
+caf::behavior decode_room(caf::stateful_actor<decode_room_state>* self,
+                          room_params params);
+
+} // namespace kvroom

@@ -1,0 +1,339 @@
+#include "actors/kv_manager.hpp"
+
+#include <algorithm>
+
+#include "caf/all.hpp"
+
+#include "actors/logging.hpp"
+#include "actors/room_core.hpp"
+
+namespace kvroom {
+
+namespace {
+
+using self_ptr = caf::stateful_actor<kv_manager_state>*;
+using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
+
+const rank_ref& me(self_ptr self) {
+  return self->state.self_entry->rank;
+}
+
+std::shared_ptr<const rank_entry> find_rank(self_ptr self, rank_id id) {
+  for (auto& e : self->state.directory)
+    if (e->rank.id == id)
+      return e;
+  return nullptr;
+}
+
+void add_tombstone(self_ptr self, room_id room, bool failed,
+                   kv_transfer_error err) {
+  auto& st = self->state;
+  if (st.tombstones.emplace(room, kv_manager_state::tombstone{failed, err})
+        .second)
+    st.tombstone_order.push_back(room);
+  while (st.tombstone_order.size() > st.limits.max_tombstones) {
+    st.tombstones.erase(st.tombstone_order.front());
+    st.tombstone_order.pop_front();
+  }
+}
+
+/// Sends an origin failure to every other rank of the room: this rank's TP
+/// group and each counterpart's TP group, as the directory knows them.
+void fan_out(self_ptr self, const kv_transfer_error& err,
+             const std::vector<rank_ref>& counterparts) {
+  auto& st = self->state;
+  auto& mine = me(self);
+  std::vector<rank_id> sent;
+  auto in_group = [](const rank_ref& x, role side, int32_t dp) {
+    return x.side == side && x.dp_rank == dp;
+  };
+  for (auto& e : st.directory) {
+    auto& r = e->rank;
+    if (r.id == mine.id)
+      continue;
+    bool target = in_group(r, mine.side, mine.dp_rank);
+    for (auto& c : counterparts)
+      target = target || in_group(r, c.side, c.dp_rank);
+    if (!target || std::find(sent.begin(), sent.end(), r.id) != sent.end())
+      continue;
+    sent.push_back(r.id);
+    self->send(e->manager, room_failed{err.bootstrap_room, err, true});
+  }
+}
+
+void on_concluded(self_ptr self, room_concluded& msg) {
+  auto& st = self->state;
+  auto i = st.rooms.find(msg.room);
+  if (i != st.rooms.end())
+    i->second.concluded = true;
+  if (msg.state == kv_poll::success) {
+    ++st.counters.successes;
+    return;
+  }
+  auto& err = msg.error;
+  st.failure_records[msg.room] = err;
+  auto& mine = me(self);
+  if (err.is_from_another_rank) {
+    ++st.counters.propagated_failures;
+    logger()->debug("{}: room {} failed on rank {}: {}", to_string(mine),
+                    msg.room, err.origin_rank, err.failure_reason);
+    return;
+  }
+  ++st.counters.origin_failures;
+  // Logged once, where the failure was first identified: an error on decode
+  // (the request is lost to the user), a warning on prefill.
+  if (mine.side == role::decode)
+    logger()->error("{}: {}", to_string(mine), to_string(err));
+  else
+    logger()->warn("{}: {}", to_string(mine), to_string(err));
+  fan_out(self, err, msg.counterparts);
+}
+
+void on_dst(self_ptr self, dst_info& info) {
+  auto& st = self->state;
+  auto room = info.room;
+  auto i = st.rooms.find(room);
+  if (i != st.rooms.end()) {
+    auto peer = find_rank(self, info.decode_rank.id);
+    self->send(i->second.actor, dst_ready{std::move(info), std::move(peer)});
+    return;
+  }
+  auto reply_failure = [&](kv_transfer_error err) {
+    if (info.decode_room)
+      self->send(info.decode_room, room_failed{room, std::move(err), true});
+  };
+  if (auto t = st.tombstones.find(room); t != st.tombstones.end()) {
+    reply_failure(t->second.failed
+                    ? t->second.error
+                    : kv_transfer_error{room,
+                                        "room already cleared on prefill rank "
+                                          + to_string(me(self)),
+                                        true, me(self).id});
+    return;
+  }
+  if (auto e = st.early_failures.find(room); e != st.early_failures.end()) {
+    reply_failure(e->second.error);
+    return;
+  }
+  if (st.parked_count >= st.limits.max_parked) {
+    reply_failure(kv_transfer_error{
+      room,
+      to_string(me(self)) + " holds " + std::to_string(st.parked_count)
+        + " destinations for rooms not opened yet (limit "
+        + std::to_string(st.limits.max_parked) + ")",
+      true, me(self).id});
+    return;
+  }
+  st.parked[room].push_back({std::move(info), room_core::now_ms()});
+  ++st.parked_count;
+}
+
+void on_failed(self_ptr self, room_failed& msg) {
+  auto& st = self->state;
+  auto i = st.rooms.find(msg.room);
+  if (i != st.rooms.end()) {
+    self->send(i->second.actor, std::move(msg));
+    return;
+  }
+  if (st.tombstones.count(msg.room) > 0) {
+    logger()->debug("{}: failure for cleared room {} ignored",
+                    to_string(me(self)), msg.room);
+    return;
+  }
+  if (st.early_failures.size() >= st.limits.max_parked) {
+    logger()->debug("{}: early failure for room {} dropped (limit {})",
+                    to_string(me(self)), msg.room, st.limits.max_parked);
+    return;
+  }
+  st.early_failures.emplace(
+    msg.room,
+    kv_manager_state::early_failure{std::move(msg.error), room_core::now_ms()});
+}
+
+void on_opened(self_ptr self, room_opened& msg) {
+  auto& st = self->state;
+  auto room = msg.room;
+  // A scheduler may reuse an id after clearing it: the new room is live.
+  if (st.tombstones.erase(room) > 0)
+    st.tombstone_order.erase(std::find(st.tombstone_order.begin(),
+                                       st.tombstone_order.end(), room));
+  self->monitor(msg.room_actor);
+  st.room_by_actor[msg.room_actor.id()] = room;
+  st.rooms[room] = kv_manager_state::room_entry{msg.room_actor, false};
+  if (auto p = st.parked.find(room); p != st.parked.end()) {
+    for (auto& x : p->second)
+      self->send(msg.room_actor,
+                 dst_ready{x.info, find_rank(self, x.info.decode_rank.id)});
+    st.parked_count -= p->second.size();
+    st.parked.erase(p);
+  }
+  if (auto e = st.early_failures.find(room); e != st.early_failures.end()) {
+    self->send(msg.room_actor, room_failed{room, e->second.error, true});
+    st.early_failures.erase(e);
+  }
+}
+
+void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
+  auto& st = self->state;
+  auto i = st.rooms.find(room);
+  if (i == st.rooms.end())
+    return;
+  bool concluded = i->second.concluded;
+  st.room_by_actor.erase(i->second.actor.id());
+  st.rooms.erase(i);
+  if (!concluded && reason != caf::exit_reason::normal) {
+    // A room actor killed mid-room: this rank is the origin of the failure.
+    kv_transfer_error err{room,
+                          "room actor on " + to_string(me(self))
+                            + " exited: " + caf::to_string(reason),
+                          false, me(self).id};
+    room_concluded msg{room, kv_poll::failed, err, {}};
+    on_concluded(self, msg);
+    if (st.inbox)
+      self->send(st.inbox, room_event{room, kv_poll::failed});
+    add_tombstone(self, room, true, err);
+    return;
+  }
+  // Cleared: the scheduler is done with the room, with or without taking its
+  // failure; either way the record must not outlive the room.
+  auto rec = st.failure_records.find(room);
+  bool failed = rec != st.failure_records.end();
+  add_tombstone(self, room, failed,
+                failed ? rec->second : kv_transfer_error{});
+  if (failed)
+    st.failure_records.erase(rec);
+}
+
+void on_peer_down(self_ptr self, const rank_ref& peer,
+                  const caf::error& reason) {
+  auto& st = self->state;
+  auto text = "rank " + to_string(peer) + " lost: " + caf::to_string(reason);
+  size_t open = st.rooms.size();
+  // One line per lost peer; each room logs its own failure at debug.
+  logger()->warn("{}: {} ({} open rooms checked)", to_string(me(self)), text,
+                 open);
+  for (auto& kvp : st.rooms)
+    if (!kvp.second.concluded)
+      self->send(kvp.second.actor, peer_lost{peer, text});
+  st.directory.erase(std::remove_if(st.directory.begin(), st.directory.end(),
+                                    [&](const auto& e) {
+                                      return e->rank.id == peer.id;
+                                    }),
+                     st.directory.end());
+}
+
+void on_directory(self_ptr self, directory_update& msg) {
+  auto& st = self->state;
+  std::vector<std::shared_ptr<const rank_entry>> fresh;
+  fresh.reserve(msg.ranks.size());
+  for (auto& e : msg.ranks) {
+    auto ptr = std::make_shared<const rank_entry>(e);
+    if (e.manager && e.rank.id != me(self).id
+        && st.peers.count(e.manager.id()) == 0) {
+      self->monitor(e.manager);
+      st.peers.emplace(e.manager.id(), e.rank);
+    }
+    fresh.push_back(std::move(ptr));
+  }
+  st.directory = std::move(fresh);
+}
+
+void sweep(self_ptr self) {
+  auto& st = self->state;
+  auto now = room_core::now_ms();
+  auto limit = st.timeouts.bootstrap_ms;
+  for (auto i = st.parked.begin(); i != st.parked.end();) {
+    auto& xs = i->second;
+    auto keep = std::remove_if(xs.begin(), xs.end(), [&](auto& x) {
+      if (now - x.since_ms < limit)
+        return false;
+      kv_transfer_error err{i->first,
+                            to_string(me(self)) + " opened no sender for room "
+                              + std::to_string(i->first) + " within "
+                              + std::to_string(limit) + " ms",
+                            true, me(self).id};
+      logger()->warn("{}: destination for room {} from {} expired unused",
+                     to_string(me(self)), i->first,
+                     to_string(x.info.decode_rank));
+      self->send(x.info.decode_room, room_failed{i->first, err, true});
+      return true;
+    });
+    st.parked_count -= static_cast<size_t>(xs.end() - keep);
+    xs.erase(keep, xs.end());
+    i = xs.empty() ? st.parked.erase(i) : std::next(i);
+  }
+  for (auto i = st.early_failures.begin(); i != st.early_failures.end();)
+    i = now - i->second.since_ms >= limit ? st.early_failures.erase(i)
+                                          : std::next(i);
+}
+
+} // namespace
+
+caf::behavior kv_manager(caf::stateful_actor<kv_manager_state>* self,
+                         kv_manager_params params) {
+  auto& st = self->state;
+  st.self_entry = std::make_shared<const rank_entry>(
+    rank_entry{params.self, caf::actor_cast<caf::actor>(self),
+               std::move(params.layout), std::move(params.endpoint)});
+  st.limits = params.limits;
+  st.timeouts = params.timeouts;
+  st.inbox = std::move(params.inbox);
+  auto sweep_interval = room_core::tick_interval(st.timeouts) * 4;
+  self->delayed_send(self, sweep_interval, sweep_atom::value);
+  self->set_down_handler([=](caf::down_msg& msg) {
+    auto& st = self->state;
+    auto id = msg.source.id();
+    if (auto r = st.room_by_actor.find(id); r != st.room_by_actor.end()) {
+      on_room_down(self, r->second, msg.reason);
+      return;
+    }
+    if (auto p = st.peers.find(id); p != st.peers.end()) {
+      auto peer = p->second;
+      st.peers.erase(p);
+      on_peer_down(self, peer, msg.reason);
+    }
+  });
+  return {
+    [=](room_opened& msg) { on_opened(self, msg); },
+    [=](room_concluded& msg) { on_concluded(self, msg); },
+    [=](dst_info& msg) { on_dst(self, msg); },
+    [=](room_failed& msg) { on_failed(self, msg); },
+    [=](directory_update& msg) { on_directory(self, msg); },
+    [=](const resolve_group& msg) {
+      group_reply out;
+      for (auto& e : self->state.directory)
+        if (e->rank.side == msg.side && e->rank.dp_rank == msg.dp_rank)
+          out.ranks.push_back(e);
+      std::sort(out.ranks.begin(), out.ranks.end(),
+                [](auto& x, auto& y) { return x->rank.tp_rank < y->rank.tp_rank; });
+      return out;
+    },
+    [=](const take_failure& msg) {
+      auto& st = self->state;
+      failure_reply out;
+      auto i = st.failure_records.find(msg.room);
+      if (i != st.failure_records.end()) {
+        out.found = true;
+        out.error = std::move(i->second);
+        st.failure_records.erase(i);
+      }
+      return out;
+    },
+    [=](const get_stats&) {
+      auto& st = self->state;
+      auto out = st.counters;
+      out.live_rooms = st.rooms.size();
+      out.failure_records = st.failure_records.size();
+      out.parked = st.parked_count;
+      out.early_failures = st.early_failures.size();
+      out.tombstones = st.tombstones.size();
+      return out;
+    },
+    [=](sweep_atom) {
+      sweep(self);
+      self->delayed_send(self, sweep_interval, sweep_atom::value);
+    },
+  };
+}
+
+} // namespace kvroom

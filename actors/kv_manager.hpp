@@ -1,0 +1,81 @@
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "caf/stateful_actor.hpp"
+
+#include "actors/config.hpp"
+#include "actors/local_messages.hpp"
+
+namespace kvroom {
+
+/// State of one rank's KV manager: the owner of `failure_records` and of the
+/// room directory. Its mailbox serialises every access; there is no lock.
+struct kv_manager_state {
+  struct room_entry {
+    caf::actor actor;
+    bool concluded = false;
+  };
+  struct parked_dst {
+    dst_info info;
+    uint64_t since_ms = 0;
+  };
+  struct early_failure {
+    kv_transfer_error error;
+    uint64_t since_ms = 0;
+  };
+  struct tombstone {
+    bool failed = false;
+    kv_transfer_error error;
+  };
+
+  std::shared_ptr<const rank_entry> self_entry;
+  rank_limits limits;
+  room_timeouts timeouts;
+  /// The scheduler's inbox, told when a room actor dies without concluding.
+  caf::actor inbox;
+
+  /// Every rank of the deployment, as the bootstrap registry last pushed it.
+  std::vector<std::shared_ptr<const rank_entry>> directory;
+  /// Peer managers this rank monitors, by actor id.
+  std::unordered_map<caf::actor_id, rank_ref> peers;
+
+  std::unordered_map<room_id, room_entry> rooms;
+  std::unordered_map<caf::actor_id, room_id> room_by_actor;
+  /// room -> root cause, until the scheduler takes it or clears the room.
+  std::unordered_map<room_id, kv_transfer_error> failure_records;
+  /// Decode destinations for rooms whose sender is not open yet.
+  std::unordered_map<room_id, std::vector<parked_dst>> parked;
+  size_t parked_count = 0;
+  /// Failures that arrived before the room opened here.
+  std::unordered_map<room_id, early_failure> early_failures;
+  /// Recently cleared rooms: late messages for them change nothing.
+  std::unordered_map<room_id, tombstone> tombstones;
+  std::deque<room_id> tombstone_order;
+
+  manager_stats counters;
+
+  static inline const char* name = "kvroom.kv_manager";
+};
+
+/// What a manager is spawned with.
+struct kv_manager_params {
+  rank_ref self;
+  memory_layout layout;
+  endpoint_desc endpoint;
+  rank_limits limits;
+  room_timeouts timeouts;
+  caf::actor inbox;
+};
+
+/// One rank's KV manager: routes destinations and failures to room actors,
+/// records failures for the scheduler, fans origin failures out to every
+/// other rank of the room as `room_failed{propagated=true}`, and fails the
+/// rooms that depend on a rank that went down.
+caf::behavior kv_manager(caf::stateful_actor<kv_manager_state>* self,
+                         kv_manager_params params);
+
+} // namespace kvroom

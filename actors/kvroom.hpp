@@ -1,0 +1,15 @@
+#pragma once
+
+/// kvroom's public API for an embedding scheduler: a runtime, its ranks, and
+/// the per-room sender/receiver handles (installed as <kvroom/kvroom.hpp>).
+
+#include "actors/config.hpp"
+#include "actors/logging.hpp"
+#include "actors/rank.hpp"
+#include "actors/room_handles.hpp"
+#include "actors/runtime.hpp"
+#include "messages/error.hpp"
+#include "messages/kv_poll.hpp"
+#include "messages/kv_transfer_error.hpp"
+#include "messages/registration.hpp"
+#include "transport/fault_plan.hpp"

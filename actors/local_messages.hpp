@@ -1,0 +1,49 @@
+#pragma once
+
+// Messages that never leave the process: they carry shared pointers to
+// immutable data so a room does not copy a rank's whole memory layout.
+
+#include <memory>
+#include <vector>
+
+#include "caf/allowed_unsafe_message_type.hpp"
+#include "caf/atom.hpp"
+
+#include "messages/room_messages.hpp"
+
+namespace kvroom {
+
+/// Rank -> a lazily spawned room: run your first behavior now.
+using start_atom = caf::atom_constant<caf::atom("start")>;
+
+/// Manager -> prefill room: a decode destination together with the decode
+/// rank's registry entry (layout and data-plane endpoint).
+struct dst_ready {
+  dst_info info;
+  std::shared_ptr<const rank_entry> peer;
+};
+
+/// Decode room -> its manager: which ranks serve prefill group `dp_rank`.
+struct resolve_group {
+  role side = role::prefill;
+  int32_t dp_rank = 0;
+};
+
+/// Manager's answer to `resolve_group`, ordered by tp rank; empty while the
+/// registry has not seen that group.
+struct group_reply {
+  std::vector<std::shared_ptr<const rank_entry>> ranks;
+};
+
+/// Manager -> every open room: a rank of the deployment is gone.
+struct peer_lost {
+  rank_ref rank;
+  std::string reason;
+};
+
+} // namespace kvroom
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::dst_ready)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::resolve_group)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::group_reply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::peer_lost)

@@ -1,0 +1,249 @@
+#include "actors/prefill_room.hpp"
+
+#include "caf/all.hpp"
+
+#include "actors/logging.hpp"
+#include "messages/error.hpp"
+#include "transport/transfer_plan.hpp"
+
+namespace kvroom {
+
+namespace {
+
+using self_ptr = caf::stateful_actor<prefill_room_state>*;
+
+/// Checks that the declared pages and the decode allocation agree; fails the
+/// room otherwise (a decode rank with fewer pages would read garbage).
+bool check_counts(self_ptr self) {
+  auto& st = self->state;
+  if (!st.initialized || !st.has_dst)
+    return true;
+  auto dst_pages = st.dst.kv_indices.size();
+  if (dst_pages == st.declared_pages)
+    return true;
+  st.core.fail_local("decode rank " + to_string(st.dst.decode_rank)
+                     + " allocated " + std::to_string(dst_pages)
+                     + " pages but prefill declared "
+                     + std::to_string(st.declared_pages));
+  return false;
+}
+
+/// Hands the next queued chunk to the worker when nothing is in flight.
+void pump(self_ptr self) {
+  auto& st = self->state;
+  auto& core = st.core;
+  if (core.fsm().concluded() || !st.initialized || !st.has_dst
+      || st.job_in_flight != 0 || st.queued.empty())
+    return;
+  auto chunk = std::move(st.queued.front());
+  st.queued.pop_front();
+  auto n = chunk.kv_indices.size();
+  std::vector<int64_t> dst_pages(st.dst.kv_indices.begin() + st.planned_pages,
+                                 st.dst.kv_indices.begin() + st.planned_pages
+                                   + n);
+  auto& src_layout = core.params().self_entry->layout;
+  auto& dst_layout = st.peer->layout;
+  auto ops = plan_writes(src_layout, dst_layout, chunk.kv_indices, dst_pages);
+  if (!ops) {
+    core.fail_local("cannot plan transfer to " + to_string(st.dst.decode_rank)
+                    + ": " + describe(ops.error()));
+    return;
+  }
+  write_batch batch;
+  batch.tag = core.params().room;
+  batch.peer = st.peer->endpoint;
+  batch.ops = std::move(*ops);
+  if (chunk.is_last && !src_layout.aux.empty()) {
+    auto aux = plan_aux_writes(src_layout, dst_layout, st.aux_index,
+                               st.dst.aux_index);
+    if (!aux) {
+      core.fail_local("cannot plan aux transfer to "
+                      + to_string(st.dst.decode_rank) + ": "
+                      + describe(aux.error()));
+      return;
+    }
+    batch.aux_ops = static_cast<uint32_t>(aux->size());
+    batch.ops.insert(batch.ops.end(), aux->begin(), aux->end());
+  }
+  st.planned_pages += n;
+  st.job_in_flight = st.next_job++;
+  st.last_in_flight = chunk.is_last;
+  if (!st.started) {
+    st.started = true;
+    core.advance(kv_poll::transferring);
+    self->send(st.dst.decode_room,
+               transfer_started{core.params().room, core.params().self.id});
+  }
+  self->send(core.params().worker,
+             transfer_job{core.params().room, st.job_in_flight,
+                          std::move(batch)});
+}
+
+void on_chunk(self_ptr self, sender_chunk& chunk) {
+  auto& st = self->state;
+  auto& core = st.core;
+  if (core.fsm().concluded()) {
+    logger()->debug("room {} on {}: chunk after conclusion ignored",
+                    core.params().room, to_string(core.params().self));
+    return;
+  }
+  if (!st.initialized) {
+    core.fail_local("send before init");
+    return;
+  }
+  if (st.last_received) {
+    core.fail_local("chunk after the last chunk");
+    return;
+  }
+  auto n = chunk.kv_indices.size();
+  if (st.received_pages + n > st.declared_pages) {
+    core.fail_local("too many KV indices: " + std::to_string(st.received_pages + n)
+                    + " sent, " + std::to_string(st.declared_pages)
+                    + " declared by init");
+    return;
+  }
+  if (chunk.is_last && st.received_pages + n != st.declared_pages) {
+    core.fail_local("last chunk leaves "
+                    + std::to_string(st.declared_pages - st.received_pages - n)
+                    + " of " + std::to_string(st.declared_pages)
+                    + " declared pages unsent");
+    return;
+  }
+  if (st.queued.size() >= core.params().max_queued_chunks) {
+    core.fail_local("more than " + std::to_string(core.params().max_queued_chunks)
+                    + " chunks queued");
+    return;
+  }
+  st.received_pages += n;
+  st.last_received = chunk.is_last;
+  // A non-last empty chunk moves nothing; the last one still carries aux.
+  if (n > 0 || chunk.is_last)
+    st.queued.push_back(std::move(chunk));
+  pump(self);
+}
+
+void on_dst(self_ptr self, dst_ready& msg) {
+  auto& st = self->state;
+  auto& core = st.core;
+  auto& me = core.params().self;
+  if (core.fsm().concluded()) {
+    // The decode rank may not have been known when this room failed: tell
+    // it now, with the original root cause.
+    if (core.fsm().state() == kv_poll::failed && msg.peer)
+      self->send(msg.peer->manager,
+                 room_failed{core.params().room, core.fsm().failure(), true});
+    return;
+  }
+  if (!msg.peer) {
+    core.fail_local("destination from unknown decode rank "
+                    + to_string(msg.info.decode_rank));
+    return;
+  }
+  if (st.has_dst) {
+    if (st.dst.decode_rank.id == msg.info.decode_rank.id) {
+      logger()->debug("room {} on {}: duplicate destination ignored",
+                      core.params().room, to_string(me));
+      return;
+    }
+    core.fail_local("second decode destination " + to_string(msg.info.decode_rank)
+                    + " (already serving " + to_string(st.dst.decode_rank)
+                    + ")");
+    return;
+  }
+  auto& d = msg.info.decode_rank;
+  if (d.tp_size != me.tp_size || d.tp_rank != me.tp_rank) {
+    core.fail_local("unsupported: decode " + to_string(d) + " with tp_size "
+                    + std::to_string(d.tp_size) + " asks prefill "
+                    + to_string(me) + " with tp_size "
+                    + std::to_string(me.tp_size)
+                    + " (head-sliced transfers need equal tp sizes)");
+    return;
+  }
+  st.has_dst = true;
+  st.dst = std::move(msg.info);
+  st.peer = std::move(msg.peer);
+  core.counterparts().assign(1, st.dst.decode_rank);
+  if (!check_counts(self))
+    return;
+  core.advance(kv_poll::waiting_for_input);
+  pump(self);
+}
+
+void on_result(self_ptr self, const transfer_result& res) {
+  auto& st = self->state;
+  auto& core = st.core;
+  if (res.job_id != st.job_in_flight) {
+    logger()->debug("room {}: stale transfer result {} ignored", res.room,
+                    res.job_id);
+    return;
+  }
+  st.job_in_flight = 0;
+  if (!res.ok) {
+    core.fail_local("transfer to " + to_string(st.dst.decode_rank)
+                    + " failed: " + res.reason);
+    return;
+  }
+  st.bytes_moved += res.bytes;
+  if (!st.last_in_flight) {
+    pump(self);
+    return;
+  }
+  if (core.fsm().concluded())
+    return;
+  self->send(st.dst.decode_room,
+             transfer_done{core.params().room, core.params().self.id,
+                           st.bytes_moved, st.planned_pages});
+  core.succeed();
+}
+
+} // namespace
+
+caf::behavior prefill_room(caf::stateful_actor<prefill_room_state>* self,
+                           room_params params) {
+  self->state.core.init(self, std::move(params));
+  auto& p = self->state.core.params();
+  // The room dies with its rank: a manager that is gone cannot route it.
+  self->monitor(p.manager);
+  self->set_down_handler([=](caf::down_msg&) { self->quit(); });
+  return {
+    [=](start_atom) {},
+    [=](sender_init& msg) {
+      auto& st = self->state;
+      auto& core = st.core;
+      if (core.fsm().concluded() || st.initialized) {
+        logger()->debug("room {}: init ignored (initialized={}, state={})",
+                        msg.room, st.initialized, to_string(core.fsm().state()));
+        return;
+      }
+      auto& aux = core.params().self_entry->layout.aux;
+      for (size_t b = 0; b < aux.size(); ++b) {
+        if (msg.aux_index < 0
+            || static_cast<uint64_t>(msg.aux_index) >= aux[b].num_pages()) {
+          core.fail_local("aux index " + std::to_string(msg.aux_index)
+                          + " out of range [0, "
+                          + std::to_string(aux[b].num_pages())
+                          + ") in aux buffer " + std::to_string(b));
+          return;
+        }
+      }
+      st.initialized = true;
+      st.declared_pages = msg.num_kv_indices;
+      st.aux_index = msg.aux_index;
+      if (check_counts(self))
+        pump(self);
+    },
+    [=](sender_chunk& msg) { on_chunk(self, msg); },
+    [=](dst_ready& msg) { on_dst(self, msg); },
+    [=](const transfer_result& msg) { on_result(self, msg); },
+    [=](const room_failed& msg) { self->state.core.fail_remote(msg.error); },
+    [=](const room_abort& msg) {
+      self->state.core.fail_local("aborted by prefill scheduler: " + msg.reason);
+    },
+    [=](const peer_lost& msg) { self->state.core.on_peer_lost(msg); },
+    [=](const room_clear&) { self->state.core.clear(); },
+    caf::after(room_core::tick_interval(p.timeouts)) >>
+      [=] { self->state.core.check_deadline(); },
+  };
+}
+
+} // namespace kvroom

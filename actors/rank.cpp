@@ -1,0 +1,224 @@
+#include "actors/rank.hpp"
+
+#include "caf/all.hpp"
+
+#include "actors/decode_room.hpp"
+#include "actors/kv_manager.hpp"
+#include "actors/logging.hpp"
+#include "actors/prefill_room.hpp"
+#include "actors/runtime.hpp"
+#include "actors/transfer_worker.hpp"
+#include "messages/error.hpp"
+#include "transport/factory.hpp"
+
+namespace kvroom {
+
+namespace {
+
+std::string room_text(room_id room) {
+  return "room " + std::to_string(room);
+}
+
+} // namespace
+
+rank::rank(runtime& rt, rank_config cfg)
+  : rt_(rt), cfg_(std::move(cfg)), ref_(cfg_.ref()) {
+  // nop
+}
+
+caf::error rank::start() {
+  auto& sys = rt_.system();
+  auto made = make_backend(backend_config{cfg_.transport, ref_.id, cfg_.faults});
+  if (!made)
+    return std::move(made.error());
+  data_plane_ = std::shared_ptr<backend>{std::move(*made)};
+  for (auto* buffers : {&cfg_.memory.kv, &cfg_.memory.aux})
+    for (auto& b : *buffers)
+      if (auto id = data_plane_->register_memory(b.mem); !id)
+        return make_error(errc::invalid_config,
+                          to_string(ref_) + ": cannot register memory: "
+                            + describe(id.error()));
+  inbox_ = std::make_unique<caf::scoped_actor>(sys);
+  auto inbox = caf::actor_cast<caf::actor>(*inbox_);
+  auto endpoint = data_plane_->endpoint();
+  manager_ = sys.spawn(kv_manager,
+                       kv_manager_params{ref_, cfg_.memory, endpoint,
+                                         cfg_.limits, cfg_.timeouts, inbox});
+  entry_ = std::make_shared<const rank_entry>(
+    rank_entry{ref_, manager_, cfg_.memory, endpoint});
+  worker_ = sys.spawn<caf::detached>(transfer_worker, data_plane_,
+                                     cfg_.limits.max_queued_jobs);
+  caf::error result;
+  (*inbox_)
+    ->request(rt_.registry(),
+              std::chrono::milliseconds(cfg_.limits.query_timeout_ms),
+              register_rank{*entry_})
+    .receive([](directory_update&) {},
+             [&](caf::error& err) {
+               result = make_error(errc::timeout,
+                                   to_string(ref_)
+                                     + ": bootstrap registration failed: "
+                                     + caf::to_string(err));
+             });
+  if (!result)
+    ++rt_.live_ranks_;
+  return result;
+}
+
+rank::~rank() {
+  for (auto& kvp : rooms_)
+    kvp.second->cleared = true;
+  if (inbox_) {
+    auto& self = *inbox_;
+    // Room actors follow their manager. Waiting for the worker guarantees no
+    // memcpy from this rank's memory runs once the rank is gone.
+    if (manager_)
+      self->send_exit(manager_, caf::exit_reason::user_shutdown);
+    if (worker_)
+      self->send_exit(worker_, caf::exit_reason::user_shutdown);
+    if (manager_ && worker_)
+      self->wait_for(manager_, worker_);
+    --rt_.live_ranks_;
+  }
+  inbox_.reset();
+  data_plane_.reset();
+}
+
+template <class Handle>
+caf::expected<Handle> rank::open(room_id room, role side, int32_t peer_dp,
+                                 const caf::actor& listener) {
+  if (side != ref_.side)
+    return make_error(errc::invalid_argument,
+                      to_string(ref_) + " cannot open the "
+                        + (side == role::prefill ? std::string{"sender"}
+                                                 : std::string{"receiver"})
+                        + " side of a room");
+  if (rooms_.count(room) > 0)
+    return make_error(errc::duplicate_room,
+                      room_text(room) + " is already open on "
+                        + to_string(ref_));
+  if (rooms_.size() >= cfg_.limits.max_rooms)
+    return make_error(errc::limit_reached,
+                      to_string(ref_) + " has "
+                        + std::to_string(rooms_.size())
+                        + " rooms open (limit "
+                        + std::to_string(cfg_.limits.max_rooms) + ")");
+  if (peer_dp < 0)
+    return make_error(errc::invalid_argument,
+                      "prefill_dp_rank must not be negative");
+  room_params p;
+  p.room = room;
+  p.self = ref_;
+  p.manager = manager_;
+  p.inbox = caf::actor_cast<caf::actor>(*inbox_);
+  p.listener = listener;
+  p.timeouts = cfg_.timeouts;
+  p.self_entry = entry_;
+  p.worker = worker_;
+  p.peer_dp_rank = peer_dp;
+  p.max_queued_chunks = cfg_.limits.max_queued_chunks;
+  auto& sys = rt_.system();
+  // Lazily started so the manager learns of the room before the room can
+  // report anything to it; the start message then runs its first behavior.
+  auto actor = side == role::prefill
+                 ? sys.spawn<caf::lazy_init>(prefill_room, std::move(p))
+                 : sys.spawn<caf::lazy_init>(decode_room, std::move(p));
+  caf::anon_send(manager_, room_opened{room, actor});
+  caf::anon_send(actor, start_atom::value);
+  auto slot = std::make_shared<detail::room_slot>();
+  slot->room = room;
+  slot->side = side;
+  slot->actor = std::move(actor);
+  rooms_.emplace(room, slot);
+  return Handle{this, std::move(slot)};
+}
+
+caf::expected<kv_sender> rank::make_sender(room_id room,
+                                           const caf::actor& listener) {
+  return open<kv_sender>(room, role::prefill, 0, listener);
+}
+
+caf::expected<kv_receiver> rank::make_receiver(room_id room,
+                                               int32_t prefill_dp_rank,
+                                               const caf::actor& listener) {
+  return open<kv_receiver>(room, role::decode, prefill_dp_rank, listener);
+}
+
+caf::expected<kv_sender> rank::sender(room_id room) const {
+  auto i = rooms_.find(room);
+  if (i == rooms_.end() || i->second->side != role::prefill)
+    return make_error(errc::unknown_room,
+                      "no open sender for " + room_text(room) + " on "
+                        + to_string(ref_));
+  return kv_sender{const_cast<rank*>(this), i->second};
+}
+
+caf::expected<kv_receiver> rank::receiver(room_id room) const {
+  auto i = rooms_.find(room);
+  if (i == rooms_.end() || i->second->side != role::decode)
+    return make_error(errc::unknown_room,
+                      "no open receiver for " + room_text(room) + " on "
+                        + to_string(ref_));
+  return kv_receiver{const_cast<rank*>(this), i->second};
+}
+
+void rank::apply(const room_event& ev) {
+  auto i = rooms_.find(ev.room);
+  if (i != rooms_.end())
+    i->second->state = ev.state;
+}
+
+void rank::drain() {
+  auto& self = *inbox_;
+  while (!self->mailbox().empty()) {
+    self->receive([&](const room_event& ev) { apply(ev); },
+                  caf::others >> [](caf::message_view&) -> caf::result<caf::message> {
+                    return caf::message{};
+                  },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+  }
+}
+
+caf::expected<kv_transfer_error> rank::pop_failure(room_id room) {
+  caf::scoped_actor tmp{rt_.system()};
+  caf::expected<kv_transfer_error> result{
+    make_error(errc::unknown_room, "no failure record")};
+  tmp
+    ->request(manager_, std::chrono::milliseconds(cfg_.limits.query_timeout_ms),
+              kvroom::take_failure{room})
+    .receive(
+      [&](failure_reply& reply) {
+        if (reply.found)
+          result = std::move(reply.error);
+        else
+          result = make_error(errc::unknown_room,
+                              to_string(ref_) + " holds no failure record for "
+                                + room_text(room));
+      },
+      [&](caf::error& err) {
+        result = make_error(errc::timeout,
+                            "failure query to " + to_string(ref_)
+                              + " manager: " + caf::to_string(err));
+      });
+  return result;
+}
+
+caf::expected<manager_stats> rank::stats() {
+  caf::scoped_actor tmp{rt_.system()};
+  caf::expected<manager_stats> result{make_error(errc::timeout)};
+  tmp
+    ->request(manager_, std::chrono::milliseconds(cfg_.limits.query_timeout_ms),
+              get_stats{})
+    .receive([&](manager_stats& st) { result = st; },
+             [&](caf::error& err) {
+               result = make_error(errc::timeout,
+                                   "stats query: " + caf::to_string(err));
+             });
+  return result;
+}
+
+void rank::forget(room_id room) {
+  rooms_.erase(room);
+}
+
+} // namespace kvroom

@@ -1,0 +1,112 @@
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+
+#include "caf/actor.hpp"
+#include "caf/expected.hpp"
+#include "caf/scoped_actor.hpp"
+
+#include "actors/config.hpp"
+#include "actors/room_handles.hpp"
+#include "messages/room_messages.hpp"
+
+namespace kvroom {
+
+class runtime;
+class backend;
+
+/// One rank as its scheduler sees it: the rank's manager, transfer worker and
+/// registered memory, the inbox its room actors push state changes to, and
+/// the table `poll()` reads. Use a rank and its handles from one thread (the
+/// scheduler loop), as SGLang does.
+class rank {
+public:
+  ~rank();
+
+  rank(const rank&) = delete;
+  rank& operator=(const rank&) = delete;
+
+  const rank_ref& ref() const noexcept {
+    return ref_;
+  }
+
+  const rank_config& config() const noexcept {
+    return cfg_;
+  }
+
+  /// Opens the sender side of `room` (prefill ranks only). `listener`, when
+  /// set, receives every `room_event` of the room too (actor-based
+  /// schedulers subscribe this way instead of polling).
+  caf::expected<kv_sender> make_sender(room_id room,
+                                       const caf::actor& listener = {});
+
+  /// Opens the receiver side of `room` (decode ranks only), served by the
+  /// prefill data-parallel group `prefill_dp_rank`.
+  caf::expected<kv_receiver> make_receiver(room_id room,
+                                           int32_t prefill_dp_rank = 0,
+                                           const caf::actor& listener = {});
+
+  /// The open sender of `room`, or `errc::unknown_room`.
+  caf::expected<kv_sender> sender(room_id room) const;
+
+  /// The open receiver of `room`, or `errc::unknown_room`.
+  caf::expected<kv_receiver> receiver(room_id room) const;
+
+  /// Applies every state change the room actors pushed since the last call.
+  /// Call once per scheduler iteration; `poll()` also calls it when needed.
+  void drain();
+
+  /// Drains only when the inbox holds anything: one atomic load otherwise.
+  void pump() {
+    if (!(*inbox_)->mailbox().empty())
+      drain();
+  }
+
+  /// Rooms open on this rank (not yet cleared).
+  size_t open_rooms() const noexcept {
+    return rooms_.size();
+  }
+
+  /// The manager's counters (a bounded blocking query).
+  caf::expected<manager_stats> stats();
+
+  /// This rank's manager (for actor-based schedulers and tests).
+  const caf::actor& manager() const noexcept {
+    return manager_;
+  }
+
+private:
+  friend class runtime;
+  friend class room_handle;
+  friend class kv_sender;
+  friend class kv_receiver;
+
+  rank(runtime& rt, rank_config cfg);
+  caf::error start();
+
+  template <class Handle>
+  caf::expected<Handle> open(room_id room, role side, int32_t peer_dp,
+                             const caf::actor& listener);
+
+  caf::expected<kv_transfer_error> pop_failure(room_id room);
+  void forget(room_id room);
+  void apply(const room_event& ev);
+
+  runtime& rt_;
+  rank_config cfg_;
+  rank_ref ref_;
+  std::shared_ptr<backend> data_plane_;
+  std::shared_ptr<const rank_entry> entry_;
+  caf::actor manager_;
+  caf::actor worker_;
+  std::unique_ptr<caf::scoped_actor> inbox_;
+  std::unordered_map<room_id, std::shared_ptr<detail::room_slot>> rooms_;
+};
+
+inline kv_poll room_handle::poll() {
+  owner_->pump();
+  return slot_->state;
+}
+
+} // namespace kvroom

@@ -1,0 +1,130 @@
+#include "actors/room_handles.hpp"
+
+#include "caf/all.hpp"
+
+#include "actors/rank.hpp"
+#include "messages/error.hpp"
+
+namespace kvroom {
+
+namespace {
+
+std::string room_text(room_id room) {
+  return "room " + std::to_string(room);
+}
+
+} // namespace
+
+caf::error room_handle::check_live(const char* op) const {
+  if (!slot_)
+    return make_error(errc::invalid_argument,
+                      std::string{op} + " on an empty handle");
+  if (slot_->cleared)
+    return make_error(errc::room_cleared,
+                      std::string{op} + " after " + room_text(slot_->room)
+                        + " was cleared");
+  owner_->pump();
+  if (is_terminal(slot_->state))
+    return make_error(errc::room_concluded,
+                      std::string{op} + " after " + room_text(slot_->room)
+                        + " concluded as " + to_string(slot_->state));
+  return caf::none;
+}
+
+std::optional<kv_transfer_error> room_handle::failure() {
+  if (!slot_)
+    return std::nullopt;
+  if (slot_->failure)
+    return slot_->failure;
+  if (slot_->cleared)
+    return std::nullopt;
+  owner_->pump();
+  if (slot_->state != kv_poll::failed)
+    return std::nullopt;
+  auto taken = owner_->pop_failure(slot_->room);
+  if (taken)
+    slot_->failure = std::move(*taken);
+  else
+    slot_->failure = kv_transfer_error{slot_->room,
+                                       "failure record unavailable: "
+                                         + describe(taken.error()),
+                                       false, owner_->ref().id};
+  return slot_->failure;
+}
+
+caf::error room_handle::abort(std::string reason) {
+  if (!slot_)
+    return make_error(errc::invalid_argument, "abort on an empty handle");
+  if (slot_->cleared)
+    return make_error(errc::room_cleared,
+                      "abort after " + room_text(slot_->room) + " was cleared");
+  caf::anon_send(slot_->actor, room_abort{slot_->room, std::move(reason)});
+  return caf::none;
+}
+
+caf::error room_handle::clear() {
+  if (!slot_)
+    return make_error(errc::invalid_argument, "clear on an empty handle");
+  if (slot_->cleared)
+    return make_error(errc::room_cleared,
+                      room_text(slot_->room) + " was cleared already");
+  slot_->cleared = true;
+  caf::anon_send(slot_->actor, room_clear{slot_->room});
+  owner_->forget(slot_->room);
+  return caf::none;
+}
+
+caf::error kv_sender::init(uint64_t num_kv_indices, int64_t aux_index) {
+  if (auto err = check_live("init"))
+    return err;
+  if (slot_->initialized)
+    return make_error(errc::already_initialized,
+                      room_text(slot_->room) + ": init called twice");
+  slot_->initialized = true;
+  slot_->declared_pages = num_kv_indices;
+  caf::anon_send(slot_->actor,
+                 sender_init{slot_->room, num_kv_indices, aux_index});
+  return caf::none;
+}
+
+caf::error kv_sender::send(std::vector<int64_t> kv_indices, bool is_last) {
+  if (auto err = check_live("send"))
+    return err;
+  if (!slot_->initialized)
+    return make_error(errc::not_initialized,
+                      room_text(slot_->room) + ": send before init");
+  if (slot_->last_sent)
+    return make_error(errc::invalid_argument,
+                      room_text(slot_->room) + ": the last chunk was sent");
+  auto total = slot_->sent_pages + kv_indices.size();
+  caf::error result;
+  if (total > slot_->declared_pages)
+    result = make_error(errc::too_many_indices,
+                        room_text(slot_->room) + ": "
+                          + std::to_string(total) + " KV indices sent, "
+                          + std::to_string(slot_->declared_pages)
+                          + " declared by init");
+  slot_->sent_pages = total;
+  slot_->last_sent = is_last;
+  // Even a refused chunk goes to the room, which fails with the same reason:
+  // the scheduler's view of the room is broken and its peers must know.
+  caf::anon_send(slot_->actor,
+                 sender_chunk{slot_->room, std::move(kv_indices), is_last});
+  return result;
+}
+
+caf::error kv_receiver::init(std::vector<int64_t> kv_indices,
+                             int64_t aux_index) {
+  if (auto err = check_live("init"))
+    return err;
+  if (slot_->initialized)
+    return make_error(errc::already_initialized,
+                      room_text(slot_->room) + ": init called twice");
+  slot_->initialized = true;
+  slot_->declared_pages = kv_indices.size();
+  caf::anon_send(slot_->actor,
+                 receiver_init{slot_->room, std::move(kv_indices), aux_index});
+  return caf::none;
+}
+
+} // namespace kvroom

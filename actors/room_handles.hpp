@@ -1,0 +1,117 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "caf/actor.hpp"
+#include "caf/error.hpp"
+
+#include "messages/ids.hpp"
+#include "messages/kv_poll.hpp"
+#include "messages/kv_transfer_error.hpp"
+
+namespace kvroom {
+
+class rank;
+
+namespace detail {
+
+/// The scheduler thread's view of one room: written by `rank::drain()` from
+/// the room actor's events, read by `poll()`. Owned by the scheduler thread.
+struct room_slot {
+  room_id room = 0;
+  role side = role::prefill;
+  caf::actor actor;
+  kv_poll state = kv_poll::bootstrapping;
+  bool cleared = false;
+  bool initialized = false;
+  uint64_t declared_pages = 0;
+  uint64_t sent_pages = 0;
+  bool last_sent = false;
+  std::optional<kv_transfer_error> failure;
+};
+
+} // namespace detail
+
+/// What kv_sender and kv_receiver share. A handle belongs to the scheduler
+/// thread of its rank and must not outlive the rank.
+class room_handle {
+public:
+  room_handle() = default;
+
+  room_id room() const noexcept {
+    return slot_ ? slot_->room : 0;
+  }
+
+  /// False for a default-constructed handle.
+  bool valid() const noexcept {
+    return slot_ != nullptr;
+  }
+
+  /// The room's state. Never blocks, makes no round trip: it reads what the
+  /// room actor pushed to the rank's inbox, draining the inbox first only
+  /// when something arrived since the last drain.
+  kv_poll poll();
+
+  /// The root cause once the room is Failed: popped from the rank's
+  /// `failure_records` through its manager (once; later calls return the
+  /// same value). Empty while the room is not Failed.
+  std::optional<kv_transfer_error> failure();
+
+  /// Fails the room here and, propagated, on every other rank of the room.
+  /// A no-op on a concluded room.
+  caf::error abort(std::string reason = "aborted by scheduler");
+
+  /// Releases the room: its actor exits and its id is tombstoned so no late
+  /// message resurrects it. The handle is dead afterwards.
+  caf::error clear();
+
+protected:
+  room_handle(rank* owner, std::shared_ptr<detail::room_slot> slot)
+    : owner_(owner), slot_(std::move(slot)) {
+    // nop
+  }
+
+  /// An error unless the room is open and not concluded.
+  caf::error check_live(const char* op) const;
+
+  rank* owner_ = nullptr;
+  std::shared_ptr<detail::room_slot> slot_;
+};
+
+/// Prefill side of one room (SGLang `KVSender`).
+class kv_sender : public room_handle {
+public:
+  kv_sender() = default;
+
+  /// Declares how many KV pages the room sends and the aux slot holding its
+  /// metadata. Once per room.
+  caf::error init(uint64_t num_kv_indices, int64_t aux_index);
+
+  /// Sends one chunk of source page indices; a non-last chunk ends on a page
+  /// boundary by construction (indices are pages). The aux slot follows the
+  /// last chunk. Refuses more pages than `init` declared.
+  caf::error send(std::vector<int64_t> kv_indices, bool is_last);
+
+private:
+  friend class rank;
+  using room_handle::room_handle;
+};
+
+/// Decode side of one room (SGLang `KVReceiver`).
+class kv_receiver : public room_handle {
+public:
+  kv_receiver() = default;
+
+  /// Hands the pre-allocated destination pages and the aux slot. Once.
+  caf::error init(std::vector<int64_t> kv_indices, int64_t aux_index);
+
+private:
+  friend class rank;
+  using room_handle::room_handle;
+};
+
+} // namespace kvroom

@@ -1,0 +1,73 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "caf/actor.hpp"
+#include "caf/actor_system.hpp"
+#include "caf/actor_system_config.hpp"
+#include "caf/expected.hpp"
+
+#include "actors/config.hpp"
+
+namespace kvroom {
+
+class rank;
+
+/// How an owned actor system is set up.
+struct runtime_options {
+  /// CAF scheduler policy. "sharing" by default: with one actor per room,
+  /// bursts of spawns collapse CAF 0.17's work stealing (TOOLCHAIN.md).
+  std::string scheduler_policy = "sharing";
+  /// Scheduler threads; 0 keeps CAF's default.
+  size_t max_threads = 0;
+  /// spdlog level for kvroom's logger.
+  std::string log_level = "info";
+};
+
+/// Adds kvroom's message types and scheduler defaults to a CAF config an
+/// embedder owns. `runtime(caf::actor_system&)` needs this on that config.
+void prepare_config(caf::actor_system_config& cfg,
+                    const runtime_options& opts = {});
+
+/// The process-wide part of kvroom: an actor system (owned, or the caller's)
+/// and the in-process bootstrap registry. Ranks are created from it and must
+/// be destroyed before it.
+class runtime {
+public:
+  /// Owns an actor system configured by `opts`.
+  explicit runtime(runtime_options opts = {});
+
+  /// Attaches to the caller's system, whose config went through
+  /// `prepare_config`.
+  explicit runtime(caf::actor_system& sys);
+
+  ~runtime();
+
+  runtime(const runtime&) = delete;
+  runtime& operator=(const runtime&) = delete;
+
+  caf::actor_system& system() noexcept {
+    return *sys_;
+  }
+
+  /// The bootstrap registry every rank of this runtime registers with.
+  const caf::actor& registry() const noexcept {
+    return registry_;
+  }
+
+  /// Starts one rank: validates `cfg`, registers its memory with its data
+  /// plane, spawns its manager and transfer worker and registers it.
+  caf::expected<std::unique_ptr<rank>> add_rank(const rank_config& cfg);
+
+private:
+  friend class rank;
+
+  std::unique_ptr<caf::actor_system_config> owned_cfg_;
+  std::unique_ptr<caf::actor_system> owned_sys_;
+  caf::actor_system* sys_ = nullptr;
+  caf::actor registry_;
+  size_t live_ranks_ = 0;
+};
+
+} // namespace kvroom

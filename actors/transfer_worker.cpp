@@ -1,0 +1,120 @@
+#include "actors/transfer_worker.hpp"
+
+#include <chrono>
+
+#include "caf/all.hpp"
+
+#include "messages/error.hpp"
+
+namespace kvroom {
+
+namespace {
+
+using self_ptr = caf::stateful_actor<transfer_worker_state>*;
+using poll_atom = caf::atom_constant<caf::atom("poll")>;
+
+/// Completion polling interval while a backend has batches in progress: a
+/// delayed self-message instead of a spin, so an idle worker costs nothing.
+constexpr auto poll_interval = std::chrono::microseconds(50);
+
+void reply(self_ptr self, const caf::actor& room, const transfer_job& work,
+           bool ok, std::string reason, uint64_t bytes) {
+  self->send(room, transfer_result{work.room, work.job_id, ok,
+                                   std::move(reason), bytes});
+}
+
+/// Posts one job; false when the backend pushed back and it must wait.
+bool post(self_ptr self, const transfer_worker_state::job& j) {
+  auto& st = self->state;
+  auto id = st.data_plane->post(j.work.batch);
+  if (!id) {
+    reply(self, j.room, j.work, false, describe(id.error()), 0);
+    return true;
+  }
+  auto bytes = j.work.batch.total_bytes();
+  std::string reason;
+  switch (st.data_plane->poll(*id, reason)) {
+    case xfer_status::done:
+      st.data_plane->release(*id);
+      reply(self, j.room, j.work, true, {}, bytes);
+      return true;
+    case xfer_status::failed:
+      st.data_plane->release(*id);
+      reply(self, j.room, j.work, false, reason, 0);
+      return true;
+    case xfer_status::would_block:
+      st.data_plane->release(*id);
+      return false;
+    case xfer_status::in_progress:
+      st.active.push_back(
+        {j.room, j.work.room, j.work.job_id, bytes, *id});
+      return true;
+  }
+  return true;
+}
+
+void schedule_poll(self_ptr self) {
+  auto& st = self->state;
+  if (st.poll_scheduled || (st.active.empty() && st.waiting.empty()))
+    return;
+  st.poll_scheduled = true;
+  self->delayed_send(self, poll_interval, poll_atom::value);
+}
+
+void progress(self_ptr self) {
+  auto& st = self->state;
+  for (size_t i = 0; i < st.active.size();) {
+    auto& x = st.active[i];
+    std::string reason;
+    auto status = st.data_plane->poll(x.id, reason);
+    if (status == xfer_status::in_progress) {
+      ++i;
+      continue;
+    }
+    st.data_plane->release(x.id);
+    bool ok = status == xfer_status::done;
+    self->send(x.room, transfer_result{x.room_id_, x.job_id, ok,
+                                       ok ? std::string{} : reason,
+                                       ok ? x.bytes : 0});
+    st.active[i] = std::move(st.active.back());
+    st.active.pop_back();
+  }
+  while (!st.waiting.empty() && post(self, st.waiting.front()))
+    st.waiting.pop_front();
+}
+
+} // namespace
+
+caf::behavior transfer_worker(caf::stateful_actor<transfer_worker_state>* self,
+                              std::shared_ptr<backend> data_plane,
+                              uint32_t max_jobs) {
+  self->state.data_plane = std::move(data_plane);
+  self->state.max_jobs = max_jobs;
+  return {
+    [=](transfer_job& work) {
+      auto& st = self->state;
+      auto room = caf::actor_cast<caf::actor>(self->current_sender());
+      if (!room)
+        return;
+      transfer_worker_state::job j{room, std::move(work)};
+      if (st.active.size() + st.waiting.size() >= st.max_jobs) {
+        reply(self, j.room, j.work, false,
+              "transfer queue full (" + std::to_string(st.max_jobs)
+                + " jobs)",
+              0);
+        return;
+      }
+      // Keep order behind jobs already waiting on back-pressure.
+      if (!st.waiting.empty() || !post(self, j))
+        st.waiting.push_back(std::move(j));
+      schedule_poll(self);
+    },
+    [=](poll_atom) {
+      self->state.poll_scheduled = false;
+      progress(self);
+      schedule_poll(self);
+    },
+  };
+}
+
+} // namespace kvroom

@@ -1,0 +1,45 @@
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "caf/stateful_actor.hpp"
+
+#include "messages/room_messages.hpp"
+#include "transport/backend.hpp"
+
+namespace kvroom {
+
+/// State of a rank's transfer worker: the only user of the rank's backend.
+struct transfer_worker_state {
+  struct job {
+    caf::actor room;
+    transfer_job work;
+  };
+  struct in_flight {
+    caf::actor room;
+    room_id room_id_ = 0;
+    uint64_t job_id = 0;
+    uint64_t bytes = 0;
+    xfer_id id = 0;
+  };
+  std::shared_ptr<backend> data_plane;
+  /// Jobs the backend pushed back on (would_block), retried in order.
+  std::deque<job> waiting;
+  std::vector<in_flight> active;
+  uint32_t max_jobs = 0;
+  bool poll_scheduled = false;
+
+  static inline const char* name = "kvroom.transfer_worker";
+};
+
+/// Posts each room's write batches to the rank's backend and reports every
+/// completion to the room as a `transfer_result`. Spawned detached: memcpy,
+/// socket writes and completion polling block, so they get their own thread
+/// instead of a scheduler worker.
+caf::behavior transfer_worker(caf::stateful_actor<transfer_worker_state>* self,
+                              std::shared_ptr<backend> data_plane,
+                              uint32_t max_jobs);
+
+} // namespace kvroom

@@ -1,0 +1,2 @@
+function(kvroom_install_stub)
+endfunction()

@@ -1,0 +1,32 @@
+#include "messages/descriptors.hpp"
+
+namespace kvroom {
+
+std::string to_string(mem_kind x) {
+  return x == mem_kind::host ? "host" : "device";
+}
+
+bool mem_desc::covers(uint64_t other_addr, uint64_t len,
+                      int32_t other_device_id) const noexcept {
+  if (other_device_id != device_id)
+    return false;
+  // Written so that no sum can wrap: a huge `len` is simply not covered.
+  return other_addr >= addr && len <= size_bytes
+         && other_addr - addr <= size_bytes - len;
+}
+
+bool mem_desc::overlaps(const mem_desc& other) const noexcept {
+  if (other.device_id != device_id || size_bytes == 0
+      || other.size_bytes == 0)
+    return false;
+  return other.addr < addr + size_bytes && addr < other.addr + other.size_bytes;
+}
+
+uint64_t write_batch::total_bytes() const noexcept {
+  uint64_t sum = 0;
+  for (auto& op : ops)
+    sum += op.size_bytes;
+  return sum;
+}
+
+} // namespace kvroom

@@ -1,0 +1,127 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "caf/meta/type_name.hpp"
+
+#include "messages/ids.hpp"
+
+namespace kvroom {
+
+/// Where a range of memory lives: host RAM or one GPU.
+enum class mem_kind : uint8_t {
+  host = 0,
+  device = 1,
+};
+
+std::string to_string(mem_kind x);
+
+/// One contiguous range of memory, NIXL-style `{addr, size_bytes, device_id}`.
+/// `device_id` is -1 for host memory.
+struct mem_desc {
+  uint64_t addr = 0;
+  uint64_t size_bytes = 0;
+  int32_t device_id = -1;
+
+  mem_kind kind() const noexcept {
+    return device_id < 0 ? mem_kind::host : mem_kind::device;
+  }
+
+  /// True when `[addr, addr + len)` lies wholly inside this range (and on
+  /// the same device). Overflow-safe: a wrapping range is never covered.
+  bool covers(uint64_t other_addr, uint64_t len,
+              int32_t other_device_id) const noexcept;
+
+  /// True when the two ranges share at least one byte on the same device.
+  bool overlaps(const mem_desc& other) const noexcept;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, mem_desc& x) {
+  return f(caf::meta::type_name("kvroom.mem_desc"), x.addr, x.size_bytes,
+           x.device_id);
+}
+
+/// One registered buffer cut into equal pages: a layer's K or V buffer, or an
+/// aux buffer whose "pages" are per-request slots.
+struct paged_buffer {
+  mem_desc mem;
+  uint64_t page_size_bytes = 0;
+
+  uint64_t num_pages() const noexcept {
+    return page_size_bytes == 0 ? 0 : mem.size_bytes / page_size_bytes;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, paged_buffer& x) {
+  return f(caf::meta::type_name("kvroom.paged_buffer"), x.mem,
+           x.page_size_bytes);
+}
+
+/// A rank's registered KV and aux memory, as it tells its counterpart.
+/// `kv` holds one entry per buffer (SGLang's `kv_data_ptrs`: K and V of every
+/// layer); `aux` one per aux buffer (`aux_data_ptrs`).
+struct memory_layout {
+  std::vector<paged_buffer> kv;
+  std::vector<paged_buffer> aux;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, memory_layout& x) {
+  return f(caf::meta::type_name("kvroom.memory_layout"), x.kv, x.aux);
+}
+
+/// How a peer reaches a rank's data plane: which backend, where, and the
+/// rank that owns the memory behind it.
+struct endpoint_desc {
+  std::string transport;  ///< backend name: "local", "shm", "tcp", ...
+  std::string address;    ///< backend-specific: host:port, segment name
+  uint64_t domain = 0;    ///< backend-specific scope, e.g. the process
+  rank_id owner = -1;     ///< the rank whose registered memory it exposes
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, endpoint_desc& x) {
+  return f(caf::meta::type_name("kvroom.endpoint_desc"), x.transport,
+           x.address, x.domain, x.owner);
+}
+
+/// One contiguous copy from local memory into a peer's registered memory.
+struct write_op {
+  uint64_t src_addr = 0;
+  uint64_t dst_addr = 0;
+  uint64_t size_bytes = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, write_op& x) {
+  return f(caf::meta::type_name("kvroom.write_op"), x.src_addr, x.dst_addr,
+           x.size_bytes);
+}
+
+/// What a data-plane backend posts at once: every write of one chunk of one
+/// room to one peer. `tag` names the room for diagnostics and fault plans.
+struct write_batch {
+  room_id tag = 0;
+  endpoint_desc peer;
+  std::vector<write_op> ops;
+  /// Device of the source memory (-1: host); one kind per batch.
+  int32_t src_device_id = -1;
+  /// Device of the destination memory (-1: host).
+  int32_t dst_device_id = -1;
+  /// How many of the last `ops` carry aux data rather than KV pages.
+  uint32_t aux_ops = 0;
+
+  uint64_t total_bytes() const noexcept;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, write_batch& x) {
+  return f(caf::meta::type_name("kvroom.write_batch"), x.tag, x.peer, x.ops,
+           x.src_device_id, x.dst_device_id, x.aux_ops);
+}
+
+} // namespace kvroom

@@ -1,0 +1,319 @@
+#pragma once
+
+// Every message kvroom's actors exchange. Plain structs, each with its
+// inspect() below it; `add_message_types` (registration.hpp) announces them.
+// Messages that cross processes carry only values and actor handles; bulk KV
+// bytes never travel as actor messages.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "caf/actor.hpp"
+#include "caf/meta/type_name.hpp"
+
+#include "messages/descriptors.hpp"
+#include "messages/ids.hpp"
+#include "messages/kv_poll.hpp"
+#include "messages/kv_transfer_error.hpp"
+
+namespace kvroom {
+
+// -- scheduler -> room ---------------------------------------------------------
+
+/// Prefill scheduler declares how many KV pages the room will send and which
+/// aux slot holds its metadata (SGLang `KVSender.init`).
+struct sender_init {
+  room_id room = 0;
+  uint64_t num_kv_indices = 0;
+  int64_t aux_index = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sender_init& x) {
+  return f(caf::meta::type_name("kvroom.sender_init"), x.room,
+           x.num_kv_indices, x.aux_index);
+}
+
+/// One chunk of source page indices (SGLang `KVSender.send`); the aux slot
+/// follows the last chunk.
+struct sender_chunk {
+  room_id room = 0;
+  std::vector<int64_t> kv_indices;
+  bool is_last = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sender_chunk& x) {
+  return f(caf::meta::type_name("kvroom.sender_chunk"), x.room, x.kv_indices,
+           x.is_last);
+}
+
+/// Decode scheduler hands the pre-allocated destination pages and aux slot
+/// (SGLang `KVReceiver.init`).
+struct receiver_init {
+  room_id room = 0;
+  std::vector<int64_t> kv_indices;
+  int64_t aux_index = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, receiver_init& x) {
+  return f(caf::meta::type_name("kvroom.receiver_init"), x.room, x.kv_indices,
+           x.aux_index);
+}
+
+/// Scheduler gives up on the room; fails it here and on every other rank.
+struct room_abort {
+  room_id room = 0;
+  std::string reason;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_abort& x) {
+  return f(caf::meta::type_name("kvroom.room_abort"), x.room, x.reason);
+}
+
+/// Scheduler releases the room: the room actor exits, its id is tombstoned.
+struct room_clear {
+  room_id room = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_clear& x) {
+  return f(caf::meta::type_name("kvroom.room_clear"), x.room);
+}
+
+// -- room -> scheduler ---------------------------------------------------------
+
+/// A room's new state, pushed to the scheduler's inbox; drained once per
+/// scheduler iteration so `poll()` is a plain read.
+struct room_event {
+  room_id room = 0;
+  kv_poll state = kv_poll::bootstrapping;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_event& x) {
+  return f(caf::meta::type_name("kvroom.room_event"), x.room, x.state);
+}
+
+// -- decode room <-> prefill room ----------------------------------------------
+
+/// Decode rank's destination for one room, sent to each prefill rank it needs
+/// (through that rank's manager, which parks it until the sender exists).
+struct dst_info {
+  room_id room = 0;
+  rank_ref decode_rank;
+  caf::actor decode_room;
+  std::vector<int64_t> kv_indices;
+  int64_t aux_index = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, dst_info& x) {
+  return f(caf::meta::type_name("kvroom.dst_info"), x.room, x.decode_rank,
+           x.decode_room, x.kv_indices, x.aux_index);
+}
+
+/// Prefill room started moving bytes for the room (decode -> Transferring).
+struct transfer_started {
+  room_id room = 0;
+  rank_id src_rank = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, transfer_started& x) {
+  return f(caf::meta::type_name("kvroom.transfer_started"), x.room,
+           x.src_rank);
+}
+
+/// Prefill room finished every KV page and the aux data for this decode rank.
+struct transfer_done {
+  room_id room = 0;
+  rank_id src_rank = -1;
+  uint64_t bytes = 0;
+  uint64_t pages = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, transfer_done& x) {
+  return f(caf::meta::type_name("kvroom.transfer_done"), x.room, x.src_rank,
+           x.bytes, x.pages);
+}
+
+// -- failure fan-out -----------------------------------------------------------
+
+/// A room failed. `propagated` is true when sent to another rank: the receiver
+/// concludes the room as Failed with the origin's reason and rank, logs at
+/// debug, and never fans it out again.
+struct room_failed {
+  room_id room = 0;
+  kv_transfer_error error;
+  bool propagated = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_failed& x) {
+  return f(caf::meta::type_name("kvroom.room_failed"), x.room, x.error,
+           x.propagated);
+}
+
+/// Room -> its manager: the room reached a terminal state. `error` is set
+/// when `state` is Failed; `counterparts` are the other side's ranks it knew.
+struct room_concluded {
+  room_id room = 0;
+  kv_poll state = kv_poll::failed;
+  kv_transfer_error error;
+  std::vector<rank_ref> counterparts;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_concluded& x) {
+  return f(caf::meta::type_name("kvroom.room_concluded"), x.room, x.state,
+           x.error, x.counterparts);
+}
+
+// -- scheduler -> manager ------------------------------------------------------
+
+/// The scheduler opened a room on this rank; the manager adds it to the room
+/// directory and hands it anything parked for it.
+struct room_opened {
+  room_id room = 0;
+  caf::actor room_actor;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_opened& x) {
+  return f(caf::meta::type_name("kvroom.room_opened"), x.room, x.room_actor);
+}
+
+/// Pops the failure record of a room; answered with `failure_reply`.
+struct take_failure {
+  room_id room = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, take_failure& x) {
+  return f(caf::meta::type_name("kvroom.take_failure"), x.room);
+}
+
+/// Answer to `take_failure`; `found` is false when no record exists.
+struct failure_reply {
+  bool found = false;
+  kv_transfer_error error;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, failure_reply& x) {
+  return f(caf::meta::type_name("kvroom.failure_reply"), x.found, x.error);
+}
+
+/// Asks a manager for its counters; answered with `manager_stats`.
+struct get_stats {
+  bool unused = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, get_stats& x) {
+  return f(caf::meta::type_name("kvroom.get_stats"), x.unused);
+}
+
+/// A manager's counters: what a leak check and a stress run look at.
+struct manager_stats {
+  uint64_t live_rooms = 0;       ///< room actors in the directory
+  uint64_t failure_records = 0;  ///< failures not yet taken by the scheduler
+  uint64_t parked = 0;           ///< messages waiting for their room to open
+  uint64_t early_failures = 0;   ///< failures for rooms not yet open here
+  uint64_t tombstones = 0;       ///< recently cleared room ids remembered
+  uint64_t origin_failures = 0;  ///< failures that started on this rank
+  uint64_t propagated_failures = 0;  ///< failures learned from other ranks
+  uint64_t successes = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, manager_stats& x) {
+  return f(caf::meta::type_name("kvroom.manager_stats"), x.live_rooms,
+           x.failure_records, x.parked, x.early_failures, x.tombstones,
+           x.origin_failures, x.propagated_failures, x.successes);
+}
+
+// -- bootstrap registry --------------------------------------------------------
+
+/// One rank as the registry knows it: where it sits, its manager, its
+/// registered memory and how its data plane is reached.
+struct rank_entry {
+  rank_ref rank;
+  caf::actor manager;
+  memory_layout layout;
+  endpoint_desc endpoint;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rank_entry& x) {
+  return f(caf::meta::type_name("kvroom.rank_entry"), x.rank, x.manager,
+           x.layout, x.endpoint);
+}
+
+/// A rank announces itself; the registry pushes `directory_update` to every
+/// registered manager (including the new one).
+struct register_rank {
+  rank_entry entry;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, register_rank& x) {
+  return f(caf::meta::type_name("kvroom.register_rank"), x.entry);
+}
+
+/// The registry's full view, pushed on every change.
+struct directory_update {
+  std::vector<rank_entry> ranks;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, directory_update& x) {
+  return f(caf::meta::type_name("kvroom.directory_update"), x.ranks);
+}
+
+// -- room <-> transfer worker (same process) -----------------------------------
+
+/// A batch of writes for the worker to post and drive to completion.
+struct transfer_job {
+  room_id room = 0;
+  uint64_t job_id = 0;
+  write_batch batch;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, transfer_job& x) {
+  return f(caf::meta::type_name("kvroom.transfer_job"), x.room, x.job_id,
+           x.batch);
+}
+
+/// The worker's verdict on one job.
+struct transfer_result {
+  room_id room = 0;
+  uint64_t job_id = 0;
+  bool ok = false;
+  std::string reason;
+  uint64_t bytes = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, transfer_result& x) {
+  return f(caf::meta::type_name("kvroom.transfer_result"), x.room, x.job_id,
+           x.ok, x.reason, x.bytes);
+}
+
+/// A room's own timer; stale generations are ignored.
+struct room_timeout {
+  uint64_t generation = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_timeout& x) {
+  return f(caf::meta::type_name("kvroom.room_timeout"), x.generation);
+}
+
+} // namespace kvroom

@@ -1,0 +1,85 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "caf/error.hpp"
+#include "caf/expected.hpp"
+
+#include "messages/descriptors.hpp"
+
+namespace kvroom {
+
+/// Data-path status of a posted batch, UCX-style.
+enum class xfer_status : uint8_t {
+  done,         ///< every write landed
+  in_progress,  ///< keep polling
+  would_block,  ///< back-pressure: nothing posted, retry later (never spin)
+  failed,       ///< the batch failed; the reason says why
+};
+
+std::string to_string(xfer_status x);
+
+/// What a backend implements. A flag is set only when the backend really
+/// does it; the transport choice and the conformance tests read these.
+struct backend_caps {
+  bool host_memory = false;    ///< moves host memory
+  bool device_memory = false;  ///< moves GPU memory
+  bool same_process = false;   ///< peers in this process
+  bool same_host = false;      ///< peers in other processes on this host
+  bool cross_host = false;     ///< peers on other hosts
+  uint32_t max_batch_ops = 0;  ///< most writes in one posted batch
+};
+
+/// Id of one memory registration, unique within a backend.
+using region_id = uint64_t;
+
+/// Id of one posted batch, unique within a backend.
+using xfer_id = uint64_t;
+
+/// One data-plane backend of one rank: registers the rank's memory and moves
+/// bytes from it into a peer's registered memory (NIXL's prepare/post/poll/
+/// release cycle).
+///
+/// Contract:
+/// - `post` validates every write before any byte moves: the source must lie
+///   in memory this backend registered, the destination in memory the peer
+///   registered. A violation returns an error and moves nothing.
+/// - After a successful `post`, callers must keep calling `poll` until it
+///   returns `done` or `failed`, then call `release` exactly once.
+/// - Methods may block only as long as the documented work takes (a memcpy,
+///   a socket write); callers run them off actor threads.
+/// - A backend is used by one thread at a time; registration tables it shares
+///   with other backends are its own to protect.
+class backend {
+public:
+  virtual ~backend();
+
+  /// Short lowercase name: "local", "shm", "tcp", "verbs", "cuda", "fault".
+  virtual std::string name() const = 0;
+
+  virtual backend_caps caps() const = 0;
+
+  /// How peers reach the memory this backend registered.
+  virtual endpoint_desc endpoint() const = 0;
+
+  /// Registers memory this rank sends from or exposes to peers.
+  virtual caf::expected<region_id> register_memory(const mem_desc& mem) = 0;
+
+  /// Removes a registration; writes into it are refused from then on.
+  virtual caf::error deregister_memory(region_id id) = 0;
+
+  /// Validates and posts every write of `batch`.
+  virtual caf::expected<xfer_id> post(const write_batch& batch) = 0;
+
+  /// Progress of a posted batch; `reason` is set when it returns `failed`.
+  virtual xfer_status poll(xfer_id id, std::string& reason) = 0;
+
+  /// Forgets a batch that reached `done` or `failed`.
+  virtual void release(xfer_id id) = 0;
+};
+
+using backend_ptr = std::unique_ptr<backend>;
+
+} // namespace kvroom

@@ -1,0 +1,68 @@
+#include "transport/factory.hpp"
+
+#include "messages/error.hpp"
+#include "transport/fault/fault_backend.hpp"
+#include "transport/local/local_backend.hpp"
+
+namespace kvroom {
+
+backend::~backend() {
+  // nop
+}
+
+std::string to_string(xfer_status x) {
+  switch (x) {
+    case xfer_status::done: return "done";
+    case xfer_status::in_progress: return "in_progress";
+    case xfer_status::would_block: return "would_block";
+    case xfer_status::failed: return "failed";
+  }
+  return "xfer_status(?)";
+}
+
+namespace {
+
+constexpr const char* fault_point_names[] = {"before_post", "after_post",
+                                             "on_aux", "bad_completion"};
+
+} // namespace
+
+std::string to_string(fault_point x) {
+  auto i = static_cast<size_t>(x);
+  return i < 4 ? fault_point_names[i] : "fault_point(?)";
+}
+
+bool from_string(const std::string& str, fault_point& x) {
+  for (size_t i = 0; i < 4; ++i) {
+    if (str == fault_point_names[i]) {
+      x = static_cast<fault_point>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+caf::expected<backend_ptr> make_backend(const backend_config& cfg) {
+  backend_ptr result;
+  if (cfg.name == "local")
+    result = std::make_unique<detail::local_backend>(cfg.owner);
+  else
+    return make_error(errc::unavailable,
+                      "unknown or not compiled transport '" + cfg.name
+                        + "' (compiled: local)");
+  if (cfg.faults.probability < 0.0 || cfg.faults.probability > 1.0)
+    return make_error(errc::invalid_argument,
+                      "fault probability must lie in [0, 1]");
+  if (!cfg.faults.empty())
+    result = std::make_unique<detail::fault_backend>(std::move(result),
+                                                     cfg.faults);
+  return result;
+}
+
+std::vector<backend_availability> probe_backends() {
+  std::vector<backend_availability> out;
+  out.push_back({"local", true, true, "same-process memcpy"});
+  return out;
+}
+
+} // namespace kvroom

@@ -1,0 +1,39 @@
+#pragma once
+
+#include <random>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "transport/backend.hpp"
+#include "transport/fault_plan.hpp"
+
+namespace kvroom::detail {
+
+/// Wraps any backend and fails the batches a `fault_plan` selects, so the
+/// real failure machinery runs without broken hardware (Mooncake TENT's
+/// fault proxy). Everything else passes through unchanged.
+class fault_backend final : public backend {
+public:
+  fault_backend(backend_ptr inner, fault_plan plan);
+
+  std::string name() const override;
+  backend_caps caps() const override;
+  endpoint_desc endpoint() const override;
+  caf::expected<region_id> register_memory(const mem_desc& mem) override;
+  caf::error deregister_memory(region_id id) override;
+  caf::expected<xfer_id> post(const write_batch& batch) override;
+  xfer_status poll(xfer_id id, std::string& reason) override;
+  void release(xfer_id id) override;
+
+private:
+  bool selects(const write_batch& batch);
+
+  backend_ptr inner_;
+  fault_plan plan_;
+  std::unordered_set<room_id> rooms_;
+  std::mt19937_64 rng_;
+  /// Posted batches whose completion this backend turns into a failure.
+  std::unordered_map<xfer_id, room_id> doomed_;
+};
+
+} // namespace kvroom::detail

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "messages/ids.hpp"
+
+namespace kvroom {
+
+/// Where the fault-injecting backend breaks a batch.
+enum class fault_point : uint8_t {
+  before_post,  ///< post() refuses the batch; nothing moves
+  after_post,   ///< the bytes move, then the completion reports failure
+  on_aux,       ///< only batches carrying aux data fail (before post)
+  bad_completion,  ///< the bytes move, the completion carries an error
+};
+
+std::string to_string(fault_point x);
+bool from_string(const std::string& str, fault_point& x);
+
+/// Which batches the fault-injecting backend fails: those tagged with one of
+/// `rooms`, plus each other batch with `probability`, drawn from `seed` so
+/// the same seed reproduces the same faults.
+struct fault_plan {
+  std::vector<room_id> rooms;
+  double probability = 0.0;
+  uint64_t seed = 1;
+  fault_point point = fault_point::before_post;
+
+  bool empty() const noexcept {
+    return rooms.empty() && probability <= 0.0;
+  }
+};
+
+} // namespace kvroom

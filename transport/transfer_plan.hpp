@@ -1,0 +1,37 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "caf/expected.hpp"
+
+#include "messages/descriptors.hpp"
+
+namespace kvroom {
+
+/// Upper bound on the writes one chunk may plan; a chunk needing more is
+/// refused (a limit on everything, and the backends' batch limits are below
+/// it anyway).
+constexpr size_t max_planned_writes = 1u << 20;
+
+/// Plans the writes that move one chunk of a room: for every KV buffer
+/// (layer), the (src page, dst page) pairs are coalesced into runs that are
+/// contiguous on both sides, and all buffers go into one list. Aux slots are
+/// appended last when `with_aux`.
+///
+/// Every index is checked against both layouts before anything is planned;
+/// the first violation returns `errc::out_of_range` (or `invalid_argument`
+/// for layouts that do not match) with a reason naming the index, buffer and
+/// bound. Nothing is planned partially.
+caf::expected<std::vector<write_op>>
+plan_writes(const memory_layout& src, const memory_layout& dst,
+            const std::vector<int64_t>& src_pages,
+            const std::vector<int64_t>& dst_pages);
+
+/// Plans the aux writes of a room: slot `src_index` of every src aux buffer
+/// into slot `dst_index` of the matching dst aux buffer.
+caf::expected<std::vector<write_op>>
+plan_aux_writes(const memory_layout& src, const memory_layout& dst,
+                int64_t src_index, int64_t dst_index);
+
+} // namespace kvroom
