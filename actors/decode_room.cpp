@@ -140,9 +140,29 @@ caf::behavior decode_room(caf::stateful_actor<decode_room_state>* self,
                         + std::to_string(st.init.kv_indices.size()));
         return;
       }
-      core.succeed();
+      auto& me = core.params().self;
+      part_done part{core.params().room, me.tp_rank, me.id,
+                     caf::actor_cast<caf::actor>(self), msg.src_rank,
+                     caf::actor_cast<caf::actor>(self->current_sender())};
+      if (core.is_coordinator()) {
+        core.on_part(part);
+      } else {
+        self->send(core.params().manager,
+                   to_coordinator{me.dp_rank, caf::make_message(part)});
+        core.prepare(me.dp_rank);
+      }
     },
-    [=](const room_failed& msg) { self->state.core.fail_remote(msg.error); },
+    [=](const part_done& msg) {
+      if (self->state.core.is_coordinator())
+        self->state.core.on_part(msg);
+    },
+    [=](const room_committed&) {
+      if (self->state.core.prepared())
+        self->state.core.on_committed();
+    },
+    [=](const room_failed& msg) {
+      self->state.core.fail_remote(msg.error, !msg.propagated);
+    },
     [=](const room_abort& msg) {
       self->state.core.fail_local("aborted by decode scheduler: " + msg.reason);
     },

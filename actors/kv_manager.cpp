@@ -37,8 +37,12 @@ void add_tombstone(self_ptr self, room_id room, bool failed,
   }
 }
 
-/// Sends an origin failure to every other rank of the room: this rank's TP
-/// group and each counterpart's TP group, as the directory knows them.
+/// Sends a failure to every other rank of the room: this rank's TP group and
+/// each counterpart's TP group, as the directory knows them. With no known
+/// counterpart (a prefill room before any decode destination arrived) the
+/// whole other side hears it: ranks without the room keep it as an early,
+/// expiring failure, and the rank that has it fails at once instead of at
+/// its bootstrap timeout.
 void fan_out(self_ptr self, const kv_transfer_error& err,
              const std::vector<rank_ref>& counterparts) {
   auto& st = self->state;
@@ -51,7 +55,8 @@ void fan_out(self_ptr self, const kv_transfer_error& err,
     auto& r = e->rank;
     if (r.id == mine.id)
       continue;
-    bool target = in_group(r, mine.side, mine.dp_rank);
+    bool target = in_group(r, mine.side, mine.dp_rank)
+                  || (counterparts.empty() && r.side != mine.side);
     for (auto& c : counterparts)
       target = target || in_group(r, c.side, c.dp_rank);
     if (!target || std::find(sent.begin(), sent.end(), r.id) != sent.end())
@@ -65,7 +70,7 @@ void on_concluded(self_ptr self, room_concluded& msg) {
   auto& st = self->state;
   auto i = st.rooms.find(msg.room);
   if (i != st.rooms.end())
-    i->second.concluded = true;
+    i->second.state = msg.state;
   if (msg.state == kv_poll::success) {
     ++st.counters.successes;
     return;
@@ -77,16 +82,17 @@ void on_concluded(self_ptr self, room_concluded& msg) {
     ++st.counters.propagated_failures;
     logger()->debug("{}: room {} failed on rank {}: {}", to_string(mine),
                     msg.room, err.origin_rank, err.failure_reason);
-    return;
+  } else {
+    ++st.counters.origin_failures;
+    // Logged once, where the failure was first identified: an error on
+    // decode (the request is lost to the user), a warning on prefill.
+    if (mine.side == role::decode)
+      logger()->error("{}: {}", to_string(mine), to_string(err));
+    else
+      logger()->warn("{}: {}", to_string(mine), to_string(err));
   }
-  ++st.counters.origin_failures;
-  // Logged once, where the failure was first identified: an error on decode
-  // (the request is lost to the user), a warning on prefill.
-  if (mine.side == role::decode)
-    logger()->error("{}: {}", to_string(mine), to_string(err));
-  else
-    logger()->warn("{}: {}", to_string(mine), to_string(err));
-  fan_out(self, err, msg.counterparts);
+  if (msg.fan_out)
+    fan_out(self, err, msg.counterparts);
 }
 
 void on_dst(self_ptr self, dst_info& info) {
@@ -135,7 +141,19 @@ void on_failed(self_ptr self, room_failed& msg) {
     self->send(i->second.actor, std::move(msg));
     return;
   }
-  if (st.tombstones.count(msg.room) > 0) {
+  if (auto t = st.tombstones.find(msg.room); t != st.tombstones.end()) {
+    if (!msg.propagated) {
+      // A prepared rank asks the coordinator of a room cleared here: answer
+      // with what the room concluded.
+      if (auto origin = find_rank(self, msg.error.origin_rank)) {
+        if (t->second.failed)
+          self->send(origin->manager,
+                     room_failed{msg.room, t->second.error, true});
+        else
+          self->send(origin->manager, room_committed{msg.room});
+      }
+      return;
+    }
     logger()->debug("{}: failure for cleared room {} ignored",
                     to_string(me(self)), msg.room);
     return;
@@ -159,7 +177,8 @@ void on_opened(self_ptr self, room_opened& msg) {
                                        st.tombstone_order.end(), room));
   self->monitor(msg.room_actor);
   st.room_by_actor[msg.room_actor.id()] = room;
-  st.rooms[room] = kv_manager_state::room_entry{msg.room_actor, false};
+  st.rooms[room] = kv_manager_state::room_entry{msg.room_actor,
+                                                kv_poll::bootstrapping};
   if (auto p = st.parked.find(room); p != st.parked.end()) {
     for (auto& x : p->second)
       self->send(msg.room_actor,
@@ -167,10 +186,45 @@ void on_opened(self_ptr self, room_opened& msg) {
     st.parked_count -= p->second.size();
     st.parked.erase(p);
   }
+  if (auto p = st.parked_parts.find(room); p != st.parked_parts.end()) {
+    for (auto& x : p->second)
+      self->send(msg.room_actor, x.part);
+    st.parked_count -= p->second.size();
+    st.parked_parts.erase(p);
+  }
   if (auto e = st.early_failures.find(room); e != st.early_failures.end()) {
     self->send(msg.room_actor, room_failed{room, e->second.error, true});
     st.early_failures.erase(e);
   }
+}
+
+void on_part(self_ptr self, part_done& part) {
+  auto& st = self->state;
+  if (auto i = st.rooms.find(part.room); i != st.rooms.end()) {
+    self->send(i->second.actor, std::move(part));
+    return;
+  }
+  if (st.tombstones.count(part.room) > 0 || st.parked_count >= st.limits.max_parked) {
+    logger()->debug("{}: part confirmation for room {} dropped",
+                    to_string(me(self)), part.room);
+    return;
+  }
+  auto room = part.room;
+  st.parked_parts[room].push_back({std::move(part), room_core::now_ms()});
+  ++st.parked_count;
+}
+
+void on_to_coordinator(self_ptr self, to_coordinator& msg) {
+  for (auto& e : self->state.directory) {
+    auto& r = e->rank;
+    if (r.side == role::decode && r.dp_rank == msg.decode_dp && r.tp_rank == 0) {
+      self->send(e->manager, std::move(msg.payload));
+      return;
+    }
+  }
+  // Unreachable coordinator: the prepared room's decision deadline fails it.
+  logger()->debug("{}: no coordinator for decode group dp{} in the directory",
+                  to_string(me(self)), msg.decode_dp);
 }
 
 void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
@@ -178,7 +232,7 @@ void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
   auto i = st.rooms.find(room);
   if (i == st.rooms.end())
     return;
-  bool concluded = i->second.concluded;
+  bool concluded = is_terminal(i->second.state);
   st.room_by_actor.erase(i->second.actor.id());
   st.rooms.erase(i);
   if (!concluded && reason != caf::exit_reason::normal) {
@@ -187,7 +241,7 @@ void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
                           "room actor on " + to_string(me(self))
                             + " exited: " + caf::to_string(reason),
                           false, me(self).id};
-    room_concluded msg{room, kv_poll::failed, err, {}};
+    room_concluded msg{room, kv_poll::failed, err, {}, true};
     on_concluded(self, msg);
     if (st.inbox)
       self->send(st.inbox, room_event{room, kv_poll::failed});
@@ -213,7 +267,7 @@ void on_peer_down(self_ptr self, const rank_ref& peer,
   logger()->warn("{}: {} ({} open rooms checked)", to_string(me(self)), text,
                  open);
   for (auto& kvp : st.rooms)
-    if (!kvp.second.concluded)
+    if (!is_terminal(kvp.second.state))
       self->send(kvp.second.actor, peer_lost{peer, text});
   st.directory.erase(std::remove_if(st.directory.begin(), st.directory.end(),
                                     [&](const auto& e) {
@@ -262,6 +316,15 @@ void sweep(self_ptr self) {
     xs.erase(keep, xs.end());
     i = xs.empty() ? st.parked.erase(i) : std::next(i);
   }
+  for (auto i = st.parked_parts.begin(); i != st.parked_parts.end();) {
+    auto& xs = i->second;
+    auto keep = std::remove_if(xs.begin(), xs.end(), [&](auto& x) {
+      return now - x.since_ms >= limit;
+    });
+    st.parked_count -= static_cast<size_t>(xs.end() - keep);
+    xs.erase(keep, xs.end());
+    i = xs.empty() ? st.parked_parts.erase(i) : std::next(i);
+  }
   for (auto i = st.early_failures.begin(); i != st.early_failures.end();)
     i = now - i->second.since_ms >= limit ? st.early_failures.erase(i)
                                           : std::next(i);
@@ -298,6 +361,13 @@ caf::behavior kv_manager(caf::stateful_actor<kv_manager_state>* self,
     [=](room_concluded& msg) { on_concluded(self, msg); },
     [=](dst_info& msg) { on_dst(self, msg); },
     [=](room_failed& msg) { on_failed(self, msg); },
+    [=](part_done& msg) { on_part(self, msg); },
+    [=](to_coordinator& msg) { on_to_coordinator(self, msg); },
+    [=](room_committed& msg) {
+      auto& st = self->state;
+      if (auto i = st.rooms.find(msg.room); i != st.rooms.end())
+        self->send(i->second.actor, msg);
+    },
     [=](directory_update& msg) { on_directory(self, msg); },
     [=](const resolve_group& msg) {
       group_reply out;

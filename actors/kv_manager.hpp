@@ -17,7 +17,7 @@ namespace kvroom {
 struct kv_manager_state {
   struct room_entry {
     caf::actor actor;
-    bool concluded = false;
+    kv_poll state = kv_poll::bootstrapping;
   };
   struct parked_dst {
     dst_info info;
@@ -30,6 +30,10 @@ struct kv_manager_state {
   struct tombstone {
     bool failed = false;
     kv_transfer_error error;
+  };
+  struct parked_part {
+    part_done part;
+    uint64_t since_ms = 0;
   };
 
   std::shared_ptr<const rank_entry> self_entry;
@@ -49,6 +53,8 @@ struct kv_manager_state {
   std::unordered_map<room_id, kv_transfer_error> failure_records;
   /// Decode destinations for rooms whose sender is not open yet.
   std::unordered_map<room_id, std::vector<parked_dst>> parked;
+  /// Part confirmations for a coordinator room not open yet.
+  std::unordered_map<room_id, std::vector<parked_part>> parked_parts;
   size_t parked_count = 0;
   /// Failures that arrived before the room opened here.
   std::unordered_map<room_id, early_failure> early_failures;

@@ -4,6 +4,7 @@
 /// the per-room sender/receiver handles (installed as <kvroom/kvroom.hpp>).
 
 #include "actors/config.hpp"
+#include "actors/host_kv_cache.hpp"
 #include "actors/logging.hpp"
 #include "actors/rank.hpp"
 #include "actors/room_handles.hpp"

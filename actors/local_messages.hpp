@@ -8,6 +8,7 @@
 
 #include "caf/allowed_unsafe_message_type.hpp"
 #include "caf/atom.hpp"
+#include "caf/message.hpp"
 
 #include "messages/room_messages.hpp"
 
@@ -35,6 +36,13 @@ struct group_reply {
   std::vector<std::shared_ptr<const rank_entry>> ranks;
 };
 
+/// Room -> its manager: deliver `payload` to the manager of the room's
+/// coordinator, decode TP rank 0 of decode group `decode_dp`.
+struct to_coordinator {
+  int32_t decode_dp = 0;
+  caf::message payload;
+};
+
 /// Manager -> every open room: a rank of the deployment is gone.
 struct peer_lost {
   rank_ref rank;
@@ -47,3 +55,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::dst_ready)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::resolve_group)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::group_reply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::peer_lost)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::to_coordinator)

@@ -193,7 +193,8 @@ void on_result(self_ptr self, const transfer_result& res) {
   self->send(st.dst.decode_room,
              transfer_done{core.params().room, core.params().self.id,
                            st.bytes_moved, st.planned_pages});
-  core.succeed();
+  // Every byte landed; Success waits for the room's coordinator.
+  core.prepare(st.dst.decode_rank.dp_rank);
 }
 
 } // namespace
@@ -235,7 +236,16 @@ caf::behavior prefill_room(caf::stateful_actor<prefill_room_state>* self,
     [=](sender_chunk& msg) { on_chunk(self, msg); },
     [=](dst_ready& msg) { on_dst(self, msg); },
     [=](const transfer_result& msg) { on_result(self, msg); },
-    [=](const room_failed& msg) { self->state.core.fail_remote(msg.error); },
+    [=](const room_failed& msg) {
+      self->state.core.fail_remote(msg.error, !msg.propagated);
+    },
+    [=](const room_committed& msg) {
+      if (self->state.core.prepared())
+        self->state.core.on_committed();
+      else
+        logger()->debug("room {}: commit before this rank's part was done "
+                        "ignored", msg.room);
+    },
     [=](const room_abort& msg) {
       self->state.core.fail_local("aborted by prefill scheduler: " + msg.reason);
     },

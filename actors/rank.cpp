@@ -47,7 +47,8 @@ caf::error rank::start() {
   entry_ = std::make_shared<const rank_entry>(
     rank_entry{ref_, manager_, cfg_.memory, endpoint});
   worker_ = sys.spawn<caf::detached>(transfer_worker, data_plane_,
-                                     cfg_.limits.max_queued_jobs);
+                                     cfg_.limits.max_queued_jobs,
+                                     cfg_.timeouts.transferring_ms);
   caf::error result;
   (*inbox_)
     ->request(rt_.registry(),
@@ -160,6 +161,11 @@ caf::expected<kv_receiver> rank::receiver(room_id room) const {
                       "no open receiver for " + room_text(room) + " on "
                         + to_string(ref_));
   return kv_receiver{const_cast<rank*>(this), i->second};
+}
+
+caf::actor rank::room_actor(room_id room) const {
+  auto i = rooms_.find(room);
+  return i == rooms_.end() ? caf::actor{} : i->second->actor;
 }
 
 void rank::apply(const room_event& ev) {

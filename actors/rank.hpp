@@ -71,6 +71,10 @@ public:
   /// The manager's counters (a bounded blocking query).
   caf::expected<manager_stats> stats();
 
+  /// The actor of an open room, or an invalid handle: for actor-based
+  /// schedulers and fault injection (stress runs kill it mid-room).
+  caf::actor room_actor(room_id room) const;
+
   /// This rank's manager (for actor-based schedulers and tests).
   const caf::actor& manager() const noexcept {
     return manager_;

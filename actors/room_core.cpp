@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "caf/all.hpp"
+
 #include "actors/logging.hpp"
 #include "messages/assert.hpp"
 
@@ -25,6 +27,9 @@ void room_core::init(caf::event_based_actor* self, room_params params) {
   params_ = std::move(params);
   fsm_ = std::make_unique<room_fsm>(params_.room, params_.self,
                                     params_.timeouts, now_ms());
+  coordinator_ = params_.self.side == role::decode && params_.self.tp_rank == 0;
+  if (coordinator_)
+    slots_done_.assign(static_cast<size_t>(params_.self.tp_size), false);
 }
 
 void room_core::publish(kv_poll state) {
@@ -35,14 +40,25 @@ void room_core::publish(kv_poll state) {
     self_->send(params_.listener, ev);
 }
 
-void room_core::conclude() {
+void room_core::conclude(bool fan_out) {
   // The manager hears first: once the scheduler sees Failed and asks for the
   // failure, the record is already in the manager's mailbox ahead of it.
-  room_concluded msg{params_.room, fsm_->state(), {}, counterparts_};
+  room_concluded msg{params_.room, fsm_->state(), {}, counterparts_, fan_out};
   if (fsm_->state() == kv_poll::failed)
     msg.error = fsm_->failure();
   self_->send(params_.manager, std::move(msg));
   publish(fsm_->state());
+}
+
+void room_core::conclude_failed(const kv_transfer_error& err, bool fan_out) {
+  auto res = err.is_from_another_rank ? fsm_->fail_remote(err)
+                                      : fsm_->fail_local(err.failure_reason);
+  if (res == fsm_result::changed)
+    conclude(fan_out);
+  else
+    logger()->debug("room {} on {}: failure from rank {} ignored ({}): {}",
+                    params_.room, to_string(params_.self), err.origin_rank,
+                    to_string(res), err.failure_reason);
 }
 
 void room_core::advance(kv_poll next) {
@@ -50,33 +66,106 @@ void room_core::advance(kv_poll next) {
     publish(next);
 }
 
-void room_core::succeed() {
+void room_core::prepare(int32_t decode_dp) {
+  KVROOM_ASSERT(!coordinator_);
+  prepared_ = true;
+  decode_dp_ = decode_dp;
+}
+
+void room_core::on_part(const part_done& part) {
+  KVROOM_ASSERT(coordinator_);
+  if (fsm_->concluded())
+    return;
+  if (part.slot < 0 || static_cast<size_t>(part.slot) >= slots_done_.size()) {
+    fail_local("part confirmation for TP slot " + std::to_string(part.slot)
+               + " outside [0, " + std::to_string(slots_done_.size()) + ")");
+    return;
+  }
+  slots_done_[static_cast<size_t>(part.slot)] = true;
+  if (part.decode_room && part.decode_rank != params_.self.id)
+    participants_[part.decode_rank] = part.decode_room;
+  if (part.prefill_room)
+    participants_[part.prefill_rank] = part.prefill_room;
+  if (!std::all_of(slots_done_.begin(), slots_done_.end(),
+                   [](bool x) { return x; }))
+    return;
+  if (fsm_->succeed() != fsm_result::changed)
+    return;
+  for (auto& kvp : participants_)
+    self_->send(kvp.second, room_committed{params_.room});
+  conclude(false);
+}
+
+void room_core::on_committed() {
   if (fsm_->succeed() == fsm_result::changed)
-    conclude();
+    conclude(false);
+}
+
+void room_core::request_decision(kv_transfer_error err) {
+  // Our part is done and the coordinator may have committed already: it
+  // decides, and its answer (the failure, or a commit) concludes us.
+  if (decision_requested_)
+    return;
+  decision_requested_ = true;
+  pending_reason_ = err.failure_reason;
+  decision_deadline_ms_ = now_ms() + params_.timeouts.transferring_ms;
+  self_->send(params_.manager,
+              to_coordinator{decode_dp_,
+                             caf::make_message(room_failed{
+                               params_.room, std::move(err), false})});
 }
 
 void room_core::fail_local(std::string reason) {
-  auto res = fsm_->fail_local(std::move(reason));
-  if (res == fsm_result::changed)
-    conclude();
+  if (fsm_->concluded()) {
+    logger()->debug("room {} on {}: local failure after conclusion ignored: {}",
+                    params_.room, to_string(params_.self), reason);
+    return;
+  }
+  kv_transfer_error err{params_.room, std::move(reason), false,
+                        params_.self.id};
+  if (prepared_)
+    request_decision(std::move(err));
   else
-    logger()->debug("room {} on {}: local failure ignored ({})", params_.room,
-                    to_string(params_.self), to_string(res));
+    conclude_failed(err, true);
 }
 
-void room_core::fail_remote(const kv_transfer_error& err) {
-  auto res = fsm_->fail_remote(err);
-  if (res == fsm_result::changed)
-    conclude();
-  else
-    logger()->debug("room {} on {}: late failure from rank {} ignored ({}): {}",
-                    params_.room, to_string(params_.self), err.origin_rank,
-                    to_string(res), err.failure_reason);
+void room_core::fail_remote(const kv_transfer_error& err,
+                            bool decision_request) {
+  if (coordinator_ && decision_request) {
+    if (fsm_->state() == kv_poll::success) {
+      auto i = participants_.find(err.origin_rank);
+      if (i != participants_.end())
+        self_->send(i->second, room_committed{params_.room});
+      return;
+    }
+    // Undecided: the requester's failure becomes everyone's, with the
+    // requester as origin; this rank fans it out on its behalf.
+    auto copy = err;
+    copy.is_from_another_rank = true;
+    conclude_failed(copy, true);
+    return;
+  }
+  auto copy = err;
+  // Our own failure, decided by the coordinator and sent back to us.
+  copy.is_from_another_rank = err.origin_rank != params_.self.id;
+  conclude_failed(copy, false);
 }
 
 void room_core::check_deadline() {
-  if (fsm_->tick(now_ms()) == fsm_result::changed)
-    conclude();
+  if (fsm_->concluded())
+    return;
+  auto now = now_ms();
+  if (decision_requested_) {
+    if (now >= decision_deadline_ms_) {
+      prepared_ = false;
+      fail_local(pending_reason_
+                 + " (the room's coordinator gave no decision within "
+                 + std::to_string(params_.timeouts.transferring_ms) + " ms)");
+    }
+    return;
+  }
+  if (fsm_->expired(now))
+    fail_local(fsm_->timeout_reason(now));
 }
 
 bool room_core::depends_on(const rank_ref& rank) const noexcept {
@@ -94,13 +183,24 @@ void room_core::on_peer_lost(const peer_lost& msg) {
   if (fsm_->concluded() || !depends_on(msg.rank))
     return;
   kv_transfer_error err{params_.room, msg.reason, true, msg.rank.id};
-  fail_remote(err);
+  bool lost_coordinator = msg.rank.side == role::decode
+                          && msg.rank.dp_rank == decode_dp_
+                          && msg.rank.tp_rank == 0;
+  if (prepared_ && !lost_coordinator) {
+    request_decision(std::move(err));
+    return;
+  }
+  // Every survivor detects the loss itself, with the lost rank as origin.
+  // The coordinator still fans out: prepared ranks wait for its word.
+  conclude_failed(err, coordinator_);
 }
 
 void room_core::clear() {
   // Clearing a live room abandons it: its peers learn now, not at a timeout.
-  if (!fsm_->concluded())
+  if (!fsm_->concluded()) {
+    prepared_ = false;
     fail_local("cleared by scheduler while " + to_string(fsm_->state()));
+  }
   fsm_->clear();
   self_->quit();
 }

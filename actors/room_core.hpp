@@ -3,6 +3,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "caf/actor.hpp"
@@ -32,9 +33,16 @@ struct room_params {
   uint32_t max_queued_chunks = 1024;
 };
 
-/// The part every room actor shares: the state machine, its timer, telling
-/// the scheduler about state changes and the manager about the conclusion.
-/// The prefill and decode room actors own one each and feed it.
+/// The part every room actor shares: the state machine and its timer, state
+/// changes to the scheduler, the conclusion to the manager, and agreement.
+///
+/// Agreement (no all-reduce, no lock): decode TP rank 0 of the room's decode
+/// group coordinates. A rank whose part is done is *prepared*: it concludes
+/// Success only on the coordinator's `room_committed`, which the coordinator
+/// sends once every TP slot is done. A prepared rank that must fail asks the
+/// coordinator instead of concluding, so no rank reports Success while
+/// another reports Failed. Ranks that are not prepared fail on their own and
+/// fan out; the coordinator then can never commit, as their part is missing.
 class room_core {
 public:
   void init(caf::event_based_actor* self, room_params params);
@@ -48,17 +56,40 @@ public:
   }
 
   /// The other side's ranks this room talks to; the manager fans failures out
-  /// to them (expanded to their whole TP group).
+  /// to them (expanded to their whole TP group; empty: the whole other side).
   std::vector<rank_ref>& counterparts() noexcept {
     return counterparts_;
   }
 
-  void advance(kv_poll next);
-  void succeed();
-  void fail_local(std::string reason);
-  void fail_remote(const kv_transfer_error& err);
+  bool is_coordinator() const noexcept {
+    return coordinator_;
+  }
 
-  /// Fails the room once its state's deadline has passed.
+  bool prepared() const noexcept {
+    return prepared_;
+  }
+
+  void advance(kv_poll next);
+
+  /// This rank's part is done: wait for the coordinator of decode group
+  /// `decode_dp` (never called on the coordinator itself).
+  void prepare(int32_t decode_dp);
+
+  /// Coordinator: TP slot `slot` is done; both of its room actors are kept to
+  /// be committed. Commits once every slot is done.
+  void on_part(const part_done& part);
+
+  /// The coordinator committed the room.
+  void on_committed();
+
+  /// A failure identified on this rank (or a request to fail it).
+  void fail_local(std::string reason);
+
+  /// A failure from elsewhere; `decision_request` marks a prepared rank
+  /// asking this coordinator to decide.
+  void fail_remote(const kv_transfer_error& err, bool decision_request);
+
+  /// Acts on the state's deadline (and on an overdue decision).
   void check_deadline();
 
   /// True when losing `rank` breaks this room: a rank of this room's TP group
@@ -78,13 +109,25 @@ public:
   static uint64_t now_ms() noexcept;
 
 private:
+  void request_decision(kv_transfer_error err);
   void publish(kv_poll state);
-  void conclude();
+  void conclude(bool fan_out);
+  void conclude_failed(const kv_transfer_error& err, bool fan_out);
 
   caf::event_based_actor* self_ = nullptr;
   room_params params_;
   std::unique_ptr<room_fsm> fsm_;
   std::vector<rank_ref> counterparts_;
+  bool coordinator_ = false;
+  // Prepared rank: where the coordinator is, and an outstanding request.
+  bool prepared_ = false;
+  int32_t decode_dp_ = 0;
+  bool decision_requested_ = false;
+  uint64_t decision_deadline_ms_ = 0;
+  std::string pending_reason_;
+  // Coordinator: slots done and the room actors to commit, by rank id.
+  std::vector<bool> slots_done_;
+  std::unordered_map<rank_id, caf::actor> participants_;
 };
 
 } // namespace kvroom

@@ -45,7 +45,6 @@ fsm_result room_fsm::advance(kv_poll next, uint64_t now_ms) {
   state_ = next;
   entered_ms_ = now_ms;
   deadline_ms_ = now_ms + timeout_of(next);
-  ++generation_;
   return fsm_result::changed;
 }
 
@@ -56,7 +55,6 @@ fsm_result room_fsm::succeed() {
     return fsm_result::ignored_terminal;
   state_ = kv_poll::success;
   deadline_ms_ = 0;
-  ++generation_;
   return fsm_result::changed;
 }
 
@@ -67,7 +65,6 @@ fsm_result room_fsm::conclude_failed(kv_transfer_error err) {
     return fsm_result::ignored_terminal;
   state_ = kv_poll::failed;
   deadline_ms_ = 0;
-  ++generation_;
   failure_ = std::move(err);
   return fsm_result::changed;
 }
@@ -84,13 +81,7 @@ fsm_result room_fsm::fail_remote(const kv_transfer_error& err) {
   return conclude_failed(std::move(copy));
 }
 
-fsm_result room_fsm::tick(uint64_t now_ms) {
-  if (cleared_)
-    return fsm_result::ignored_cleared;
-  if (concluded())
-    return fsm_result::ignored_terminal;
-  if (now_ms < deadline_ms_)
-    return fsm_result::unchanged;
+std::string room_fsm::timeout_reason(uint64_t now_ms) const {
   std::string reason = to_string(self_.side);
   reason += " room timed out in ";
   reason += to_string(state_);
@@ -113,7 +104,17 @@ fsm_result room_fsm::tick(uint64_t now_ms) {
       reason += ": transfer did not complete";
       break;
   }
-  return fail_local(std::move(reason));
+  return reason;
+}
+
+fsm_result room_fsm::tick(uint64_t now_ms) {
+  if (cleared_)
+    return fsm_result::ignored_cleared;
+  if (concluded())
+    return fsm_result::ignored_terminal;
+  if (!expired(now_ms))
+    return fsm_result::unchanged;
+  return fail_local(timeout_reason(now_ms));
 }
 
 fsm_result room_fsm::clear() {
@@ -121,7 +122,6 @@ fsm_result room_fsm::clear() {
     return fsm_result::ignored_cleared;
   cleared_ = true;
   deadline_ms_ = 0;
-  ++generation_;
   return fsm_result::changed;
 }
 

@@ -69,12 +69,6 @@ public:
     return deadline_ms_;
   }
 
-  /// Counts state changes; the actor tags its timers with it so a timer set
-  /// for an earlier state is recognisably stale.
-  uint64_t generation() const noexcept {
-    return generation_;
-  }
-
   /// Moves forward to a non-terminal state (asserts `next` is non-terminal).
   fsm_result advance(kv_poll next, uint64_t now_ms);
 
@@ -87,6 +81,15 @@ public:
   /// Concludes as Failed with a root cause from another rank; the origin's
   /// reason and rank are kept and `is_from_another_rank` is set.
   fsm_result fail_remote(const kv_transfer_error& err);
+
+  /// True when the current non-terminal state ran past its deadline.
+  bool expired(uint64_t now_ms) const noexcept {
+    return deadline_ms_ != 0 && now_ms >= deadline_ms_;
+  }
+
+  /// What a timeout at `now_ms` would say: the state, how long, the limit
+  /// and what the room waited for.
+  std::string timeout_reason(uint64_t now_ms) const;
 
   /// Fails the room if its deadline has passed; a tick before the deadline,
   /// or after conclusion, changes nothing.
@@ -106,7 +109,6 @@ private:
   bool cleared_ = false;
   uint64_t entered_ms_ = 0;
   uint64_t deadline_ms_ = 0;
-  uint64_t generation_ = 0;
   kv_transfer_error failure_;
 };
 

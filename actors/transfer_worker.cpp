@@ -4,6 +4,7 @@
 
 #include "caf/all.hpp"
 
+#include "actors/room_core.hpp"
 #include "messages/error.hpp"
 
 namespace kvroom {
@@ -46,8 +47,8 @@ bool post(self_ptr self, const transfer_worker_state::job& j) {
       st.data_plane->release(*id);
       return false;
     case xfer_status::in_progress:
-      st.active.push_back(
-        {j.room, j.work.room, j.work.job_id, bytes, *id});
+      st.active.push_back({j.room, j.work.room, j.work.job_id, bytes, *id,
+                           room_core::now_ms() + st.job_timeout_ms});
       return true;
   }
   return true;
@@ -63,10 +64,16 @@ void schedule_poll(self_ptr self) {
 
 void progress(self_ptr self) {
   auto& st = self->state;
+  auto now = room_core::now_ms();
   for (size_t i = 0; i < st.active.size();) {
     auto& x = st.active[i];
     std::string reason;
     auto status = st.data_plane->poll(x.id, reason);
+    if (status == xfer_status::in_progress && now >= x.deadline_ms) {
+      status = xfer_status::failed;
+      reason = "transfer did not complete within "
+               + std::to_string(st.job_timeout_ms) + " ms";
+    }
     if (status == xfer_status::in_progress) {
       ++i;
       continue;
@@ -87,9 +94,10 @@ void progress(self_ptr self) {
 
 caf::behavior transfer_worker(caf::stateful_actor<transfer_worker_state>* self,
                               std::shared_ptr<backend> data_plane,
-                              uint32_t max_jobs) {
+                              uint32_t max_jobs, uint32_t job_timeout_ms) {
   self->state.data_plane = std::move(data_plane);
   self->state.max_jobs = max_jobs;
+  self->state.job_timeout_ms = job_timeout_ms;
   return {
     [=](transfer_job& work) {
       auto& st = self->state;

@@ -23,12 +23,16 @@ struct transfer_worker_state {
     uint64_t job_id = 0;
     uint64_t bytes = 0;
     xfer_id id = 0;
+    uint64_t deadline_ms = 0;
   };
   std::shared_ptr<backend> data_plane;
   /// Jobs the backend pushed back on (would_block), retried in order.
   std::deque<job> waiting;
   std::vector<in_flight> active;
   uint32_t max_jobs = 0;
+  /// A batch still in progress after this long is released and failed, so a
+  /// hung backend cannot pin a job (or its room) forever.
+  uint32_t job_timeout_ms = 0;
   bool poll_scheduled = false;
 
   static inline const char* name = "kvroom.transfer_worker";
@@ -40,6 +44,6 @@ struct transfer_worker_state {
 /// instead of a scheduler worker.
 caf::behavior transfer_worker(caf::stateful_actor<transfer_worker_state>* self,
                               std::shared_ptr<backend> data_plane,
-                              uint32_t max_jobs);
+                              uint32_t max_jobs, uint32_t job_timeout_ms);
 
 } // namespace kvroom

@@ -45,7 +45,8 @@ void add_message_types(caf::actor_system_config& cfg) {
     .add_message_type<directory_update>("kvroom.directory_update")
     .add_message_type<transfer_job>("kvroom.transfer_job")
     .add_message_type<transfer_result>("kvroom.transfer_result")
-    .add_message_type<room_timeout>("kvroom.room_timeout");
+    .add_message_type<part_done>("kvroom.part_done")
+    .add_message_type<room_committed>("kvroom.room_committed");
 }
 
 } // namespace kvroom

@@ -142,11 +142,46 @@ typename Inspector::result_type inspect(Inspector& f, transfer_done& x) {
            x.bytes, x.pages);
 }
 
+// -- agreement: one coordinator per room ----------------------------------------
+
+/// Decode rank of TP slot `slot` received every byte of its part; sent to the
+/// room's coordinator (decode TP rank 0 of the room's decode group). Carries
+/// both room actors of the slot so the coordinator can commit them directly.
+struct part_done {
+  room_id room = 0;
+  int32_t slot = 0;
+  rank_id decode_rank = -1;
+  caf::actor decode_room;
+  rank_id prefill_rank = -1;
+  caf::actor prefill_room;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, part_done& x) {
+  return f(caf::meta::type_name("kvroom.part_done"), x.room, x.slot,
+           x.decode_rank, x.decode_room, x.prefill_rank, x.prefill_room);
+}
+
+/// Coordinator -> every other rank of the room: every part is done, conclude
+/// Success. A rank whose part is done waits for this instead of concluding on
+/// its own, so no rank reports Success while another reports Failed.
+struct room_committed {
+  room_id room = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_committed& x) {
+  return f(caf::meta::type_name("kvroom.room_committed"), x.room);
+}
+
 // -- failure fan-out -----------------------------------------------------------
 
 /// A room failed. `propagated` is true when sent to another rank: the receiver
 /// concludes the room as Failed with the origin's reason and rank, logs at
-/// debug, and never fans it out again.
+/// debug, and never fans it out again. `propagated` is false only on the way
+/// from a prepared rank to the room's coordinator, which decides: Failed for
+/// everyone (and fans it out), or, when it committed already, a
+/// `room_committed` back.
 struct room_failed {
   room_id room = 0;
   kv_transfer_error error;
@@ -160,18 +195,22 @@ typename Inspector::result_type inspect(Inspector& f, room_failed& x) {
 }
 
 /// Room -> its manager: the room reached a terminal state. `error` is set
-/// when `state` is Failed; `counterparts` are the other side's ranks it knew.
+/// when `state` is Failed; `counterparts` are the other side's ranks it knew
+/// (empty: unknown yet). `fan_out` asks the manager to send the failure to
+/// every other rank of the room (origin failures, and the coordinator's
+/// decision on a prepared rank's failure).
 struct room_concluded {
   room_id room = 0;
   kv_poll state = kv_poll::failed;
   kv_transfer_error error;
   std::vector<rank_ref> counterparts;
+  bool fan_out = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, room_concluded& x) {
   return f(caf::meta::type_name("kvroom.room_concluded"), x.room, x.state,
-           x.error, x.counterparts);
+           x.error, x.counterparts, x.fan_out);
 }
 
 // -- scheduler -> manager ------------------------------------------------------
@@ -304,16 +343,6 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_result& x) {
   return f(caf::meta::type_name("kvroom.transfer_result"), x.room, x.job_id,
            x.ok, x.reason, x.bytes);
-}
-
-/// A room's own timer; stale generations are ignored.
-struct room_timeout {
-  uint64_t generation = 0;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, room_timeout& x) {
-  return f(caf::meta::type_name("kvroom.room_timeout"), x.generation);
 }
 
 } // namespace kvroom

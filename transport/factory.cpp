@@ -23,17 +23,19 @@ std::string to_string(xfer_status x) {
 namespace {
 
 constexpr const char* fault_point_names[] = {"before_post", "after_post",
-                                             "on_aux", "bad_completion"};
+                                             "on_aux", "bad_completion",
+                                             "stall"};
+constexpr size_t num_fault_points = 5;
 
 } // namespace
 
 std::string to_string(fault_point x) {
   auto i = static_cast<size_t>(x);
-  return i < 4 ? fault_point_names[i] : "fault_point(?)";
+  return i < num_fault_points ? fault_point_names[i] : "fault_point(?)";
 }
 
 bool from_string(const std::string& str, fault_point& x) {
-  for (size_t i = 0; i < 4; ++i) {
+  for (size_t i = 0; i < num_fault_points; ++i) {
     if (str == fault_point_names[i]) {
       x = static_cast<fault_point>(i);
       return true;

@@ -14,6 +14,7 @@ enum class fault_point : uint8_t {
   after_post,   ///< the bytes move, then the completion reports failure
   on_aux,       ///< only batches carrying aux data fail (before post)
   bad_completion,  ///< the bytes move, the completion carries an error
+  stall,        ///< the batch never completes (a hung NIC or peer)
 };
 
 std::string to_string(fault_point x);

@@ -57,7 +57,8 @@ caf::expected<xfer_id> fault_backend::post(const write_batch& batch) {
       return make_error(errc::transport_error,
                         "injected fault on aux data (room " + room + ")");
     case fault_point::after_post:
-    case fault_point::bad_completion: {
+    case fault_point::bad_completion:
+    case fault_point::stall: {
       auto id = inner_->post(batch);
       if (id)
         doomed_.emplace(*id, batch.tag);
@@ -73,6 +74,8 @@ xfer_status fault_backend::poll(xfer_id id, std::string& reason) {
   if (i == doomed_.end() || st == xfer_status::in_progress
       || st == xfer_status::failed)
     return st;
+  if (plan_.point == fault_point::stall)
+    return xfer_status::in_progress;
   reason = plan_.point == fault_point::after_post
              ? "injected fault after post (room " + std::to_string(i->second)
                  + ")"

@@ -1,0 +1,31 @@
+# Enforces STYLE.md's layering: run as `cmake -DROOT=<src> -P check_layering.cmake`.
+#   messages/  includes only the standard library, CAF core and messages/
+#   transport/ never includes actors/ and never names caf::actor
+#   actors/    never includes a backend's private header
+#   bench/, cli/ include public headers only (not backend folders)
+set(violations "")
+
+function(check_folder folder regex why)
+  file(GLOB_RECURSE files "${ROOT}/${folder}/*.hpp" "${ROOT}/${folder}/*.cpp")
+  foreach(f ${files})
+    file(STRINGS "${f}" lines REGEX "${regex}")
+    foreach(l ${lines})
+      file(RELATIVE_PATH rel "${ROOT}" "${f}")
+      set(violations "${violations}\n  ${rel}: ${l}   (${why})")
+    endforeach()
+  endforeach()
+  set(violations "${violations}" PARENT_SCOPE)
+endfunction()
+
+check_folder(messages "#include \"(transport|actors)/" "messages/ depends on nothing above it")
+check_folder(messages "#include [<\"]caf/io/" "messages/ uses CAF core only")
+check_folder(transport "#include \"actors/" "transport/ never includes actor headers")
+check_folder(transport "caf::actor[^_]" "transport/ never holds an actor")
+check_folder(actors "#include \"transport/(local|fault|shm|tcp|verbs|cuda)/" "actors/ uses the transport interface only")
+check_folder(bench "#include \"transport/(local|fault|shm|tcp|verbs|cuda)/" "bench/ uses public headers only")
+check_folder(cli "#include \"transport/(local|fault|shm|tcp|verbs|cuda)/" "cli/ uses public headers only")
+
+if(violations)
+  message(FATAL_ERROR "layering violations:${violations}")
+endif()
+message(STATUS "layering ok")

@@ -1,0 +1,633 @@
+// End-to-end tests of room actors, managers and the scheduler API, in one
+// process over real registered buffers. Waits are bounded; no test sleeps to
+// let something happen, it polls until a condition holds or a limit passes.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include "caf/all.hpp"
+
+#include "actors/kvroom.hpp"
+#include "actors/local_messages.hpp"
+
+using namespace kvroom;
+using namespace std::chrono_literals;
+
+namespace {
+
+kv_shape small_shape() {
+  kv_shape s;
+  s.num_buffers = 4;
+  s.num_pages = 32;
+  s.page_size_bytes = 256;
+  s.num_aux = 2;
+  s.aux_slots = 8;
+  s.aux_item_bytes = 48;
+  return s;
+}
+
+room_timeouts generous() {
+  return room_timeouts{10'000, 10'000, 10'000};
+}
+
+/// Pattern key of one TP slot of a room: TP ranks carry different heads.
+room_id key(room_id room, int tp) {
+  return room ^ (static_cast<room_id>(tp + 1) << 40);
+}
+
+/// A prefill group and a decode group of equal TP size in one runtime.
+struct group {
+  runtime rt{runtime_options{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
+  std::vector<std::unique_ptr<host_kv_cache>> caches;
+  std::vector<std::unique_ptr<rank>> prefill;
+  std::vector<std::unique_ptr<rank>> decode;
+
+  struct options {
+    int tp = 2;
+    room_timeouts prefill_timeouts = generous();
+    room_timeouts decode_timeouts = generous();
+    fault_plan prefill0_faults;
+    kv_shape shape = small_shape();
+    uint32_t max_rooms = 65'536;
+  };
+
+  group() : group(options{}) {
+  }
+
+  explicit group(options opt) {
+    for (auto side : {role::prefill, role::decode}) {
+      for (int t = 0; t < opt.tp; ++t) {
+        caches.push_back(std::make_unique<host_kv_cache>(opt.shape));
+        rank_config cfg;
+        cfg.side = side;
+        cfg.tp_rank = t;
+        cfg.tp_size = opt.tp;
+        cfg.memory = caches.back()->layout();
+        cfg.timeouts = side == role::prefill ? opt.prefill_timeouts
+                                             : opt.decode_timeouts;
+        cfg.limits.max_rooms = opt.max_rooms;
+        if (side == role::prefill && t == 0)
+          cfg.faults = opt.prefill0_faults;
+        auto r = rt.add_rank(cfg);
+        REQUIRE(r);
+        (side == role::prefill ? prefill : decode).push_back(std::move(*r));
+      }
+    }
+  }
+
+  host_kv_cache& prefill_cache(int tp) {
+    return *caches[static_cast<size_t>(tp)];
+  }
+
+  host_kv_cache& decode_cache(int tp) {
+    return *caches[prefill.size() + static_cast<size_t>(tp)];
+  }
+
+  std::vector<rank*> all() {
+    std::vector<rank*> out;
+    for (auto& r : prefill)
+      out.push_back(r.get());
+    for (auto& r : decode)
+      out.push_back(r.get());
+    return out;
+  }
+};
+
+/// Polls `pred` until it holds or `limit` passes.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 5000ms) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred())
+      return true;
+    std::this_thread::sleep_for(200us);
+  }
+  return pred();
+}
+
+template <class Handle>
+bool reaches(Handle& h, kv_poll state, std::chrono::milliseconds limit = 5000ms) {
+  return eventually([&] { return h.poll() == state; }, limit);
+}
+
+template <class Handle>
+bool concludes(Handle& h, std::chrono::milliseconds limit = 5000ms) {
+  return eventually([&] { return is_terminal(h.poll()); }, limit);
+}
+
+/// One room over every TP slot: handles of both sides.
+struct room_handles {
+  std::vector<kv_sender> senders;
+  std::vector<kv_receiver> receivers;
+};
+
+room_handles open_room(group& g, room_id room) {
+  room_handles out;
+  for (auto& r : g.decode) {
+    auto h = r->make_receiver(room);
+    REQUIRE(h);
+    out.receivers.push_back(*h);
+  }
+  for (auto& r : g.prefill) {
+    auto h = r->make_sender(room);
+    REQUIRE(h);
+    out.senders.push_back(*h);
+  }
+  return out;
+}
+
+/// Drives a whole room: bootstrap, init both sides, send in `chunks`
+/// (non-last chunks end on page boundaries by construction).
+void drive_room(group& g, room_handles& h, room_id room,
+                const std::vector<int64_t>& src_pages,
+                const std::vector<int64_t>& dst_pages, int64_t src_aux,
+                int64_t dst_aux, size_t chunks = 1) {
+  for (size_t t = 0; t < h.receivers.size(); ++t) {
+    REQUIRE(reaches(h.receivers[t], kv_poll::waiting_for_input));
+    REQUIRE_FALSE(h.receivers[t].init(dst_pages, dst_aux));
+  }
+  for (size_t t = 0; t < h.senders.size(); ++t) {
+    g.prefill_cache(static_cast<int>(t)).write_room(key(room, static_cast<int>(t)), src_pages, src_aux);
+    REQUIRE(reaches(h.senders[t], kv_poll::waiting_for_input));
+    REQUIRE_FALSE(h.senders[t].init(src_pages.size(), src_aux));
+    auto per = (src_pages.size() + chunks - 1) / chunks;
+    for (size_t c = 0; c < chunks; ++c) {
+      auto first = std::min(src_pages.size(), c * per);
+      auto last = std::min(src_pages.size(), first + per);
+      std::vector<int64_t> chunk(src_pages.begin() + static_cast<long>(first),
+                                 src_pages.begin() + static_cast<long>(last));
+      REQUIRE_FALSE(h.senders[t].send(chunk, c + 1 == chunks));
+    }
+  }
+}
+
+manager_stats stats_of(rank& r) {
+  auto st = r.stats();
+  REQUIRE(st);
+  return *st;
+}
+
+/// Waits until no rank holds a live room, a failure record or parked input.
+bool all_quiet(group& g) {
+  return eventually([&] {
+    for (auto* r : g.all()) {
+      auto st = r->stats();
+      if (!st || st->live_rooms != 0 || st->failure_records != 0
+          || st->parked != 0)
+        return false;
+    }
+    return true;
+  });
+}
+
+} // namespace
+
+TEST_CASE("rooms transfer byte-exact from a 2-rank prefill group to a 2-rank decode group") {
+  group g;
+  for (room_id room : {room_id{1001}, room_id{1002}}) {
+    std::vector<int64_t> src{3, 4, 5, 9, 10, 20};
+    std::vector<int64_t> dst{30, 31, 2, 7, 8, 0};
+    auto h = open_room(g, room);
+    drive_room(g, h, room, src, dst, 1, 6);
+    for (int t = 0; t < 2; ++t) {
+      REQUIRE(reaches(h.senders[t], kv_poll::success));
+      REQUIRE(reaches(h.receivers[t], kv_poll::success));
+      std::string why;
+      CHECK(g.decode_cache(t).check_room(key(room, t), dst, 6, &why));
+      INFO(why);
+      CHECK_FALSE(h.receivers[t].failure());
+    }
+    for (auto& s : h.senders)
+      CHECK_FALSE(s.clear());
+    for (auto& r : h.receivers)
+      CHECK_FALSE(r.clear());
+  }
+  CHECK(all_quiet(g));
+}
+
+TEST_CASE("chunked sends land byte-exact and write nothing outside the room's pages") {
+  group::options opt;
+  opt.tp = 1;
+  group g{opt};
+  g.decode_cache(0).fill(0xAB);
+  std::vector<int64_t> src, dst;
+  for (int64_t i = 0; i < 12; ++i) {
+    src.push_back(i);
+    dst.push_back(31 - 2 * i);
+  }
+  auto h = open_room(g, 77);
+  drive_room(g, h, 77, src, dst, 0, 3, 4);
+  REQUIRE(reaches(h.receivers[0], kv_poll::success));
+  REQUIRE(reaches(h.senders[0], kv_poll::success));
+  std::string why;
+  CHECK(g.decode_cache(0).check_room(key(77, 0), dst, 3, &why));
+  INFO(why);
+  CHECK(g.decode_cache(0).count_changed_outside(dst, 3, 0xAB) == 0);
+}
+
+TEST_CASE("a failure injected on one rank of a 2P x 2D room has one origin and reaches every rank") {
+  group::options opt;
+  opt.prefill0_faults.rooms = {555};
+  opt.prefill0_faults.point = fault_point::after_post;
+  group g{opt};
+  auto h = open_room(g, 555);
+  drive_room(g, h, 555, {0, 1, 2}, {5, 6, 7}, 0, 0);
+  std::vector<kv_transfer_error> errors;
+  for (auto& s : h.senders) {
+    REQUIRE(reaches(s, kv_poll::failed));
+    auto err = s.failure();
+    REQUIRE(err);
+    errors.push_back(*err);
+  }
+  for (auto& r : h.receivers) {
+    REQUIRE(reaches(r, kv_poll::failed));
+    auto err = r.failure();
+    REQUIRE(err);
+    errors.push_back(*err);
+  }
+  auto origin_id = g.prefill[0]->ref().id;
+  int origins = 0;
+  for (auto& e : errors) {
+    CHECK(e.bootstrap_room == 555);
+    CHECK(e.origin_rank == origin_id);
+    CHECK(e.failure_reason.find("injected fault after post (room 555)") != std::string::npos);
+    origins += e.is_from_another_rank ? 0 : 1;
+  }
+  CHECK(origins == 1);
+  CHECK_FALSE(errors[0].is_from_another_rank);
+  // failure() popped every record; a second call returns the same value.
+  for (auto* r : g.all())
+    CHECK(eventually([&] { return stats_of(*r).failure_records == 0; }));
+  CHECK(h.receivers[1].failure()->failure_reason == errors[3].failure_reason);
+  CHECK(stats_of(*g.prefill[0]).origin_failures == 1);
+  CHECK(stats_of(*g.decode[1]).propagated_failures == 1);
+  // Success is never reported over the failed part: the decode side of the
+  // healthy prefill rank failed too.
+  CHECK(h.receivers[1].poll() == kv_poll::failed);
+}
+
+TEST_CASE("a failure of the aux data fails the room even though every KV page landed") {
+  group::options opt;
+  opt.tp = 1;
+  opt.prefill0_faults.point = fault_point::on_aux;
+  opt.prefill0_faults.rooms = {88};
+  group g{opt};
+  auto h = open_room(g, 88);
+  drive_room(g, h, 88, {1, 2, 3, 4}, {1, 2, 3, 4}, 0, 0, 2);
+  REQUIRE(reaches(h.receivers[0], kv_poll::failed));
+  REQUIRE(reaches(h.senders[0], kv_poll::failed));
+  auto err = h.receivers[0].failure();
+  REQUIRE(err);
+  CHECK(err->failure_reason.find("aux") != std::string::npos);
+  CHECK(err->is_from_another_rank);
+}
+
+TEST_CASE("late messages after conclusion or clear change nothing") {
+  group::options opt;
+  opt.tp = 1;
+  group g{opt};
+  auto h = open_room(g, 9);
+  drive_room(g, h, 9, {0}, {0}, 0, 0);
+  REQUIRE(reaches(h.receivers[0], kv_poll::success));
+  REQUIRE(reaches(h.senders[0], kv_poll::success));
+  auto& mgr = g.decode[0]->manager();
+  kv_transfer_error late{9, "late failure", false, 12345};
+  SECTION("a late failure after Success is ignored") {
+    caf::anon_send(mgr, room_failed{9, late, true});
+    caf::anon_send(h.receivers[0].room() == 9 ? g.prefill[0]->manager() : mgr,
+                   room_failed{9, late, true});
+    CHECK_FALSE(h.senders[0].abort("too late"));
+    // Let both managers and rooms process everything sent so far.
+    stats_of(*g.decode[0]);
+    stats_of(*g.prefill[0]);
+    CHECK_FALSE(eventually([&] { return h.receivers[0].poll() != kv_poll::success; }, 200ms));
+    CHECK(h.senders[0].poll() == kv_poll::success);
+    CHECK_FALSE(h.receivers[0].failure());
+    CHECK(stats_of(*g.decode[0]).failure_records == 0);
+  }
+  SECTION("a late failure or destination after clear resurrects nothing") {
+    REQUIRE_FALSE(h.receivers[0].clear());
+    REQUIRE_FALSE(h.senders[0].clear());
+    REQUIRE(all_quiet(g));
+    caf::anon_send(mgr, room_failed{9, late, true});
+    dst_info info;
+    info.room = 9;
+    info.decode_rank = g.decode[0]->ref();
+    caf::anon_send(g.prefill[0]->manager(), info);
+    auto st = stats_of(*g.decode[0]);
+    CHECK(st.live_rooms == 0);
+    CHECK(st.failure_records == 0);
+    CHECK(st.early_failures == 0);
+    CHECK(st.tombstones == 1);
+    CHECK(stats_of(*g.prefill[0]).parked == 0);
+    CHECK(g.decode[0]->open_rooms() == 0);
+    CHECK(h.receivers[0].clear() == make_error(errc::room_cleared));
+  }
+}
+
+TEST_CASE("each timeout fires in its own state") {
+  room_timeouts fast{150, 150, 150};
+  SECTION("prefill bootstrapping: no decode destination ever registers") {
+    group::options opt;
+    opt.tp = 1;
+    opt.prefill_timeouts = fast;
+    group g{opt};
+    auto s = g.prefill[0]->make_sender(1);
+    REQUIRE(s);
+    REQUIRE(reaches(*s, kv_poll::failed, 3000ms));
+    CHECK(s->failure()->failure_reason.find("timed out in bootstrapping") != std::string::npos);
+    CHECK_FALSE(s->failure()->is_from_another_rank);
+  }
+  SECTION("decode bootstrapping: the prefill group never registers") {
+    group::options opt;
+    opt.tp = 1;
+    opt.decode_timeouts = fast;
+    group g{opt};
+    auto r = g.decode[0]->make_receiver(2, /*prefill_dp_rank=*/5);
+    REQUIRE(r);
+    REQUIRE(reaches(*r, kv_poll::failed, 3000ms));
+    CHECK(r->failure()->failure_reason.find("timed out in bootstrapping") != std::string::npos);
+    CHECK(r->failure()->failure_reason.find("prefill ranks not resolved") != std::string::npos);
+  }
+  SECTION("prefill waiting_for_input: init never comes; decode learns it") {
+    group::options opt;
+    opt.tp = 1;
+    opt.prefill_timeouts = fast;
+    group g{opt};
+    auto h = open_room(g, 3);
+    REQUIRE(reaches(h.receivers[0], kv_poll::waiting_for_input));
+    REQUIRE_FALSE(h.receivers[0].init({1, 2}, 0));
+    REQUIRE(reaches(h.senders[0], kv_poll::failed, 3000ms));
+    CHECK(h.senders[0].failure()->failure_reason.find("timed out in waiting_for_input") != std::string::npos);
+    REQUIRE(reaches(h.receivers[0], kv_poll::failed));
+    CHECK(h.receivers[0].failure()->is_from_another_rank);
+  }
+  SECTION("decode waiting_for_input: data never arrives") {
+    group::options opt;
+    opt.tp = 1;
+    opt.decode_timeouts = room_timeouts{5000, 150, 5000};
+    group g{opt};
+    auto h = open_room(g, 4);
+    REQUIRE(reaches(h.receivers[0], kv_poll::waiting_for_input));
+    REQUIRE_FALSE(h.receivers[0].init({1, 2}, 0));
+    REQUIRE(reaches(h.receivers[0], kv_poll::failed, 3000ms));
+    auto err = h.receivers[0].failure();
+    CHECK(err->failure_reason.find("timed out in waiting_for_input") != std::string::npos);
+    CHECK(err->failure_reason.find("no data arrived") != std::string::npos);
+    CHECK_FALSE(err->is_from_another_rank);
+    REQUIRE(reaches(h.senders[0], kv_poll::failed));
+    CHECK(h.senders[0].failure()->origin_rank == g.decode[0]->ref().id);
+  }
+  SECTION("transferring: a stalled transfer times out instead of hanging") {
+    group::options opt;
+    opt.tp = 1;
+    opt.prefill_timeouts = room_timeouts{5000, 5000, 150};
+    opt.prefill0_faults.rooms = {5};
+    opt.prefill0_faults.point = fault_point::stall;
+    group g{opt};
+    auto h = open_room(g, 5);
+    drive_room(g, h, 5, {0, 1}, {0, 1}, 0, 0);
+    REQUIRE(reaches(h.receivers[0], kv_poll::failed, 3000ms));
+    REQUIRE(reaches(h.senders[0], kv_poll::failed));
+    auto err = h.senders[0].failure();
+    CHECK((err->failure_reason.find("timed out in transferring") != std::string::npos
+           || err->failure_reason.find("did not complete within") != std::string::npos));
+    CHECK(h.receivers[0].failure()->origin_rank == g.prefill[0]->ref().id);
+  }
+}
+
+TEST_CASE("abort from either side reaches the other at once") {
+  group::options opt;
+  opt.tp = 2;
+  group g{opt};
+  SECTION("prefill aborts") {
+    auto h = open_room(g, 31);
+    REQUIRE(reaches(h.senders[1], kv_poll::bootstrapping));
+    REQUIRE_FALSE(h.senders[1].abort("request cancelled"));
+    for (auto& r : h.receivers) {
+      REQUIRE(reaches(r, kv_poll::failed, 1000ms));
+      auto err = r.failure();
+      CHECK(err->failure_reason == "aborted by prefill scheduler: request cancelled");
+      CHECK(err->origin_rank == g.prefill[1]->ref().id);
+      CHECK(err->is_from_another_rank);
+    }
+    REQUIRE(reaches(h.senders[0], kv_poll::failed, 1000ms));
+    CHECK_FALSE(h.senders[1].failure()->is_from_another_rank);
+  }
+  SECTION("decode aborts") {
+    auto h = open_room(g, 32);
+    REQUIRE(reaches(h.receivers[0], kv_poll::waiting_for_input));
+    REQUIRE_FALSE(h.receivers[0].abort("client disconnected"));
+    for (auto& s : h.senders) {
+      REQUIRE(reaches(s, kv_poll::failed, 1000ms));
+      CHECK(s.failure()->failure_reason == "aborted by decode scheduler: client disconnected");
+    }
+    REQUIRE(reaches(h.receivers[1], kv_poll::failed, 1000ms));
+  }
+}
+
+TEST_CASE("out-of-range destination indices fail the room with a clear reason and write nothing") {
+  group::options opt;
+  opt.tp = 1;
+  group g{opt};
+  g.decode_cache(0).fill(0x5A);
+  SECTION("caught by the decode rank's own check") {
+    auto h = open_room(g, 41);
+    REQUIRE(reaches(h.receivers[0], kv_poll::waiting_for_input));
+    REQUIRE_FALSE(h.receivers[0].init({0, 32}, 0));
+    REQUIRE(reaches(h.receivers[0], kv_poll::failed));
+    CHECK(h.receivers[0].failure()->failure_reason.find("destination page index 32 out of range [0, 32)") != std::string::npos);
+    REQUIRE(reaches(h.senders[0], kv_poll::failed));
+  }
+  SECTION("a destination crafted past the decode check is refused by the prefill planner") {
+    auto s = g.prefill[0]->make_sender(42);
+    REQUIRE(s);
+    // A peer that skips validation: indices far outside the decode buffers.
+    auto catcher = g.rt.system().spawn([](caf::event_based_actor*) -> caf::behavior {
+      return {[](const transfer_started&) {}, [](const transfer_done&) {}, [](const room_failed&) {}};
+    });
+    dst_info info;
+    info.room = 42;
+    info.decode_rank = g.decode[0]->ref();
+    info.decode_room = catcher;
+    info.kv_indices = {1, 1'000'000};
+    info.aux_index = 0;
+    caf::anon_send(g.prefill[0]->manager(), info);
+    REQUIRE(reaches(*s, kv_poll::waiting_for_input));
+    g.prefill_cache(0).write_room(42, {0, 1}, 0);
+    REQUIRE_FALSE(s->init(2, 0));
+    REQUIRE_FALSE(s->send({0, 1}, true));
+    REQUIRE(reaches(*s, kv_poll::failed));
+    auto err = s->failure();
+    CHECK(err->failure_reason.find("destination page index 1000000 out of range") != std::string::npos);
+    CHECK(g.decode_cache(0).count_changed_outside({}, -1, 0x5A) == 0);
+    caf::anon_send_exit(catcher, caf::exit_reason::user_shutdown);
+  }
+}
+
+TEST_CASE("API misuse returns a clear error or fails only that room") {
+  group::options opt;
+  opt.tp = 1;
+  group g{opt};
+  auto bystander = open_room(g, 100);
+  auto h = open_room(g, 101);
+  auto& s = h.senders[0];
+  // Prefill leaves Bootstrapping once decode's init delivered the destination.
+  REQUIRE(reaches(h.receivers[0], kv_poll::waiting_for_input));
+  REQUIRE_FALSE(h.receivers[0].init({1, 2}, 0));
+  REQUIRE(reaches(s, kv_poll::waiting_for_input));
+  CHECK(s.send({0}, false) == make_error(errc::not_initialized));
+  REQUIRE_FALSE(s.init(2, 0));
+  CHECK(s.init(2, 0) == make_error(errc::already_initialized));
+  CHECK(g.prefill[0]->make_sender(101).error() == make_error(errc::duplicate_room));
+  CHECK(g.decode[0]->make_sender(102).error() == make_error(errc::invalid_argument));
+  CHECK(g.prefill[0]->make_receiver(102).error() == make_error(errc::invalid_argument));
+  CHECK(g.prefill[0]->sender(999).error() == make_error(errc::unknown_room));
+  CHECK(g.decode[0]->receiver(101));
+  // More indices than declared: refused and the room fails with the reason.
+  CHECK(s.send({0, 1, 2}, true) == make_error(errc::too_many_indices));
+  REQUIRE(reaches(s, kv_poll::failed));
+  CHECK(s.failure()->failure_reason.find("too many KV indices: 3 sent, 2 declared") != std::string::npos);
+  CHECK(s.send({0}, true) == make_error(errc::room_concluded));
+  REQUIRE(reaches(h.receivers[0], kv_poll::failed));
+  REQUIRE_FALSE(s.clear());
+  CHECK(s.send({0}, true) == make_error(errc::room_cleared));
+  CHECK(s.init(1, 0) == make_error(errc::room_cleared));
+  CHECK(s.abort() == make_error(errc::room_cleared));
+  // The other room is untouched and still completes.
+  drive_room(g, bystander, 100, {4, 5}, {6, 7}, 1, 1);
+  CHECK(reaches(bystander.receivers[0], kv_poll::success));
+  CHECK(reaches(bystander.senders[0], kv_poll::success));
+  // A rank refuses rooms beyond its limit.
+  group::options small;
+  small.tp = 1;
+  small.max_rooms = 2;
+  group g2{small};
+  REQUIRE(g2.prefill[0]->make_sender(1));
+  REQUIRE(g2.prefill[0]->make_sender(2));
+  CHECK(g2.prefill[0]->make_sender(3).error() == make_error(errc::limit_reached));
+}
+
+TEST_CASE("bad rank configurations are refused with the field named") {
+  runtime rt{runtime_options{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
+  rank_config cfg;
+  auto r = rt.add_rank(cfg);
+  REQUIRE_FALSE(r);
+  CHECK(describe(r.error()).find("no KV buffers") != std::string::npos);
+  host_kv_cache cache{small_shape()};
+  cfg.memory = cache.layout();
+  cfg.tp_rank = 2;
+  cfg.tp_size = 2;
+  CHECK(describe(rt.add_rank(cfg).error()).find("tp_rank 2") != std::string::npos);
+  cfg.tp_rank = 0;
+  cfg.memory.kv[0].page_size_bytes = 100;
+  CHECK(describe(rt.add_rank(cfg).error()).find("not a multiple") != std::string::npos);
+  cfg.memory = cache.layout();
+  cfg.transport = "smoke-signals";
+  CHECK(describe(rt.add_rank(cfg).error()).find("smoke-signals") != std::string::npos);
+}
+
+TEST_CASE("an actor-based scheduler can subscribe to room events") {
+  group::options opt;
+  opt.tp = 1;
+  group g{opt};
+  caf::scoped_actor listener{g.rt.system()};
+  auto s = g.prefill[0]->make_sender(61, caf::actor_cast<caf::actor>(listener));
+  REQUIRE(s);
+  auto r = g.decode[0]->make_receiver(61);
+  REQUIRE(r);
+  REQUIRE(reaches(*r, kv_poll::waiting_for_input));
+  REQUIRE_FALSE(r->init({0}, 0));
+  REQUIRE_FALSE(s->init(1, 0));
+  REQUIRE_FALSE(s->send({0}, true));
+  std::vector<kv_poll> seen;
+  for (int i = 0; i < 10 && (seen.empty() || !is_terminal(seen.back())); ++i)
+    listener->receive([&](const room_event& ev) { seen.push_back(ev.state); },
+                      caf::after(2s) >> [] {});
+  REQUIRE_FALSE(seen.empty());
+  CHECK(seen.back() == kv_poll::success);
+  CHECK(std::is_sorted(seen.begin(), seen.end()));
+}
+
+TEST_CASE("a room actor killed mid-room fails the room on every rank") {
+  group::options opt;
+  opt.tp = 2;
+  group g{opt};
+  auto h = open_room(g, 71);
+  for (auto& r : h.receivers) {
+    REQUIRE(reaches(r, kv_poll::waiting_for_input));
+    REQUIRE_FALSE(r.init({1}, 0));
+  }
+  REQUIRE(reaches(h.senders[0], kv_poll::waiting_for_input));
+  auto victim = g.prefill[0]->room_actor(71);
+  REQUIRE(victim);
+  caf::anon_send_exit(victim, caf::exit_reason::kill);
+  REQUIRE(reaches(h.senders[0], kv_poll::failed));
+  auto origin = h.senders[0].failure();
+  REQUIRE(origin);
+  CHECK_FALSE(origin->is_from_another_rank);
+  CHECK(origin->failure_reason.find("room actor on prefill[dp0,tp0]#0 exited") != std::string::npos);
+  for (auto* hs : {&h.receivers[0], &h.receivers[1]}) {
+    REQUIRE(reaches(*hs, kv_poll::failed));
+    CHECK(hs->failure()->origin_rank == g.prefill[0]->ref().id);
+  }
+  REQUIRE(reaches(h.senders[1], kv_poll::failed));
+  CHECK(h.senders[1].failure()->is_from_another_rank);
+}
+
+TEST_CASE("10,000 rooms through one engine conclude with no leaked room actor or failure record") {
+  group::options opt;
+  opt.tp = 1;
+  group g{opt};
+  auto& sys = g.rt.system();
+  auto actors_before = sys.registry().running();
+  constexpr room_id rooms = 10'000;
+  constexpr size_t window = 256;
+  std::deque<std::pair<room_id, room_handles>> in_flight;
+  size_t succeeded = 0, failed = 0;
+  room_id next = 1;
+  auto step = [&](room_id room, room_handles& h) {
+    // Drive each room without blocking: one step per call.
+    auto& r = h.receivers[0];
+    auto& s = h.senders[0];
+    std::vector<int64_t> page{static_cast<int64_t>(room % 32)};
+    // init() refuses a second call, so each step happens once.
+    if (r.poll() == kv_poll::waiting_for_input)
+      (void) r.init(page, static_cast<int64_t>(room % 8));
+    if (s.poll() == kv_poll::waiting_for_input && s.init(1, 0) == caf::none)
+      (void) s.send(page, true);
+    return is_terminal(r.poll()) && is_terminal(s.poll());
+  };
+  auto deadline = std::chrono::steady_clock::now() + 120s;
+  while ((next <= rooms || !in_flight.empty())
+         && std::chrono::steady_clock::now() < deadline) {
+    while (next <= rooms && in_flight.size() < window) {
+      in_flight.emplace_back(next, open_room(g, next));
+      ++next;
+    }
+    for (auto i = in_flight.begin(); i != in_flight.end();) {
+      if (step(i->first, i->second)) {
+        auto ok = i->second.receivers[0].poll() == kv_poll::success;
+        (ok ? succeeded : failed) += 1;
+        if (!ok) {
+          (void) i->second.receivers[0].failure();
+          (void) i->second.senders[0].failure();
+        }
+        REQUIRE_FALSE(i->second.receivers[0].clear());
+        REQUIRE_FALSE(i->second.senders[0].clear());
+        i = in_flight.erase(i);
+      } else {
+        ++i;
+      }
+    }
+    std::this_thread::yield();
+  }
+  CHECK(succeeded == rooms);
+  CHECK(failed == 0);
+  CHECK(g.prefill[0]->open_rooms() == 0);
+  CHECK(g.decode[0]->open_rooms() == 0);
+  CHECK(all_quiet(g));
+  CHECK(eventually([&] { return sys.registry().running() <= actors_before; }));
+  INFO("running actors before " << actors_before << ", after " << sys.registry().running());
+}

@@ -1,0 +1,231 @@
+// The conformance suite every compiled backend runs, plus the fault injector.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "messages/error.hpp"
+#include "transport/factory.hpp"
+
+using namespace kvroom;
+
+namespace {
+
+/// Polls a posted batch to its end, bounded in count.
+xfer_status finish(backend& be, xfer_id id, std::string& reason) {
+  for (int i = 0; i < 1'000'000; ++i) {
+    auto st = be.poll(id, reason);
+    if (st != xfer_status::in_progress)
+      return st;
+  }
+  return xfer_status::in_progress;
+}
+
+struct pair_of_ranks {
+  backend_ptr sender;
+  backend_ptr receiver;
+  std::vector<uint8_t> src;
+  std::vector<uint8_t> dst;
+
+  pair_of_ranks(const std::string& name, size_t bytes, fault_plan faults = {})
+    : src(bytes), dst(bytes, 0) {
+    auto s = make_backend(backend_config{name, 1, faults});
+    auto r = make_backend(backend_config{name, 2, {}});
+    REQUIRE(s);
+    REQUIRE(r);
+    sender = std::move(*s);
+    receiver = std::move(*r);
+    REQUIRE(sender->register_memory(mem_desc{addr(src), bytes, -1}));
+    REQUIRE(receiver->register_memory(mem_desc{addr(dst), bytes, -1}));
+    std::mt19937_64 rng{1234};
+    for (auto& b : src)
+      b = static_cast<uint8_t>(rng());
+  }
+
+  static uint64_t addr(std::vector<uint8_t>& xs) {
+    return reinterpret_cast<uint64_t>(xs.data());
+  }
+
+  write_batch batch(std::vector<write_op> ops, room_id tag = 1) {
+    write_batch out;
+    out.tag = tag;
+    out.peer = receiver->endpoint();
+    out.ops = std::move(ops);
+    return out;
+  }
+};
+
+std::vector<std::string> compiled_backends() {
+  std::vector<std::string> out;
+  for (auto& b : probe_backends())
+    if (b.compiled && b.available)
+      out.push_back(b.name);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("every compiled backend moves a seeded pattern byte-exact across sizes and batch sizes") {
+  for (auto& name : compiled_backends()) {
+    INFO("backend " << name);
+    for (size_t block : {size_t{1}, size_t{7}, size_t{4096}, size_t{65536}, size_t{1} << 20}) {
+      for (size_t count : {size_t{1}, size_t{3}, size_t{16}}) {
+        INFO("block " << block << " x " << count);
+        pair_of_ranks p{name, block * count * 2};
+        std::vector<write_op> ops;
+        // Every other block, reversed order on the destination side.
+        for (size_t i = 0; i < count; ++i)
+          ops.push_back({pair_of_ranks::addr(p.src) + 2 * i * block,
+                         pair_of_ranks::addr(p.dst) + 2 * (count - 1 - i) * block,
+                         block});
+        auto id = p.sender->post(p.batch(ops));
+        REQUIRE(id);
+        std::string reason;
+        REQUIRE(finish(*p.sender, *id, reason) == xfer_status::done);
+        p.sender->release(*id);
+        for (size_t i = 0; i < count; ++i) {
+          REQUIRE(std::memcmp(p.src.data() + 2 * i * block,
+                              p.dst.data() + 2 * (count - 1 - i) * block, block) == 0);
+          // The gaps stay untouched.
+          auto* gap = p.dst.data() + (2 * (count - 1 - i) + 1) * block;
+          CHECK(std::all_of(gap, gap + block, [](uint8_t b) { return b == 0; }));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a destination outside the peer's registered memory is refused and nothing moves") {
+  for (auto& name : compiled_backends()) {
+    INFO("backend " << name);
+    pair_of_ranks p{name, 8192};
+    auto base = pair_of_ranks::addr(p.dst);
+    // The first write is fine, the second runs one byte past the end: the
+    // batch must be refused whole, before the first write happens.
+    auto id = p.sender->post(p.batch({{pair_of_ranks::addr(p.src), base, 100},
+                                      {pair_of_ranks::addr(p.src), base + 8092, 101}}));
+    REQUIRE_FALSE(id);
+    CHECK(describe(id.error()).find("outside rank 2's registered memory") != std::string::npos);
+    CHECK(std::all_of(p.dst.begin(), p.dst.end(), [](uint8_t b) { return b == 0; }));
+    // Wrapping ranges are refused too.
+    CHECK_FALSE(p.sender->post(p.batch({{pair_of_ranks::addr(p.src), base + 10, UINT64_MAX}})));
+  }
+}
+
+TEST_CASE("a source outside the sender's registered memory is refused") {
+  for (auto& name : compiled_backends()) {
+    pair_of_ranks p{name, 4096};
+    std::vector<uint8_t> stray(64, 1);
+    auto id = p.sender->post(p.batch({{pair_of_ranks::addr(stray), pair_of_ranks::addr(p.dst), 64}}));
+    REQUIRE_FALSE(id);
+    CHECK(describe(id.error()).find("outside the sender's registered memory") != std::string::npos);
+  }
+}
+
+TEST_CASE("deregistered memory is no longer writable") {
+  for (auto& name : compiled_backends()) {
+    std::vector<uint8_t> src(256, 7), dst(256, 0);
+    auto s = make_backend(backend_config{name, 1, {}});
+    auto r = make_backend(backend_config{name, 2, {}});
+    REQUIRE((s && r));
+    REQUIRE((*s)->register_memory(mem_desc{pair_of_ranks::addr(src), 256, -1}));
+    auto region = (*r)->register_memory(mem_desc{pair_of_ranks::addr(dst), 256, -1});
+    REQUIRE(region);
+    REQUIRE_FALSE((*r)->deregister_memory(*region));
+    write_batch b;
+    b.peer = (*r)->endpoint();
+    b.ops = {{pair_of_ranks::addr(src), pair_of_ranks::addr(dst), 256}};
+    CHECK_FALSE((*s)->post(b));
+    CHECK(dst[0] == 0);
+    CHECK((*r)->deregister_memory(*region));
+  }
+}
+
+TEST_CASE("registration refuses empty, overlapping and device ranges on the host backend") {
+  std::vector<uint8_t> buf(1024);
+  auto be = make_backend(backend_config{"local", 1, {}});
+  REQUIRE(be);
+  auto base = pair_of_ranks::addr(buf);
+  CHECK_FALSE((*be)->register_memory(mem_desc{0, 10, -1}));
+  CHECK_FALSE((*be)->register_memory(mem_desc{base, 0, -1}));
+  CHECK_FALSE((*be)->register_memory(mem_desc{base, 1024, 0}));
+  REQUIRE((*be)->register_memory(mem_desc{base, 512, -1}));
+  CHECK_FALSE((*be)->register_memory(mem_desc{base + 100, 512, -1}));
+  CHECK((*be)->register_memory(mem_desc{base + 512, 512, -1}));
+}
+
+TEST_CASE("a peer endpoint that is malformed or from another process is refused") {
+  pair_of_ranks p{"local", 64};
+  auto b = p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 8}});
+  b.peer.address = "not-a-number";
+  CHECK_FALSE(p.sender->post(b));
+  b = p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 8}});
+  b.peer.domain ^= 1;
+  auto id = p.sender->post(b);
+  REQUIRE_FALSE(id);
+  CHECK(describe(id.error()).find("not in this process") != std::string::npos);
+  CHECK_FALSE(make_backend(backend_config{"carrier-pigeon", 1, {}}));
+}
+
+TEST_CASE("the fault injector fails the selected batches at each point") {
+  auto run = [](fault_point point, uint32_t aux_ops, std::string& reason, bool& posted) {
+    fault_plan plan;
+    plan.rooms = {7};
+    plan.point = point;
+    pair_of_ranks p{"local", 256, plan};
+    auto b = p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 128}}, 7);
+    b.aux_ops = aux_ops;
+    auto id = p.sender->post(b);
+    posted = static_cast<bool>(id);
+    if (!id) {
+      reason = describe(id.error());
+      return xfer_status::failed;
+    }
+    auto st = point == fault_point::stall ? p.sender->poll(*id, reason)
+                                          : finish(*p.sender, *id, reason);
+    p.sender->release(*id);
+    return st;
+  };
+  std::string reason;
+  bool posted = false;
+  CHECK(run(fault_point::before_post, 0, reason, posted) == xfer_status::failed);
+  CHECK_FALSE(posted);
+  CHECK(reason.find("injected fault before post (room 7)") != std::string::npos);
+  CHECK(run(fault_point::after_post, 0, reason, posted) == xfer_status::failed);
+  CHECK(posted);
+  CHECK(reason == "injected fault after post (room 7)");
+  CHECK(run(fault_point::bad_completion, 0, reason, posted) == xfer_status::failed);
+  CHECK(reason.find("bad completion") != std::string::npos);
+  CHECK(run(fault_point::stall, 0, reason, posted) == xfer_status::in_progress);
+  // on_aux leaves KV-only batches alone and fails those carrying aux data.
+  CHECK(run(fault_point::on_aux, 0, reason, posted) == xfer_status::done);
+  CHECK(run(fault_point::on_aux, 1, reason, posted) == xfer_status::failed);
+  CHECK(reason.find("aux") != std::string::npos);
+}
+
+TEST_CASE("the same seed reproduces the same random faults") {
+  auto schedule = [](uint64_t seed) {
+    fault_plan plan;
+    plan.probability = 0.3;
+    plan.seed = seed;
+    pair_of_ranks p{"local", 64, plan};
+    std::vector<bool> failed;
+    for (room_id r = 0; r < 200; ++r) {
+      auto id = p.sender->post(p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 8}}, r));
+      failed.push_back(!id);
+      if (id)
+        p.sender->release(*id);
+    }
+    return failed;
+  };
+  auto a = schedule(11);
+  CHECK(a == schedule(11));
+  CHECK(a != schedule(12));
+  auto n = std::count(a.begin(), a.end(), true);
+  CHECK(n > 30);
+  CHECK(n < 90);
+  fault_plan bad;
+  bad.probability = 1.5;
+  CHECK_FALSE(make_backend(backend_config{"local", 1, bad}));
+}
