@@ -1,6 +1,7 @@
 #include "actors/host_kv_cache.hpp"
 
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
@@ -23,12 +24,34 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-/// Byte `offset` of the room's `index`-th page (or aux item) in `buffer`.
-uint8_t pattern(room_id room, uint64_t buffer, uint64_t index,
-                uint64_t offset) {
-  auto word = splitmix64(room * 0x100000001b3ULL ^ (buffer << 48)
-                         ^ (index << 20) ^ (offset >> 3));
-  return static_cast<uint8_t>(word >> ((offset & 7) * 8));
+/// Word `w` (bytes 8w..8w+7) of the room's `index`-th page (or aux item) in
+/// `buffer`.
+uint64_t pattern_word(room_id room, uint64_t buffer, uint64_t index,
+                      uint64_t w) {
+  return splitmix64(room * 0x100000001b3ULL ^ (buffer << 48) ^ (index << 32)
+                    ^ w);
+}
+
+void write_pattern(uint8_t* dst, uint64_t len, room_id room, uint64_t buffer,
+                   uint64_t index) {
+  for (uint64_t off = 0, w = 0; off < len; off += 8, ++w) {
+    auto word = pattern_word(room, buffer, index, w);
+    std::memcpy(dst + off, &word, std::min<uint64_t>(8, len - off));
+  }
+}
+
+/// Offset of the first byte that differs from the pattern, or `len`.
+uint64_t check_pattern(const uint8_t* src, uint64_t len, room_id room,
+                       uint64_t buffer, uint64_t index) {
+  for (uint64_t off = 0, w = 0; off < len; off += 8, ++w) {
+    auto word = pattern_word(room, buffer, index, w);
+    auto n = std::min<uint64_t>(8, len - off);
+    if (std::memcmp(src + off, &word, n) != 0)
+      for (uint64_t j = 0; j < n; ++j)
+        if (src[off + j] != reinterpret_cast<const uint8_t*>(&word)[j])
+          return off + j;
+  }
+  return len;
 }
 
 uint8_t* allocate(uint64_t bytes) {
@@ -87,16 +110,12 @@ void host_kv_cache::fill(uint8_t byte) {
 void host_kv_cache::write_room(room_id room, const std::vector<int64_t>& pages,
                                int64_t aux_slot) {
   for (uint32_t b = 0; b < shape_.num_buffers; ++b)
-    for (size_t i = 0; i < pages.size(); ++i) {
-      auto* p = page(b, static_cast<uint64_t>(pages[i]));
-      for (uint64_t j = 0; j < shape_.page_size_bytes; ++j)
-        p[j] = pattern(room, b, i, j);
-    }
-  for (uint32_t b = 0; b < shape_.num_aux; ++b) {
-    auto* p = aux(b, static_cast<uint64_t>(aux_slot));
-    for (uint64_t j = 0; j < shape_.aux_item_bytes; ++j)
-      p[j] = pattern(room, 1000 + b, 0, j);
-  }
+    for (size_t i = 0; i < pages.size(); ++i)
+      write_pattern(page(b, static_cast<uint64_t>(pages[i])),
+                    shape_.page_size_bytes, room, b, i);
+  for (uint32_t b = 0; b < shape_.num_aux; ++b)
+    write_pattern(aux(b, static_cast<uint64_t>(aux_slot)),
+                  shape_.aux_item_bytes, room, 1000 + b, 0);
 }
 
 bool host_kv_cache::check_room(room_id room, const std::vector<int64_t>& pages,
@@ -104,26 +123,28 @@ bool host_kv_cache::check_room(room_id room, const std::vector<int64_t>& pages,
   auto* self = const_cast<host_kv_cache*>(this);
   for (uint32_t b = 0; b < shape_.num_buffers; ++b)
     for (size_t i = 0; i < pages.size(); ++i) {
-      auto* p = self->page(b, static_cast<uint64_t>(pages[i]));
-      for (uint64_t j = 0; j < shape_.page_size_bytes; ++j)
-        if (p[j] != pattern(room, b, i, j)) {
-          if (why)
-            *why = "room " + std::to_string(room) + ": buffer "
-                   + std::to_string(b) + " page " + std::to_string(pages[i])
-                   + " byte " + std::to_string(j) + " differs";
-          return false;
-        }
-    }
-  for (uint32_t b = 0; b < shape_.num_aux; ++b) {
-    auto* p = self->aux(b, static_cast<uint64_t>(aux_slot));
-    for (uint64_t j = 0; j < shape_.aux_item_bytes; ++j)
-      if (p[j] != pattern(room, 1000 + b, 0, j)) {
+      auto len = shape_.page_size_bytes;
+      auto at = check_pattern(self->page(b, static_cast<uint64_t>(pages[i])),
+                              len, room, b, i);
+      if (at != len) {
         if (why)
-          *why = "room " + std::to_string(room) + ": aux buffer "
-                 + std::to_string(b) + " slot " + std::to_string(aux_slot)
-                 + " byte " + std::to_string(j) + " differs";
+          *why = "room " + std::to_string(room) + ": buffer "
+                 + std::to_string(b) + " page " + std::to_string(pages[i])
+                 + " byte " + std::to_string(at) + " differs";
         return false;
       }
+    }
+  for (uint32_t b = 0; b < shape_.num_aux; ++b) {
+    auto len = shape_.aux_item_bytes;
+    auto at = check_pattern(self->aux(b, static_cast<uint64_t>(aux_slot)), len,
+                            room, 1000 + b, 0);
+    if (at != len) {
+      if (why)
+        *why = "room " + std::to_string(room) + ": aux buffer "
+               + std::to_string(b) + " slot " + std::to_string(aux_slot)
+               + " byte " + std::to_string(at) + " differs";
+      return false;
+    }
   }
   return true;
 }

@@ -262,10 +262,18 @@ void on_peer_down(self_ptr self, const rank_ref& peer,
                   const caf::error& reason) {
   auto& st = self->state;
   auto text = "rank " + to_string(peer) + " lost: " + caf::to_string(reason);
-  size_t open = st.rooms.size();
-  // One line per lost peer; each room logs its own failure at debug.
-  logger()->warn("{}: {} ({} open rooms checked)", to_string(me(self)), text,
-                 open);
+  size_t open = 0;
+  for (auto& kvp : st.rooms)
+    open += is_terminal(kvp.second.state) ? 0 : 1;
+  // One line per lost peer; each room logs its own failure at debug. A rank
+  // shutting down in order with nothing in flight is no news.
+  bool orderly = reason == caf::exit_reason::user_shutdown
+                 || reason == caf::exit_reason::normal;
+  if (orderly && open == 0)
+    logger()->debug("{}: rank {} left", to_string(me(self)), to_string(peer));
+  else
+    logger()->warn("{}: {} ({} rooms in flight checked)", to_string(me(self)),
+                   text, open);
   for (auto& kvp : st.rooms)
     if (!is_terminal(kvp.second.state))
       self->send(kvp.second.actor, peer_lost{peer, text});

@@ -1,0 +1,12 @@
+#pragma once
+
+namespace kvroom::cli {
+
+/// `kvroom demo`: a prefill and a decode group in one process, N rooms over
+/// real registered buffers, one injected failure. Returns the exit code.
+int run_demo(int argc, char** argv);
+
+/// `kvroom doctor`: every transport, available or not, and why.
+int run_doctor(int argc, char** argv);
+
+} // namespace kvroom::cli

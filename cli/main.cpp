@@ -1,0 +1,39 @@
+// kvroom: the command-line front end. Subcommands parse their own options
+// through CAF's config system (`kvroom <command> --help`).
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "commands.hpp"
+
+namespace {
+
+void usage() {
+  std::puts("usage: kvroom <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  demo     prefill and decode groups in one process: transfer N rooms\n"
+            "           over real buffers with one injected failure, print results\n"
+            "  doctor   list the transports this build and machine support\n"
+            "\n"
+            "`kvroom <command> --help` lists a command's options.");
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0
+      || std::strcmp(argv[1], "-h") == 0) {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  // The subcommand sees its options as if it were the program.
+  if (cmd == "demo")
+    return kvroom::cli::run_demo(argc - 1, argv + 1);
+  if (cmd == "doctor")
+    return kvroom::cli::run_doctor(argc - 1, argv + 1);
+  std::fprintf(stderr, "kvroom: unknown command '%s'\n\n", cmd.c_str());
+  usage();
+  return 2;
+}
