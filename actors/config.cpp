@@ -55,6 +55,9 @@ caf::error validate(const rank_config& cfg) {
   if (t.bootstrap_ms == 0 || t.waiting_ms == 0 || t.transferring_ms == 0)
     return make_error(errc::invalid_config,
                       "every room timeout must be positive");
+  if (cfg.chaos.delay_probability < 0.0 || cfg.chaos.delay_probability > 1.0)
+    return make_error(errc::invalid_config,
+                      "chaos delay probability must lie in [0, 1]");
   auto& l = cfg.limits;
   if (l.max_rooms == 0 || l.max_parked == 0 || l.max_queued_chunks == 0
       || l.max_queued_jobs == 0 || l.query_timeout_ms == 0)

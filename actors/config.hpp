@@ -28,6 +28,16 @@ struct rank_limits {
   uint32_t query_timeout_ms = 2'000;
 };
 
+/// Faults in the control plane, for stress runs: the manager delays some of
+/// the messages it sends to other ranks, or (sabotage, to prove a checker
+/// catches it) drops its failure fan-out altogether.
+struct control_chaos {
+  double delay_probability = 0.0;
+  uint32_t max_delay_ms = 0;
+  uint64_t seed = 1;
+  bool drop_fan_out = false;
+};
+
 /// Everything one rank needs: where it sits, the memory it registers, its data
 /// plane, its timeouts and limits.
 struct rank_config {
@@ -43,6 +53,8 @@ struct rank_config {
   std::string transport = "local";
   /// Faults to inject into this rank's data plane (stress tests, demo).
   fault_plan faults;
+  /// Control-plane faults (stress runs only).
+  control_chaos chaos;
   room_timeouts timeouts;
   rank_limits limits;
 

@@ -25,6 +25,23 @@ std::shared_ptr<const rank_entry> find_rank(self_ptr self, rank_id id) {
   return nullptr;
 }
 
+/// Sends a control message to another rank's manager, delayed when the
+/// rank's control chaos says so.
+template <class T>
+void send_ctrl(self_ptr self, const caf::actor& dest, T&& msg) {
+  auto& st = self->state;
+  if (st.chaos.delay_probability > 0.0 && st.chaos.max_delay_ms > 0) {
+    std::uniform_real_distribution<double> coin{0.0, 1.0};
+    if (coin(st.chaos_rng) < st.chaos.delay_probability) {
+      std::uniform_int_distribution<uint32_t> ms{1, st.chaos.max_delay_ms};
+      self->delayed_send(dest, std::chrono::milliseconds(ms(st.chaos_rng)),
+                         std::forward<T>(msg));
+      return;
+    }
+  }
+  self->send(dest, std::forward<T>(msg));
+}
+
 void add_tombstone(self_ptr self, room_id room, bool failed,
                    kv_transfer_error err) {
   auto& st = self->state;
@@ -62,7 +79,12 @@ void fan_out(self_ptr self, const kv_transfer_error& err,
     if (!target || std::find(sent.begin(), sent.end(), r.id) != sent.end())
       continue;
     sent.push_back(r.id);
-    self->send(e->manager, room_failed{err.bootstrap_room, err, true});
+    if (st.chaos.drop_fan_out) {
+      logger()->debug("{}: sabotage: fan-out of room {} to {} dropped",
+                      to_string(mine), err.bootstrap_room, to_string(r));
+      continue;
+    }
+    send_ctrl(self, e->manager, room_failed{err.bootstrap_room, err, true});
   }
 }
 
@@ -100,6 +122,7 @@ void on_dst(self_ptr self, dst_info& info) {
   auto room = info.room;
   auto i = st.rooms.find(room);
   if (i != st.rooms.end()) {
+    i->second.decode_dp = info.decode_rank.dp_rank;
     auto peer = find_rank(self, info.decode_rank.id);
     self->send(i->second.actor, dst_ready{std::move(info), std::move(peer)});
     return;
@@ -134,6 +157,8 @@ void on_dst(self_ptr self, dst_info& info) {
   ++st.parked_count;
 }
 
+bool settle_dead(self_ptr self, room_id room, const kv_transfer_error* err);
+
 void on_failed(self_ptr self, room_failed& msg) {
   auto& st = self->state;
   auto i = st.rooms.find(msg.room);
@@ -141,6 +166,8 @@ void on_failed(self_ptr self, room_failed& msg) {
     self->send(i->second.actor, std::move(msg));
     return;
   }
+  if (msg.propagated && settle_dead(self, msg.room, &msg.error))
+    return;
   if (auto t = st.tombstones.find(msg.room); t != st.tombstones.end()) {
     if (!msg.propagated) {
       // A prepared rank asks the coordinator of a room cleared here: answer
@@ -177,12 +204,16 @@ void on_opened(self_ptr self, room_opened& msg) {
                                        st.tombstone_order.end(), room));
   self->monitor(msg.room_actor);
   st.room_by_actor[msg.room_actor.id()] = room;
-  st.rooms[room] = kv_manager_state::room_entry{msg.room_actor,
-                                                kv_poll::bootstrapping};
+  auto& mine = me(self);
+  st.rooms[room] = kv_manager_state::room_entry{
+    msg.room_actor, kv_poll::bootstrapping,
+    mine.side == role::decode ? mine.dp_rank : -1};
   if (auto p = st.parked.find(room); p != st.parked.end()) {
-    for (auto& x : p->second)
+    for (auto& x : p->second) {
+      st.rooms[room].decode_dp = x.info.decode_rank.dp_rank;
       self->send(msg.room_actor,
                  dst_ready{x.info, find_rank(self, x.info.decode_rank.id)});
+    }
     st.parked_count -= p->second.size();
     st.parked.erase(p);
   }
@@ -218,7 +249,7 @@ void on_to_coordinator(self_ptr self, to_coordinator& msg) {
   for (auto& e : self->state.directory) {
     auto& r = e->rank;
     if (r.side == role::decode && r.dp_rank == msg.decode_dp && r.tp_rank == 0) {
-      self->send(e->manager, std::move(msg.payload));
+      send_ctrl(self, e->manager, std::move(msg.payload));
       return;
     }
   }
@@ -227,12 +258,45 @@ void on_to_coordinator(self_ptr self, to_coordinator& msg) {
                   to_string(me(self)), msg.decode_dp);
 }
 
+/// Concludes a room whose actor is gone, on the scheduler's behalf.
+void conclude_dead(self_ptr self, room_id room, const kv_transfer_error& err,
+                   bool fan) {
+  auto& st = self->state;
+  room_concluded msg{room, kv_poll::failed, err, {}, fan};
+  on_concluded(self, msg);
+  if (st.inbox)
+    self->send(st.inbox, room_event{room, kv_poll::failed});
+  add_tombstone(self, room, true, err);
+}
+
+/// The coordinator's word on a room whose actor died here: a failure
+/// (`err`) or, with `err` null, a commit.
+bool settle_dead(self_ptr self, room_id room, const kv_transfer_error* err) {
+  auto& st = self->state;
+  auto i = st.awaiting_decision.find(room);
+  if (i == st.awaiting_decision.end())
+    return false;
+  st.awaiting_decision.erase(i);
+  if (err) {
+    auto copy = *err;
+    copy.is_from_another_rank = copy.origin_rank != me(self).id;
+    conclude_dead(self, room, copy, false);
+    return true;
+  }
+  ++st.counters.successes;
+  if (st.inbox)
+    self->send(st.inbox, room_event{room, kv_poll::success});
+  add_tombstone(self, room, false, {});
+  return true;
+}
+
 void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
   auto& st = self->state;
   auto i = st.rooms.find(room);
   if (i == st.rooms.end())
     return;
   bool concluded = is_terminal(i->second.state);
+  auto decode_dp = i->second.decode_dp;
   st.room_by_actor.erase(i->second.actor.id());
   st.rooms.erase(i);
   if (!concluded && reason != caf::exit_reason::normal) {
@@ -241,11 +305,17 @@ void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
                           "room actor on " + to_string(me(self))
                             + " exited: " + caf::to_string(reason),
                           false, me(self).id};
-    room_concluded msg{room, kv_poll::failed, err, {}, true};
-    on_concluded(self, msg);
-    if (st.inbox)
-      self->send(st.inbox, room_event{room, kv_poll::failed});
-    add_tombstone(self, room, true, err);
+    auto& mine = me(self);
+    bool coordinator = mine.side == role::decode && mine.tp_rank == 0;
+    if (!coordinator && decode_dp >= 0) {
+      // Its part may have been done and committed already: the coordinator
+      // decides, exactly as for a prepared room that must fail.
+      st.awaiting_decision[room] = {err, room_core::now_ms()};
+      self->send(self, to_coordinator{decode_dp, caf::make_message(room_failed{
+                                                   room, err, false})});
+      return;
+    }
+    conclude_dead(self, room, err, true);
     return;
   }
   // Cleared: the scheduler is done with the room, with or without taking its
@@ -324,6 +394,18 @@ void sweep(self_ptr self) {
     xs.erase(keep, xs.end());
     i = xs.empty() ? st.parked.erase(i) : std::next(i);
   }
+  for (auto i = st.awaiting_decision.begin();
+       i != st.awaiting_decision.end();) {
+    if (now - i->second.since_ms < st.timeouts.transferring_ms) {
+      ++i;
+      continue;
+    }
+    auto room = i->first;
+    auto err = i->second.error;
+    err.failure_reason += " (the room's coordinator gave no decision)";
+    i = st.awaiting_decision.erase(i);
+    conclude_dead(self, room, err, true);
+  }
   for (auto i = st.parked_parts.begin(); i != st.parked_parts.end();) {
     auto& xs = i->second;
     auto keep = std::remove_if(xs.begin(), xs.end(), [&](auto& x) {
@@ -349,6 +431,8 @@ caf::behavior kv_manager(caf::stateful_actor<kv_manager_state>* self,
   st.limits = params.limits;
   st.timeouts = params.timeouts;
   st.inbox = std::move(params.inbox);
+  st.chaos = params.chaos;
+  st.chaos_rng.seed(params.chaos.seed ^ static_cast<uint64_t>(params.self.id));
   auto sweep_interval = room_core::tick_interval(st.timeouts) * 4;
   self->delayed_send(self, sweep_interval, sweep_atom::value);
   self->set_down_handler([=](caf::down_msg& msg) {
@@ -371,10 +455,16 @@ caf::behavior kv_manager(caf::stateful_actor<kv_manager_state>* self,
     [=](room_failed& msg) { on_failed(self, msg); },
     [=](part_done& msg) { on_part(self, msg); },
     [=](to_coordinator& msg) { on_to_coordinator(self, msg); },
+    [=](to_rank& msg) {
+      if (auto target = find_rank(self, msg.rank))
+        send_ctrl(self, target->manager, std::move(msg.payload));
+    },
     [=](room_committed& msg) {
       auto& st = self->state;
       if (auto i = st.rooms.find(msg.room); i != st.rooms.end())
         self->send(i->second.actor, msg);
+      else
+        settle_dead(self, msg.room, nullptr);
     },
     [=](directory_update& msg) { on_directory(self, msg); },
     [=](const resolve_group& msg) {

@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <memory>
+#include <random>
 #include <unordered_map>
 #include <vector>
 
@@ -18,6 +19,12 @@ struct kv_manager_state {
   struct room_entry {
     caf::actor actor;
     kv_poll state = kv_poll::bootstrapping;
+    /// The room's decode group (its coordinator), once known here; -1 before.
+    int32_t decode_dp = -1;
+  };
+  struct awaiting {
+    kv_transfer_error error;
+    uint64_t since_ms = 0;
   };
   struct parked_dst {
     dst_info info;
@@ -58,11 +65,16 @@ struct kv_manager_state {
   size_t parked_count = 0;
   /// Failures that arrived before the room opened here.
   std::unordered_map<room_id, early_failure> early_failures;
+  /// Rooms whose actor died unconcluded, waiting for the coordinator's word:
+  /// the room may have been committed already.
+  std::unordered_map<room_id, awaiting> awaiting_decision;
   /// Recently cleared rooms: late messages for them change nothing.
   std::unordered_map<room_id, tombstone> tombstones;
   std::deque<room_id> tombstone_order;
 
   manager_stats counters;
+  control_chaos chaos;
+  std::mt19937_64 chaos_rng;
 
   static inline const char* name = "kvroom.kv_manager";
 };
@@ -75,6 +87,7 @@ struct kv_manager_params {
   rank_limits limits;
   room_timeouts timeouts;
   caf::actor inbox;
+  control_chaos chaos;
 };
 
 /// One rank's KV manager: routes destinations and failures to room actors,

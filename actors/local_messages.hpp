@@ -43,6 +43,13 @@ struct to_coordinator {
   caf::message payload;
 };
 
+/// Room -> its manager: deliver `payload` to the manager of rank `rank`
+/// (its room actor may be gone; the manager settles for it).
+struct to_rank {
+  rank_id rank = -1;
+  caf::message payload;
+};
+
 /// Manager -> every open room: a rank of the deployment is gone.
 struct peer_lost {
   rank_ref rank;
@@ -56,3 +63,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::resolve_group)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::group_reply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::peer_lost)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::to_coordinator)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::to_rank)

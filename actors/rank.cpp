@@ -43,7 +43,8 @@ caf::error rank::start() {
   auto endpoint = data_plane_->endpoint();
   manager_ = sys.spawn(kv_manager,
                        kv_manager_params{ref_, cfg_.memory, endpoint,
-                                         cfg_.limits, cfg_.timeouts, inbox});
+                                         cfg_.limits, cfg_.timeouts, inbox,
+                                         cfg_.chaos});
   entry_ = std::make_shared<const rank_entry>(
     rank_entry{ref_, manager_, cfg_.memory, endpoint});
   worker_ = sys.spawn<caf::detached>(transfer_worker, data_plane_,

@@ -70,6 +70,7 @@ void room_core::prepare(int32_t decode_dp) {
   KVROOM_ASSERT(!coordinator_);
   prepared_ = true;
   decode_dp_ = decode_dp;
+  prepared_deadline_ms_ = now_ms() + 2ull * params_.timeouts.transferring_ms;
 }
 
 void room_core::on_part(const part_done& part) {
@@ -133,9 +134,11 @@ void room_core::fail_remote(const kv_transfer_error& err,
                             bool decision_request) {
   if (coordinator_ && decision_request) {
     if (fsm_->state() == kv_poll::success) {
-      auto i = participants_.find(err.origin_rank);
-      if (i != participants_.end())
-        self_->send(i->second, room_committed{params_.room});
+      // Committed already. The requester's room actor may be gone (killed
+      // after its part was done): answer its manager, which settles for it.
+      self_->send(params_.manager,
+                  to_rank{err.origin_rank,
+                          caf::make_message(room_committed{params_.room})});
       return;
     }
     // Undecided: the requester's failure becomes everyone's, with the
@@ -162,6 +165,13 @@ void room_core::check_deadline() {
                  + " (the room's coordinator gave no decision within "
                  + std::to_string(params_.timeouts.transferring_ms) + " ms)");
     }
+    return;
+  }
+  if (prepared_) {
+    if (now >= prepared_deadline_ms_)
+      fail_local("no commit from the room's coordinator within "
+                 + std::to_string(2ull * params_.timeouts.transferring_ms)
+                 + " ms after this rank's part was done");
     return;
   }
   if (fsm_->expired(now))

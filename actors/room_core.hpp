@@ -122,6 +122,10 @@ private:
   // Prepared rank: where the coordinator is, and an outstanding request.
   bool prepared_ = false;
   int32_t decode_dp_ = 0;
+  /// A prepared rank waits for the slowest part of the room, not its own:
+  /// two transferring timeouts from the moment it prepared, so the rank that
+  /// really hangs times out first and is the one origin.
+  uint64_t prepared_deadline_ms_ = 0;
   bool decision_requested_ = false;
   uint64_t decision_deadline_ms_ = 0;
   std::string pending_reason_;

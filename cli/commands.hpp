@@ -6,6 +6,9 @@ namespace kvroom::cli {
 /// real registered buffers, one injected failure. Returns the exit code.
 int run_demo(int argc, char** argv);
 
+/// `kvroom stress`: rooms under a seeded fault schedule, invariants checked.
+int run_stress(int argc, char** argv);
+
 /// `kvroom doctor`: every transport, available or not, and why.
 int run_doctor(int argc, char** argv);
 

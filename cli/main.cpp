@@ -14,6 +14,8 @@ void usage() {
             "commands:\n"
             "  demo     prefill and decode groups in one process: transfer N rooms\n"
             "           over real buffers with one injected failure, print results\n"
+            "  stress   thousands of rooms under a seeded fault schedule; checks\n"
+            "           kvroom's invariants on every room, exits 1 when one breaks\n"
             "  doctor   list the transports this build and machine support\n"
             "\n"
             "`kvroom <command> --help` lists a command's options.");
@@ -31,6 +33,8 @@ int main(int argc, char** argv) {
   // The subcommand sees its options as if it were the program.
   if (cmd == "demo")
     return kvroom::cli::run_demo(argc - 1, argv + 1);
+  if (cmd == "stress")
+    return kvroom::cli::run_stress(argc - 1, argv + 1);
   if (cmd == "doctor")
     return kvroom::cli::run_doctor(argc - 1, argv + 1);
   std::fprintf(stderr, "kvroom: unknown command '%s'\n\n", cmd.c_str());

@@ -20,17 +20,25 @@ enum class fault_point : uint8_t {
 std::string to_string(fault_point x);
 bool from_string(const std::string& str, fault_point& x);
 
+/// One room's batches failing at one point.
+struct room_fault {
+  room_id room = 0;
+  fault_point point = fault_point::before_post;
+};
+
 /// Which batches the fault-injecting backend fails: those tagged with one of
-/// `rooms`, plus each other batch with `probability`, drawn from `seed` so
+/// `rooms` (at `point`) or named in `targeted` (at their own point), plus
+/// each other batch with `probability` (at `point`), drawn from `seed` so
 /// the same seed reproduces the same faults.
 struct fault_plan {
   std::vector<room_id> rooms;
+  std::vector<room_fault> targeted;
   double probability = 0.0;
   uint64_t seed = 1;
   fault_point point = fault_point::before_post;
 
   bool empty() const noexcept {
-    return rooms.empty() && probability <= 0.0;
+    return rooms.empty() && targeted.empty() && probability <= 0.0;
   }
 };
 

@@ -204,6 +204,26 @@ TEST_CASE("the fault injector fails the selected batches at each point") {
   CHECK(reason.find("aux") != std::string::npos);
 }
 
+TEST_CASE("targeted faults give each room its own point") {
+  fault_plan plan;
+  plan.targeted = {{1, fault_point::before_post}, {2, fault_point::after_post}};
+  pair_of_ranks p{"local", 64, plan};
+  auto batch = [&](room_id r) {
+    return p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 8}}, r);
+  };
+  CHECK_FALSE(p.sender->post(batch(1)));
+  auto id = p.sender->post(batch(2));
+  REQUIRE(id);
+  std::string reason;
+  CHECK(finish(*p.sender, *id, reason) == xfer_status::failed);
+  CHECK(reason == "injected fault after post (room 2)");
+  p.sender->release(*id);
+  id = p.sender->post(batch(3));
+  REQUIRE(id);
+  CHECK(finish(*p.sender, *id, reason) == xfer_status::done);
+  p.sender->release(*id);
+}
+
 TEST_CASE("the same seed reproduces the same random faults") {
   auto schedule = [](uint64_t seed) {
     fault_plan plan;

@@ -7,9 +7,11 @@ namespace kvroom::detail {
 fault_backend::fault_backend(backend_ptr inner, fault_plan plan)
   : inner_(std::move(inner)),
     plan_(std::move(plan)),
-    rooms_(plan_.rooms.begin(), plan_.rooms.end()),
     rng_(plan_.seed) {
-  // nop
+  for (auto room : plan_.rooms)
+    rooms_.emplace(room, plan_.point);
+  for (auto& x : plan_.targeted)
+    rooms_[x.room] = x.point;
 }
 
 std::string fault_backend::name() const {
@@ -33,39 +35,41 @@ caf::error fault_backend::deregister_memory(region_id id) {
   return inner_->deregister_memory(id);
 }
 
-bool fault_backend::selects(const write_batch& batch) {
-  if (plan_.point == fault_point::on_aux && batch.aux_ops == 0)
-    return false;
-  if (rooms_.count(batch.tag) > 0)
-    return true;
+std::optional<fault_point> fault_backend::selects(const write_batch& batch) {
+  auto i = rooms_.find(batch.tag);
+  auto point = i != rooms_.end() ? i->second : plan_.point;
+  if (point == fault_point::on_aux && batch.aux_ops == 0)
+    return std::nullopt;
+  if (i != rooms_.end())
+    return point;
   if (plan_.probability <= 0.0)
-    return false;
+    return std::nullopt;
   // One draw per eligible batch keeps a seed's schedule reproducible.
   std::uniform_real_distribution<double> dist{0.0, 1.0};
-  return dist(rng_) < plan_.probability;
+  if (dist(rng_) < plan_.probability)
+    return point;
+  return std::nullopt;
 }
 
 caf::expected<xfer_id> fault_backend::post(const write_batch& batch) {
-  if (!selects(batch))
+  auto point = selects(batch);
+  if (!point)
     return inner_->post(batch);
   auto room = std::to_string(batch.tag);
-  switch (plan_.point) {
+  switch (*point) {
     case fault_point::before_post:
       return make_error(errc::transport_error,
                         "injected fault before post (room " + room + ")");
     case fault_point::on_aux:
       return make_error(errc::transport_error,
                         "injected fault on aux data (room " + room + ")");
-    case fault_point::after_post:
-    case fault_point::bad_completion:
-    case fault_point::stall: {
+    default: {
       auto id = inner_->post(batch);
       if (id)
-        doomed_.emplace(*id, batch.tag);
+        doomed_[*id] = doomed{batch.tag, *point};
       return id;
     }
   }
-  return inner_->post(batch);
 }
 
 xfer_status fault_backend::poll(xfer_id id, std::string& reason) {
@@ -74,13 +78,17 @@ xfer_status fault_backend::poll(xfer_id id, std::string& reason) {
   if (i == doomed_.end() || st == xfer_status::in_progress
       || st == xfer_status::failed)
     return st;
-  if (plan_.point == fault_point::stall)
-    return xfer_status::in_progress;
-  reason = plan_.point == fault_point::after_post
-             ? "injected fault after post (room " + std::to_string(i->second)
-                 + ")"
-             : "injected bad completion status (room "
-                 + std::to_string(i->second) + ")";
+  auto room = std::to_string(i->second.room);
+  switch (i->second.point) {
+    case fault_point::stall:
+      return xfer_status::in_progress;
+    case fault_point::after_post:
+      reason = "injected fault after post (room " + room + ")";
+      break;
+    default:
+      reason = "injected bad completion status (room " + room + ")";
+      break;
+  }
   return xfer_status::failed;
 }
 

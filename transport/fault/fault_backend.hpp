@@ -1,8 +1,8 @@
 #pragma once
 
+#include <optional>
 #include <random>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "transport/backend.hpp"
 #include "transport/fault_plan.hpp"
@@ -26,14 +26,19 @@ public:
   void release(xfer_id id) override;
 
 private:
-  bool selects(const write_batch& batch);
+  /// The point at which `batch` fails, if the plan selects it.
+  std::optional<fault_point> selects(const write_batch& batch);
 
   backend_ptr inner_;
   fault_plan plan_;
-  std::unordered_set<room_id> rooms_;
+  std::unordered_map<room_id, fault_point> rooms_;
   std::mt19937_64 rng_;
   /// Posted batches whose completion this backend turns into a failure.
-  std::unordered_map<xfer_id, room_id> doomed_;
+  struct doomed {
+    room_id room;
+    fault_point point;
+  };
+  std::unordered_map<xfer_id, doomed> doomed_;
 };
 
 } // namespace kvroom::detail

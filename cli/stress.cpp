@@ -1,0 +1,512 @@
+// `kvroom stress`: thousands of rooms through a prefill and a decode group at
+// a chosen concurrency, with a fault schedule drawn from a seed (transfer
+// errors at every point, scheduler aborts and room-actor kills in every
+// state, delayed control messages), then kvroom's invariants checked on every
+// room and on the ranks afterwards. Exits 1 naming the room and rank when an
+// invariant breaks.
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "caf/all.hpp"
+
+#include "actors/kvroom.hpp"
+
+#include "commands.hpp"
+#include "stress_check.hpp"
+
+namespace kvroom::cli {
+
+namespace {
+
+using namespace kvroom::stress;
+using clock_type = std::chrono::steady_clock;
+
+class stress_config : public caf::actor_system_config {
+public:
+  int64_t prefill_tp = 2;
+  int64_t decode_tp = 2;
+  int64_t rooms = 3000;
+  int64_t concurrency = 64;
+  int64_t seed = 0;
+  int64_t layers = 2;
+  int64_t page_bytes = 1024;
+  int64_t pages_per_room = 4;
+  double p_transfer = 0.05;
+  double p_abort = 0.05;
+  double p_kill = 0.02;
+  double p_delay = 0.05;
+  int64_t max_delay_ms = 20;
+  int64_t timeout_ms = 5000;
+  int64_t max_seconds = 600;
+  std::string json;
+  std::string sabotage = "none";
+  std::string log_level = "off";
+
+  stress_config() {
+    opt_group{custom_options_, "global"}
+      .add(prefill_tp, "prefill-tp", "tensor-parallel size of the prefill group")
+      .add(decode_tp, "decode-tp", "tensor-parallel size of the decode group (= prefill-tp)")
+      .add(rooms, "rooms", "rooms to run")
+      .add(concurrency, "concurrency", "rooms in flight at once")
+      .add(seed, "seed", "fault schedule seed (0: from the clock; printed)")
+      .add(layers, "layers", "layers (K and V buffer each)")
+      .add(page_bytes, "page-bytes", "bytes per KV page")
+      .add(pages_per_room, "pages-per-room", "KV pages per room")
+      .add(p_transfer, "p-transfer", "probability a room gets a data-plane fault")
+      .add(p_abort, "p-abort", "probability a room is aborted by a scheduler")
+      .add(p_kill, "p-kill", "probability a room actor is killed mid-room")
+      .add(p_delay, "p-delay", "probability a manager delays a control message")
+      .add(max_delay_ms, "max-delay-ms", "longest control-message delay")
+      .add(timeout_ms, "timeout-ms", "prefill room timeouts (decode: twice that)")
+      .add(max_seconds, "max-seconds", "bound on the whole run")
+      .add(json, "json", "write the summary as JSON to this file")
+      .add(sabotage, "sabotage", "none, or drop-fan-out (proves the checker fails)")
+      .add(log_level, "log-level", "trace, debug, info, warn, error, off");
+  }
+};
+
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/// A reproducible stream of draws for one room.
+struct draws {
+  uint64_t state;
+  double unit() {
+    state = mix(state);
+    return static_cast<double>(state >> 11) * 0x1.0p-53;
+  }
+  uint64_t below(uint64_t n) {
+    state = mix(state);
+    return state % n;
+  }
+};
+
+/// What the schedule does to one room.
+struct room_plan {
+  fault_kind kind = fault_kind::none;
+  role side = role::prefill;
+  int tp = 0;
+  kv_poll at = kv_poll::bootstrapping;
+  fault_point point = fault_point::before_post;
+};
+
+room_plan plan_for(uint64_t seed, room_id room, const stress_config& cfg,
+                   int tp) {
+  draws d{seed ^ mix(room)};
+  room_plan p;
+  auto u = d.unit();
+  p.tp = static_cast<int>(d.below(static_cast<uint64_t>(tp)));
+  p.side = d.below(2) == 0 ? role::prefill : role::decode;
+  static constexpr kv_poll states[] = {kv_poll::bootstrapping,
+                                       kv_poll::waiting_for_input,
+                                       kv_poll::transferring};
+  p.at = states[d.below(3)];
+  static constexpr fault_point points[] = {
+    fault_point::before_post, fault_point::after_post, fault_point::on_aux,
+    fault_point::bad_completion, fault_point::stall};
+  p.point = points[d.below(5)];
+  if (u < cfg.p_transfer) {
+    p.kind = fault_kind::transfer;
+    p.side = role::prefill;
+  } else if (u < cfg.p_transfer + cfg.p_abort) {
+    p.kind = fault_kind::abort;
+  } else if (u < cfg.p_transfer + cfg.p_abort + cfg.p_kill) {
+    p.kind = fault_kind::kill_room;
+  }
+  return p;
+}
+
+struct live_room {
+  room_id id = 0;
+  size_t slot = 0;
+  room_plan plan;
+  injected_fault fault;
+  clock_type::time_point deadline;
+  std::vector<kv_sender> senders;
+  std::vector<kv_receiver> receivers;
+  std::vector<bool> sender_started;
+  std::vector<bool> receiver_started;
+};
+
+uint64_t rss_bytes() {
+  std::ifstream statm{"/proc/self/statm"};
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+int bad(const std::string& what) {
+  std::fprintf(stderr, "kvroom stress: %s\n", what.c_str());
+  return 2;
+}
+
+room_id key(room_id room, int tp) {
+  return room ^ (static_cast<room_id>(tp + 1) << 40);
+}
+
+} // namespace
+
+int run_stress(int argc, char** argv) {
+  stress_config cfg;
+  prepare_config(cfg);
+  if (auto err = cfg.parse(argc, argv))
+    return bad("bad options: " + caf::to_string(err));
+  if (cfg.cli_helptext_printed)
+    return 0;
+  if (!set_log_level(cfg.log_level))
+    return bad("unknown log level '" + cfg.log_level + "'");
+  if (cfg.prefill_tp < 1 || cfg.prefill_tp != cfg.decode_tp)
+    return bad("prefill-tp and decode-tp must be equal and positive");
+  if (cfg.rooms < 1 || cfg.concurrency < 1 || cfg.layers < 1
+      || cfg.page_bytes < 8 || cfg.pages_per_room < 2 || cfg.timeout_ms < 10
+      || cfg.max_seconds < 1)
+    return bad("sizes must be positive (pages-per-room at least 2)");
+  for (double p : {cfg.p_transfer, cfg.p_abort, cfg.p_kill, cfg.p_delay})
+    if (p < 0.0 || p > 1.0)
+      return bad("probabilities must lie in [0, 1]");
+  if (cfg.p_transfer + cfg.p_abort + cfg.p_kill > 1.0)
+    return bad("p-transfer + p-abort + p-kill must not exceed 1");
+  if (cfg.sabotage != "none" && cfg.sabotage != "drop-fan-out")
+    return bad("unknown sabotage '" + cfg.sabotage + "'");
+  auto seed = cfg.seed != 0
+                ? static_cast<uint64_t>(cfg.seed)
+                : static_cast<uint64_t>(clock_type::now().time_since_epoch().count());
+  auto tp = static_cast<int>(cfg.prefill_tp);
+  std::printf("kvroom stress: seed %llu, %d prefill x %d decode ranks in one process, "
+              "%lld rooms at concurrency %lld\n"
+              "  faults: transfer %.3f, abort %.3f, kill %.3f per room; control delay %.3f "
+              "(up to %lld ms); timeouts %lld ms; sabotage %s\n",
+              static_cast<unsigned long long>(seed), tp, tp,
+              static_cast<long long>(cfg.rooms), static_cast<long long>(cfg.concurrency),
+              cfg.p_transfer, cfg.p_abort, cfg.p_kill, cfg.p_delay,
+              static_cast<long long>(cfg.max_delay_ms), static_cast<long long>(cfg.timeout_ms),
+              cfg.sabotage.c_str());
+  std::fflush(stdout);
+
+  kv_shape shape;
+  shape.num_buffers = static_cast<uint32_t>(2 * cfg.layers);
+  shape.page_size_bytes = static_cast<uint64_t>(cfg.page_bytes);
+  shape.num_pages = static_cast<uint64_t>(cfg.concurrency * cfg.pages_per_room);
+  shape.num_aux = 1;
+  shape.aux_slots = static_cast<uint64_t>(cfg.concurrency);
+  shape.aux_item_bytes = 64;
+  std::vector<room_plan> plans(static_cast<size_t>(cfg.rooms) + 1);
+  std::vector<fault_plan> prefill_faults(static_cast<size_t>(tp));
+  for (room_id r = 1; r <= static_cast<room_id>(cfg.rooms); ++r) {
+    plans[r] = plan_for(seed, r, cfg, tp);
+    if (plans[r].kind == fault_kind::transfer)
+      prefill_faults[static_cast<size_t>(plans[r].tp)].targeted.push_back(
+        {r, plans[r].point});
+  }
+
+  caf::actor_system sys{cfg};
+  std::vector<violation> violations;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> by_fault; // success, failed
+  uint64_t concluded = 0, failed_rooms = 0;
+  double secs = 0;
+  uint64_t rss_start = 0, rss_early = 0, rss_end = 0;
+  {
+    runtime rt{sys};
+    std::vector<std::unique_ptr<host_kv_cache>> prefill_mem, decode_mem;
+    std::vector<std::unique_ptr<rank>> prefill, decode;
+    for (auto side : {role::prefill, role::decode}) {
+      for (int t = 0; t < tp; ++t) {
+        auto& mem = side == role::prefill ? prefill_mem : decode_mem;
+        mem.push_back(std::make_unique<host_kv_cache>(shape));
+        rank_config rc;
+        rc.side = side;
+        rc.tp_rank = t;
+        rc.tp_size = tp;
+        rc.memory = mem.back()->layout();
+        auto ms = static_cast<uint32_t>(cfg.timeout_ms);
+        // Decode waits longer, so a prefill-side fault is always seen first
+        // where it happened and no second origin races it.
+        rc.timeouts = side == role::prefill ? room_timeouts{ms, ms, ms}
+                                            : room_timeouts{2 * ms, 2 * ms, 2 * ms};
+        if (side == role::prefill)
+          rc.faults = prefill_faults[static_cast<size_t>(t)];
+        rc.chaos.delay_probability = cfg.p_delay;
+        rc.chaos.max_delay_ms = static_cast<uint32_t>(cfg.max_delay_ms);
+        rc.chaos.seed = seed;
+        rc.chaos.drop_fan_out = cfg.sabotage == "drop-fan-out";
+        auto r = rt.add_rank(rc);
+        if (!r)
+          return bad("cannot start " + to_string(rc.ref()) + ": " + describe(r.error()));
+        (side == role::prefill ? prefill : decode).push_back(std::move(*r));
+      }
+    }
+    // Ranks are up (managers, workers, inboxes): every actor beyond these
+    // belongs to a room.
+    auto actors_before = sys.registry().running();
+    auto pages_of = [&](size_t slot, bool dst) {
+      std::vector<int64_t> out;
+      auto base = static_cast<int64_t>(slot) * cfg.pages_per_room;
+      for (int64_t i = 0; i < cfg.pages_per_room; ++i)
+        out.push_back(base + (dst ? cfg.pages_per_room - 1 - i : i));
+      return out;
+    };
+    std::vector<size_t> free_slots;
+    for (size_t s = static_cast<size_t>(cfg.concurrency); s-- > 0;)
+      free_slots.push_back(s);
+    std::deque<live_room> in_flight;
+    room_id next = 1;
+    auto room_bound = std::chrono::milliseconds(7 * cfg.timeout_ms + 2000);
+    auto start = clock_type::now();
+    auto run_deadline = start + std::chrono::seconds(cfg.max_seconds);
+    auto last_report = start;
+    rss_start = rss_bytes();
+    auto handle_of = [&](live_room& r, role side, int t) -> room_handle& {
+      if (side == role::prefill)
+        return r.senders[static_cast<size_t>(t)];
+      return r.receivers[static_cast<size_t>(t)];
+    };
+    auto rank_of = [&](role side, int t) -> rank& {
+      return side == role::prefill ? *prefill[static_cast<size_t>(t)]
+                                   : *decode[static_cast<size_t>(t)];
+    };
+    while ((next <= static_cast<room_id>(cfg.rooms) || !in_flight.empty())
+           && clock_type::now() < run_deadline) {
+      bool progressed = false;
+      while (next <= static_cast<room_id>(cfg.rooms) && !free_slots.empty()) {
+        live_room r;
+        r.id = next++;
+        r.slot = free_slots.back();
+        free_slots.pop_back();
+        r.plan = plans[r.id];
+        r.fault.kind = r.plan.kind;
+        r.fault.rank = rank_of(r.plan.side, r.plan.tp).ref().id;
+        r.fault.fired = r.plan.kind == fault_kind::transfer;
+        r.fault.detail = r.plan.kind == fault_kind::transfer
+                           ? to_string(r.plan.point)
+                           : "in " + to_string(r.plan.at);
+        r.deadline = clock_type::now() + room_bound;
+        for (int t = 0; t < tp; ++t) {
+          auto recv = decode[t]->make_receiver(r.id);
+          auto send = prefill[t]->make_sender(r.id);
+          if (!recv || !send)
+            return bad("cannot open room: " + describe(recv ? send.error() : recv.error()));
+          r.receivers.push_back(*recv);
+          r.senders.push_back(*send);
+          prefill_mem[t]->write_room(key(r.id, t), pages_of(r.slot, false),
+                                     static_cast<int64_t>(r.slot));
+        }
+        r.sender_started.assign(static_cast<size_t>(tp), false);
+        r.receiver_started.assign(static_cast<size_t>(tp), false);
+        in_flight.push_back(std::move(r));
+        progressed = true;
+      }
+      auto now = clock_type::now();
+      for (auto i = in_flight.begin(); i != in_flight.end();) {
+        auto& r = *i;
+        // The scheduled abort or kill, once its target reached its state.
+        if ((r.plan.kind == fault_kind::abort || r.plan.kind == fault_kind::kill_room)
+            && !r.fault.fired) {
+          auto& h = handle_of(r, r.plan.side, r.plan.tp);
+          auto st = h.poll();
+          if (!is_terminal(st) && st >= r.plan.at) {
+            if (r.plan.kind == fault_kind::abort)
+              (void) h.abort("stress abort in " + to_string(st));
+            else
+              caf::anon_send_exit(rank_of(r.plan.side, r.plan.tp).room_actor(r.id),
+                                  caf::exit_reason::kill);
+            r.fault.fired = true;
+            r.fault.detail = "in " + to_string(st);
+          }
+        }
+        bool all_done = true;
+        for (int t = 0; t < tp; ++t) {
+          auto ut = static_cast<size_t>(t);
+          auto& recv = r.receivers[ut];
+          auto st = recv.poll();
+          if (!r.receiver_started[ut] && st == kv_poll::waiting_for_input) {
+            r.receiver_started[ut] = true;
+            (void) recv.init(pages_of(r.slot, true), static_cast<int64_t>(r.slot));
+            progressed = true;
+          }
+          all_done = all_done && is_terminal(st);
+          auto& send = r.senders[ut];
+          st = send.poll();
+          if (!r.sender_started[ut] && st == kv_poll::waiting_for_input) {
+            r.sender_started[ut] = true;
+            auto pages = pages_of(r.slot, false);
+            auto half = pages.size() / 2;
+            (void) send.init(pages.size(), static_cast<int64_t>(r.slot));
+            (void) send.send({pages.begin(), pages.begin() + static_cast<long>(half)}, false);
+            (void) send.send({pages.begin() + static_cast<long>(half), pages.end()}, true);
+            progressed = true;
+          }
+          all_done = all_done && is_terminal(st);
+        }
+        if (!all_done && now < r.deadline) {
+          ++i;
+          continue;
+        }
+        progressed = true;
+        room_record rec;
+        rec.room = r.id;
+        rec.fault = r.fault;
+        bool any_failed = false;
+        for (int t = 0; t < tp; ++t) {
+          for (auto side : {role::prefill, role::decode}) {
+            auto& h = handle_of(r, side, t);
+            rank_outcome o;
+            o.rank = rank_of(side, t).ref();
+            o.state = h.poll();
+            if (o.state == kv_poll::failed) {
+              o.error = h.failure();
+              any_failed = true;
+            }
+            if (side == role::decode && o.state == kv_poll::success) {
+              std::string why;
+              if (!decode_mem[static_cast<size_t>(t)]->check_room(
+                    key(r.id, t), pages_of(r.slot, true),
+                    static_cast<int64_t>(r.slot), &why))
+                rec.data_error = why;
+            }
+            rec.outcomes.push_back(std::move(o));
+          }
+        }
+        if (rec.fault.kind == fault_kind::transfer && !any_failed)
+          violations.push_back({r.id, rec.fault.rank,
+                                "Success reported over an injected transfer fault ("
+                                  + rec.fault.detail + ")"});
+        for (auto& v : check_room(rec)) {
+          v.what += " [fault: " + to_string(rec.fault.kind) + " " + rec.fault.detail
+                    + " on rank " + std::to_string(rec.fault.rank)
+                    + (rec.fault.fired ? "" : ", not fired") + "]";
+          violations.push_back(v);
+        }
+        auto& tally = by_fault[to_string(rec.fault.fired ? rec.fault.kind : fault_kind::none)];
+        (any_failed ? tally.second : tally.first) += 1;
+        failed_rooms += any_failed ? 1 : 0;
+        for (int t = 0; t < tp; ++t) {
+          (void) r.senders[static_cast<size_t>(t)].clear();
+          (void) r.receivers[static_cast<size_t>(t)].clear();
+        }
+        free_slots.push_back(r.slot);
+        ++concluded;
+        if (concluded == static_cast<uint64_t>(cfg.rooms) / 10)
+          rss_early = rss_bytes();
+        i = in_flight.erase(i);
+      }
+      if (now - last_report >= std::chrono::seconds(1)) {
+        auto t = std::chrono::duration<double>(now - start).count();
+        std::printf("  [%6.1fs] %llu/%lld rooms concluded, %llu failed, %zu violations, %.0f rooms/s\n",
+                    t, static_cast<unsigned long long>(concluded),
+                    static_cast<long long>(cfg.rooms),
+                    static_cast<unsigned long long>(failed_rooms), violations.size(),
+                    concluded / t);
+        std::fflush(stdout);
+        last_report = now;
+      }
+      if (!progressed)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    secs = std::chrono::duration<double>(clock_type::now() - start).count();
+    if (concluded < static_cast<uint64_t>(cfg.rooms))
+      violations.push_back({0, -1, "run bound of " + std::to_string(cfg.max_seconds)
+                                     + " s passed with "
+                                     + std::to_string(cfg.rooms - static_cast<int64_t>(concluded))
+                                     + " rooms unconcluded"});
+    // Every room was cleared: nothing may remain on any rank.
+    std::vector<rank*> all;
+    for (auto& r : prefill)
+      all.push_back(r.get());
+    for (auto& r : decode)
+      all.push_back(r.get());
+    auto quiet_deadline = clock_type::now() + std::chrono::seconds(10);
+    bool quiet = false;
+    while (!quiet && clock_type::now() < quiet_deadline) {
+      quiet = sys.registry().running() <= actors_before;
+      for (auto* r : all) {
+        auto st = r->stats();
+        quiet = quiet && st && st->live_rooms == 0 && st->failure_records == 0
+                && st->parked == 0;
+      }
+      if (!quiet)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    for (auto* r : all) {
+      auto st = r->stats();
+      if (!st) {
+        violations.push_back({0, r->ref().id, "manager does not answer"});
+        continue;
+      }
+      if (st->live_rooms != 0 || st->failure_records != 0 || st->parked != 0)
+        violations.push_back({0, r->ref().id,
+                              "after every room was cleared: " + std::to_string(st->live_rooms)
+                                + " room actors, " + std::to_string(st->failure_records)
+                                + " failure records, " + std::to_string(st->parked)
+                                + " parked messages remain"});
+    }
+    if (sys.registry().running() > actors_before)
+      violations.push_back({0, -1, std::to_string(sys.registry().running() - actors_before)
+                                     + " actors still running after every room was cleared"});
+    rss_end = rss_bytes();
+    if (rss_early > 0 && rss_end > rss_early + (256ull << 20))
+      violations.push_back({0, -1, "resident memory grew by "
+                                     + std::to_string((rss_end - rss_early) >> 20)
+                                     + " MiB after the first 10% of rooms"});
+    decode.clear();
+    prefill.clear();
+  }
+
+  std::printf("\nfault fired      rooms ok   rooms failed\n");
+  for (auto& kvp : by_fault)
+    std::printf("  %-12s %10llu %14llu\n", kvp.first.c_str(),
+                static_cast<unsigned long long>(kvp.second.first),
+                static_cast<unsigned long long>(kvp.second.second));
+  std::printf("%llu rooms in %.2f s (%.0f rooms/s); resident memory %.1f -> %.1f MiB; seed %llu\n",
+              static_cast<unsigned long long>(concluded), secs, concluded / secs,
+              rss_start / 1048576.0, rss_end / 1048576.0,
+              static_cast<unsigned long long>(seed));
+  for (size_t i = 0; i < violations.size() && i < 20; ++i)
+    std::printf("invariant violated: %s\n", to_string(violations[i]).c_str());
+  if (violations.size() > 20)
+    std::printf("... and %zu more violations\n", violations.size() - 20);
+  if (!cfg.json.empty()) {
+    std::ofstream out{cfg.json};
+    out << "{\n  \"seed\": " << seed << ",\n  \"prefill_tp\": " << tp
+        << ",\n  \"decode_tp\": " << tp << ",\n  \"rooms\": " << cfg.rooms
+        << ",\n  \"concurrency\": " << cfg.concurrency << ",\n  \"p_transfer\": "
+        << cfg.p_transfer << ",\n  \"p_abort\": " << cfg.p_abort << ",\n  \"p_kill\": "
+        << cfg.p_kill << ",\n  \"p_delay\": " << cfg.p_delay << ",\n  \"timeout_ms\": "
+        << cfg.timeout_ms << ",\n  \"sabotage\": \"" << cfg.sabotage
+        << "\",\n  \"concluded\": " << concluded << ",\n  \"failed_rooms\": " << failed_rooms
+        << ",\n  \"seconds\": " << secs << ",\n  \"rooms_per_second\": " << concluded / secs
+        << ",\n  \"rss_start_bytes\": " << rss_start << ",\n  \"rss_end_bytes\": " << rss_end
+        << ",\n  \"by_fault\": {";
+    bool first = true;
+    for (auto& kvp : by_fault) {
+      out << (first ? "" : ",") << "\n    \"" << kvp.first << "\": {\"ok\": "
+          << kvp.second.first << ", \"failed\": " << kvp.second.second << "}";
+      first = false;
+    }
+    out << "\n  },\n  \"violations\": [";
+    for (size_t i = 0; i < violations.size(); ++i) {
+      std::string what;
+      for (char c : violations[i].what)
+        what += (c == '"' || c == '\\') ? std::string{'\\', c} : std::string{c};
+      out << (i ? "," : "") << "\n    {\"room\": " << violations[i].room
+          << ", \"rank\": " << violations[i].rank << ", \"what\": \"" << what << "\"}";
+    }
+    out << "\n  ]\n}\n";
+  }
+  std::printf("%s\n", violations.empty() ? "stress: all invariants hold"
+                                         : "stress: INVARIANTS BROKEN");
+  return violations.empty() ? 0 : 1;
+}
+
+} // namespace kvroom::cli
