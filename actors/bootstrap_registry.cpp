@@ -5,6 +5,7 @@
 #include "caf/all.hpp"
 
 #include "actors/logging.hpp"
+#include "messages/error.hpp"
 
 namespace kvroom {
 
@@ -22,7 +23,9 @@ directory_update broadcast(self_ptr self) {
 } // namespace
 
 caf::behavior
-bootstrap_registry(caf::stateful_actor<bootstrap_registry_state>* self) {
+bootstrap_registry(caf::stateful_actor<bootstrap_registry_state>* self,
+                   uint32_t max_ranks) {
+  self->state.max_ranks = max_ranks;
   self->set_down_handler([=](caf::down_msg& msg) {
     auto& xs = self->state.ranks;
     auto n = xs.size();
@@ -35,7 +38,7 @@ bootstrap_registry(caf::stateful_actor<bootstrap_registry_state>* self) {
       broadcast(self);
   });
   return {
-    [=](register_rank& msg) -> directory_update {
+    [=](register_rank& msg) -> caf::result<directory_update> {
       auto& xs = self->state.ranks;
       auto& entry = msg.entry;
       auto i = std::find_if(xs.begin(), xs.end(), [&](const rank_entry& e) {
@@ -44,6 +47,11 @@ bootstrap_registry(caf::stateful_actor<bootstrap_registry_state>* self) {
       if (i != xs.end()) {
         logger()->info("registry: {} registered again", to_string(entry.rank));
         *i = entry;
+      } else if (xs.size() >= self->state.max_ranks) {
+        return make_error(errc::limit_reached,
+                          "registry holds " + std::to_string(xs.size())
+                            + " ranks (limit "
+                            + std::to_string(self->state.max_ranks) + ")");
       } else {
         xs.push_back(entry);
       }

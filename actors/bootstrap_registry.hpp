@@ -12,6 +12,7 @@ namespace kvroom {
 /// HTTP bootstrap server plays).
 struct bootstrap_registry_state {
   std::vector<rank_entry> ranks;
+  uint32_t max_ranks = 0;
 
   static inline const char* name = "kvroom.bootstrap_registry";
 };
@@ -20,8 +21,10 @@ struct bootstrap_registry_state {
 /// registers once (again after a restart: same id replaces the old entry);
 /// every change is pushed to all registered managers as `directory_update`,
 /// and the registrant gets the same update as its reply. A rank whose manager
-/// goes down is removed.
+/// goes down is removed. At most `max_ranks` ranks register; more are
+/// refused with an error.
 caf::behavior
-bootstrap_registry(caf::stateful_actor<bootstrap_registry_state>* self);
+bootstrap_registry(caf::stateful_actor<bootstrap_registry_state>* self,
+                   uint32_t max_ranks);
 
 } // namespace kvroom

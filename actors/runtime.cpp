@@ -24,11 +24,11 @@ runtime::runtime(runtime_options opts)
   prepare_config(*owned_cfg_, opts);
   owned_sys_ = std::make_unique<caf::actor_system>(*owned_cfg_);
   sys_ = owned_sys_.get();
-  registry_ = sys_->spawn(bootstrap_registry);
+  registry_ = sys_->spawn(bootstrap_registry, opts.max_ranks);
 }
 
-runtime::runtime(caf::actor_system& sys) : sys_(&sys) {
-  registry_ = sys_->spawn(bootstrap_registry);
+runtime::runtime(caf::actor_system& sys, uint32_t max_ranks) : sys_(&sys) {
+  registry_ = sys_->spawn(bootstrap_registry, max_ranks);
 }
 
 runtime::~runtime() {

@@ -23,6 +23,8 @@ struct runtime_options {
   size_t max_threads = 0;
   /// spdlog level for kvroom's logger.
   std::string log_level = "info";
+  /// Most ranks the bootstrap registry accepts.
+  uint32_t max_ranks = 4096;
 };
 
 /// Adds kvroom's message types and scheduler defaults to a CAF config an
@@ -40,7 +42,7 @@ public:
 
   /// Attaches to the caller's system, whose config went through
   /// `prepare_config`.
-  explicit runtime(caf::actor_system& sys);
+  explicit runtime(caf::actor_system& sys, uint32_t max_ranks = 4096);
 
   ~runtime();
 
