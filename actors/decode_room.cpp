@@ -101,7 +101,6 @@ caf::behavior decode_room(caf::stateful_actor<decode_room_state>* self,
   self->set_down_handler([=](caf::down_msg&) { self->quit(); });
   resolve(self);
   return {
-    [=](start_atom) {},
     [=](group_reply& reply) { on_group(self, reply); },
     [=](receiver_init& msg) {
       auto& st = self->state;
@@ -168,11 +167,10 @@ caf::behavior decode_room(caf::stateful_actor<decode_room_state>* self,
     },
     [=](const peer_lost& msg) { self->state.core.on_peer_lost(msg); },
     [=](const room_clear&) { self->state.core.clear(); },
-    caf::after(room_core::tick_interval(p.timeouts)) >>
-      [=] {
-        self->state.core.check_deadline();
-        resolve(self);
-      },
+    [=](tick_atom) {
+      self->state.core.check_deadline();
+      resolve(self);
+    },
   };
 }
 

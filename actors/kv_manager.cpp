@@ -207,7 +207,7 @@ void on_opened(self_ptr self, room_opened& msg) {
   auto& mine = me(self);
   st.rooms[room] = kv_manager_state::room_entry{
     msg.room_actor, kv_poll::bootstrapping,
-    mine.side == role::decode ? mine.dp_rank : -1};
+    mine.side == role::decode ? mine.dp_rank : -1, room_core::now_ms()};
   if (auto p = st.parked.find(room); p != st.parked.end()) {
     for (auto& x : p->second) {
       st.rooms[room].decode_dp = x.info.decode_rank.dp_rank;
@@ -373,6 +373,12 @@ void on_directory(self_ptr self, directory_update& msg) {
 void sweep(self_ptr self) {
   auto& st = self->state;
   auto now = room_core::now_ms();
+  // Rooms that conclude quickly never hear from the sweep; a room that has
+  // lived a tick interval checks its deadline once per interval.
+  auto tick = static_cast<uint64_t>(room_core::tick_interval(st.timeouts).count());
+  for (auto& kvp : st.rooms)
+    if (!is_terminal(kvp.second.state) && now - kvp.second.opened_ms >= tick)
+      self->send(kvp.second.actor, tick_atom::value);
   auto limit = st.timeouts.bootstrap_ms;
   for (auto i = st.parked.begin(); i != st.parked.end();) {
     auto& xs = i->second;
@@ -433,7 +439,7 @@ caf::behavior kv_manager(caf::stateful_actor<kv_manager_state>* self,
   st.inbox = std::move(params.inbox);
   st.chaos = params.chaos;
   st.chaos_rng.seed(params.chaos.seed ^ static_cast<uint64_t>(params.self.id));
-  auto sweep_interval = room_core::tick_interval(st.timeouts) * 4;
+  auto sweep_interval = room_core::tick_interval(st.timeouts);
   self->delayed_send(self, sweep_interval, sweep_atom::value);
   self->set_down_handler([=](caf::down_msg& msg) {
     auto& st = self->state;

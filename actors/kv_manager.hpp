@@ -21,6 +21,7 @@ struct kv_manager_state {
     kv_poll state = kv_poll::bootstrapping;
     /// The room's decode group (its coordinator), once known here; -1 before.
     int32_t decode_dp = -1;
+    uint64_t opened_ms = 0;
   };
   struct awaiting {
     kv_transfer_error error;

@@ -14,8 +14,10 @@
 
 namespace kvroom {
 
-/// Rank -> a lazily spawned room: run your first behavior now.
-using start_atom = caf::atom_constant<caf::atom("start")>;
+/// Manager -> a room that has lived at least one tick interval: check your
+/// deadline. One sweep per rank replaces a receive timeout per room, which
+/// CAF 0.17 re-arms through its clock thread on every message.
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
 
 /// Manager -> prefill room: a decode destination together with the decode
 /// rank's registry entry (layout and data-plane endpoint).

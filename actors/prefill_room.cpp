@@ -207,7 +207,6 @@ caf::behavior prefill_room(caf::stateful_actor<prefill_room_state>* self,
   self->monitor(p.manager);
   self->set_down_handler([=](caf::down_msg&) { self->quit(); });
   return {
-    [=](start_atom) {},
     [=](sender_init& msg) {
       auto& st = self->state;
       auto& core = st.core;
@@ -251,8 +250,7 @@ caf::behavior prefill_room(caf::stateful_actor<prefill_room_state>* self,
     },
     [=](const peer_lost& msg) { self->state.core.on_peer_lost(msg); },
     [=](const room_clear&) { self->state.core.clear(); },
-    caf::after(room_core::tick_interval(p.timeouts)) >>
-      [=] { self->state.core.check_deadline(); },
+    [=](tick_atom) { self->state.core.check_deadline(); },
   };
 }
 

@@ -120,13 +120,10 @@ caf::expected<Handle> rank::open(room_id room, role side, int32_t peer_dp,
   p.peer_dp_rank = peer_dp;
   p.max_queued_chunks = cfg_.limits.max_queued_chunks;
   auto& sys = rt_.system();
-  // Lazily started so the manager learns of the room before the room can
-  // report anything to it; the start message then runs its first behavior.
-  auto actor = side == role::prefill
-                 ? sys.spawn<caf::lazy_init>(prefill_room, std::move(p))
-                 : sys.spawn<caf::lazy_init>(decode_room, std::move(p));
-  caf::anon_send(manager_, room_opened{room, actor});
-  caf::anon_send(actor, start_atom::value);
+  // The room announces itself to the manager as its first act, so the
+  // manager hears of it before anything else the room sends.
+  auto actor = side == role::prefill ? sys.spawn(prefill_room, std::move(p))
+                                     : sys.spawn(decode_room, std::move(p));
   auto slot = std::make_shared<detail::room_slot>();
   slot->room = room;
   slot->side = side;

@@ -30,6 +30,8 @@ void room_core::init(caf::event_based_actor* self, room_params params) {
   coordinator_ = params_.self.side == role::decode && params_.self.tp_rank == 0;
   if (coordinator_)
     slots_done_.assign(static_cast<size_t>(params_.self.tp_size), false);
+  self_->send(params_.manager,
+              room_opened{params_.room, caf::actor_cast<caf::actor>(self_)});
 }
 
 void room_core::publish(kv_poll state) {

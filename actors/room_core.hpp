@@ -101,9 +101,9 @@ public:
   /// The scheduler released the room: stop for good.
   void clear();
 
-  /// How often an idle room wakes to check its deadline: an eighth of the
+  /// How often the manager's sweep ticks a live room: an eighth of the
   /// shortest timeout, within [1 ms, 2 s], so a timeout fires at most 12.5 %
-  /// late while 10,000 idle rooms cost a few thousand wake-ups a second.
+  /// late while 10,000 long-lived rooms cost a few thousand messages a second.
   static std::chrono::milliseconds tick_interval(const room_timeouts& t);
 
   static uint64_t now_ms() noexcept;

@@ -1,5 +1,8 @@
 #include "actors/runtime.hpp"
 
+#include <algorithm>
+#include <thread>
+
 #include "caf/all.hpp"
 
 #include "actors/bootstrap_registry.hpp"
@@ -14,8 +17,10 @@ void prepare_config(caf::actor_system_config& cfg,
                     const runtime_options& opts) {
   add_message_types(cfg);
   cfg.set("scheduler.policy", caf::atom_from_string(opts.scheduler_policy));
-  if (opts.max_threads > 0)
-    cfg.set("scheduler.max-threads", opts.max_threads);
+  auto threads = opts.max_threads;
+  if (threads == 0)
+    threads = std::max<size_t>(2, std::thread::hardware_concurrency());
+  cfg.set("scheduler.max-threads", threads);
   set_log_level(opts.log_level);
 }
 

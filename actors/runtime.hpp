@@ -19,7 +19,9 @@ struct runtime_options {
   /// CAF scheduler policy. "sharing" by default: with one actor per room,
   /// bursts of spawns collapse CAF 0.17's work stealing (TOOLCHAIN.md).
   std::string scheduler_policy = "sharing";
-  /// Scheduler threads; 0 keeps CAF's default.
+  /// Scheduler threads; 0 picks the hardware threads (at least 2). CAF's own
+  /// default, max(hardware threads, 4), halves room throughput on 2 cores:
+  /// idle workers contend for the shared queue and wake each other.
   size_t max_threads = 0;
   /// spdlog level for kvroom's logger.
   std::string log_level = "info";

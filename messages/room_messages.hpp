@@ -213,10 +213,10 @@ typename Inspector::result_type inspect(Inspector& f, room_concluded& x) {
            x.error, x.counterparts, x.fan_out);
 }
 
-// -- scheduler -> manager ------------------------------------------------------
+// -- room / scheduler -> manager -----------------------------------------------
 
-/// The scheduler opened a room on this rank; the manager adds it to the room
-/// directory and hands it anything parked for it.
+/// A room actor announces itself to its rank's manager (its first message);
+/// the manager adds it to the room directory and hands it anything parked.
 struct room_opened {
   room_id room = 0;
   caf::actor room_actor;

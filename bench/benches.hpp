@@ -1,0 +1,34 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "caf/actor_system_config.hpp"
+
+namespace kvroom::bench {
+
+int bench_rooms(int argc, char** argv);
+int bench_latency(int argc, char** argv);
+int bench_poll(int argc, char** argv);
+int bench_memory(int argc, char** argv);
+int bench_bandwidth(int argc, char** argv);
+
+/// Options every benchmark shares, through CAF's config system.
+class bench_config : public caf::actor_system_config {
+public:
+  std::string json;
+  double seconds = 2.0;
+  int64_t tp = 1;
+  std::string log_level = "warn";
+
+  bench_config();
+};
+
+/// Parses the options; returns -1 to go on, else the exit code.
+int parse(bench_config& cfg, int argc, char** argv);
+
+/// "1,4,16" -> {1, 4, 16}; empty on a malformed list.
+std::vector<int64_t> parse_list(const std::string& text);
+
+} // namespace kvroom::bench

@@ -1,0 +1,68 @@
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "actors/kvroom.hpp"
+
+namespace kvroom::bench {
+
+/// A prefill and a decode group of equal TP in one runtime, with host KV
+/// caches sized for `concurrency` rooms of `pages_per_room` pages.
+struct bench_group {
+  std::vector<std::unique_ptr<host_kv_cache>> prefill_mem, decode_mem;
+  std::vector<std::unique_ptr<rank>> prefill, decode;
+  int tp = 1;
+  int64_t pages_per_room = 1;
+
+  bench_group(runtime& rt, int tp, const kv_shape& shape, int64_t pages_per_room);
+  ~bench_group();
+};
+
+/// Drives rooms the way a scheduler loop does: opens rooms up to the
+/// concurrency, polls every in-flight room once per step, inits and sends
+/// when a side is ready, clears rooms once every rank concluded.
+class room_driver {
+public:
+  /// Room ids start at `first_room`; drivers sharing ranks use disjoint ids.
+  room_driver(bench_group& g, size_t concurrency, room_id first_room = 1);
+
+  /// Stops admitting and drives the rooms in flight to their end (bounded).
+  void finish(double max_seconds = 30.0);
+
+  room_id next_room() const noexcept {
+    return next_;
+  }
+
+  /// One scheduler iteration; returns whether anything happened.
+  bool step();
+
+  uint64_t succeeded = 0;
+  uint64_t failed = 0;
+  /// Open-to-conclusion time of every finished room, microseconds.
+  std::vector<double> latencies_us;
+  /// Open rooms up to the concurrency (false: only drive those in flight).
+  bool admit = true;
+
+private:
+  struct room {
+    room_id id = 0;
+    size_t slot = 0;
+    std::chrono::steady_clock::time_point opened;
+    std::vector<kv_sender> senders;
+    std::vector<kv_receiver> receivers;
+    std::vector<uint8_t> sent, received;
+  };
+
+  std::vector<int64_t> pages(size_t slot) const;
+
+  bench_group& g_;
+  size_t concurrency_;
+  std::vector<size_t> free_slots_;
+  std::vector<room> in_flight_;
+  room_id next_ = 1;
+};
+
+} // namespace kvroom::bench

@@ -1,0 +1,234 @@
+// Room throughput and latency, poll() cost and memory per room, in one
+// process, with the actor runtime's own ceiling measured in the same run.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "caf/all.hpp"
+
+#include "actors/kvroom.hpp"
+
+#include "benches.hpp"
+#include "report.hpp"
+#include "room_driver.hpp"
+
+namespace kvroom::bench {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+kv_shape tiny_shape(int64_t slots, int64_t layers) {
+  kv_shape s;
+  s.num_buffers = static_cast<uint32_t>(2 * layers);
+  s.page_size_bytes = 256;
+  s.num_pages = static_cast<uint64_t>(slots);
+  s.num_aux = 1;
+  s.aux_slots = static_cast<uint64_t>(slots);
+  s.aux_item_bytes = 64;
+  return s;
+}
+
+/// CAF's spawn rate: spawn-and-terminate of trivial actors, per second.
+double caf_spawn_rate(caf::actor_system& sys, double seconds) {
+  caf::scoped_actor self{sys};
+  uint64_t n = 0;
+  auto t0 = clock_type::now();
+  while (since(t0) < seconds) {
+    for (int i = 0; i < 1000; ++i) {
+      auto a = sys.spawn([](caf::event_based_actor* s, int) -> caf::behavior {
+        return {[=](int) { s->quit(); }};
+      }, 0);
+      self->send(a, 1);
+    }
+    n += 1000;
+  }
+  return n / since(t0);
+}
+
+/// CAF's 1->1 message rate between two event-based actors, per second.
+double caf_message_rate(caf::actor_system& sys, double seconds) {
+  constexpr int batch = 100'000;
+  std::atomic<uint64_t> received{0};
+  auto sink = sys.spawn([&received](caf::event_based_actor*) -> caf::behavior {
+    return {[&received](int) { received.fetch_add(1, std::memory_order_relaxed); }};
+  });
+  auto source = sys.spawn([sink](caf::event_based_actor* s) -> caf::behavior {
+    return {[=](int n) {
+      for (int i = 0; i < n; ++i)
+        s->send(sink, i);
+    }};
+  });
+  auto t0 = clock_type::now();
+  uint64_t sent = 0;
+  while (since(t0) < seconds) {
+    caf::anon_send(source, batch);
+    sent += batch;
+    while (received.load() + batch < sent)
+      std::this_thread::yield();
+  }
+  while (received.load() < sent)
+    std::this_thread::yield();
+  auto rate = sent / since(t0);
+  caf::anon_send_exit(source, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(sink, caf::exit_reason::user_shutdown);
+  return rate;
+}
+
+} // namespace
+
+bench_config::bench_config() {
+  opt_group{custom_options_, "global"}
+    .add(json, "json", "write results as JSON to this file")
+    .add(seconds, "seconds", "measuring time per point")
+    .add(tp, "tp", "tensor-parallel size of both groups")
+    .add(log_level, "log-level", "kvroom log level");
+}
+
+int parse(bench_config& cfg, int argc, char** argv) {
+  prepare_config(cfg);
+  if (auto err = cfg.parse(argc, argv)) {
+    std::fprintf(stderr, "bad options: %s\n", caf::to_string(err).c_str());
+    return 2;
+  }
+  if (cfg.cli_helptext_printed)
+    return 0;
+  set_log_level(cfg.log_level);
+  if (cfg.tp < 1 || cfg.seconds <= 0) {
+    std::fprintf(stderr, "tp and seconds must be positive\n");
+    return 2;
+  }
+  return -1;
+}
+
+std::vector<int64_t> parse_list(const std::string& text) {
+  std::vector<int64_t> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    auto comma = text.find(',', pos);
+    auto item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    try {
+      out.push_back(std::stoll(item));
+    } catch (...) {
+      return {};
+    }
+    if (comma == std::string::npos)
+      break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+namespace {
+
+class rooms_config : public bench_config {
+public:
+  std::string concurrency = "1,4,16,64,256,1024,4096";
+  int64_t layers = 1;
+  rooms_config() {
+    opt_group{custom_options_, "global"}
+      .add(concurrency, "concurrency", "rooms in flight, a comma-separated list")
+      .add(layers, "layers", "layers (one 256 B page each for K and V)");
+  }
+};
+
+} // namespace
+
+int bench_rooms(int argc, char** argv) {
+  rooms_config cfg;
+  if (auto rc = parse(cfg, argc, argv); rc >= 0)
+    return rc;
+  auto points = parse_list(cfg.concurrency);
+  if (points.empty() || cfg.layers < 1) {
+    std::fprintf(stderr, "bad --concurrency list or layers\n");
+    return 2;
+  }
+  int64_t max_c = 0;
+  for (auto c : points)
+    max_c = std::max(max_c, c);
+  auto tp = static_cast<int>(cfg.tp);
+  std::printf("kvroom-bench rooms: %dP x %dD in one process, tiny rooms (%lld layers x K/V x 1 page of 256 B + 64 B aux), %.1f s per point\n",
+              tp, tp, static_cast<long long>(cfg.layers), cfg.seconds);
+  caf::actor_system sys{cfg};
+  std::vector<std::string> rows;
+  double spawn_rate = 0, msg_rate = 0;
+  {
+    runtime rt{sys};
+    spawn_rate = caf_spawn_rate(sys, std::min(1.0, cfg.seconds));
+    msg_rate = caf_message_rate(sys, std::min(1.0, cfg.seconds));
+    std::printf("CAF ceiling on this machine: %.0f spawn+terminate/s, %.0f messages/s (1->1)\n",
+                spawn_rate, msg_rate);
+    std::printf("%12s %12s %12s %12s %12s\n", "concurrency", "rooms/s", "p50 us", "p99 us", "failed");
+    bench_group g{rt, tp, tiny_shape(max_c, cfg.layers), 1};
+    room_id first = 1;
+    for (auto c : points) {
+      room_driver d{g, static_cast<size_t>(c), first};
+      auto warm = clock_type::now();
+      while (since(warm) < 0.2)
+        d.step();
+      d.succeeded = d.failed = 0;
+      d.latencies_us.clear();
+      auto t0 = clock_type::now();
+      while (since(t0) < cfg.seconds)
+        if (!d.step())
+          std::this_thread::yield();
+      auto secs = since(t0);
+      auto rate = (d.succeeded + d.failed) / secs;
+      d.finish();
+      first = d.next_room();
+      auto p50 = percentile(d.latencies_us, 50), p99 = percentile(d.latencies_us, 99);
+      std::printf("%12lld %12.0f %12.1f %12.1f %12llu\n", static_cast<long long>(c), rate, p50,
+                  p99, static_cast<unsigned long long>(d.failed));
+      std::fflush(stdout);
+      rows.push_back(json_object{}
+                       .num("concurrency", static_cast<double>(c))
+                       .num("rooms_per_s", rate)
+                       .num("latency_us_p50", p50)
+                       .num("latency_us_p99", p99)
+                       .num("failed", static_cast<double>(d.failed))
+                       .dump(6));
+    }
+  }
+  auto out = json_object{}
+               .str("bench", "rooms")
+               .str("mode", "in-process")
+               .num("prefill_tp", tp)
+               .num("decode_tp", tp)
+               .num("layers", static_cast<double>(cfg.layers))
+               .num("seconds_per_point", cfg.seconds)
+               .num("caf_spawn_per_s", spawn_rate)
+               .num("caf_messages_per_s", msg_rate)
+               .raw("points", json_array(rows))
+               .dump();
+  std::printf("%s\n", out.c_str());
+  if (!cfg.json.empty() && !write_file(cfg.json, out))
+    return 1;
+  return 0;
+}
+
+int bench_latency(int, char**) {
+  std::fprintf(stderr, "latency: not yet implemented\n");
+  return 2;
+}
+
+int bench_poll(int, char**) {
+  std::fprintf(stderr, "poll: not yet implemented\n");
+  return 2;
+}
+
+int bench_memory(int, char**) {
+  std::fprintf(stderr, "memory: not yet implemented\n");
+  return 2;
+}
+
+int bench_bandwidth(int, char**) {
+  std::fprintf(stderr, "bandwidth: not yet implemented\n");
+  return 2;
+}
+
+} // namespace kvroom::bench
