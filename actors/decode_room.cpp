@@ -163,7 +163,8 @@ caf::behavior decode_room(caf::stateful_actor<decode_room_state>* self,
       self->state.core.fail_remote(msg.error, !msg.propagated);
     },
     [=](const room_abort& msg) {
-      self->state.core.fail_local("aborted by decode scheduler: " + msg.reason);
+      self->state.core.fail_local("aborted by decode scheduler: " + msg.reason,
+                                  true);
     },
     [=](const peer_lost& msg) { self->state.core.on_peer_lost(msg); },
     [=](const room_clear&) { self->state.core.clear(); },

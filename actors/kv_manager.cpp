@@ -107,8 +107,11 @@ void on_concluded(self_ptr self, room_concluded& msg) {
   } else {
     ++st.counters.origin_failures;
     // Logged once, where the failure was first identified: an error on
-    // decode (the request is lost to the user), a warning on prefill.
-    if (mine.side == role::decode)
+    // decode (the request is lost to the user), a warning on prefill; at
+    // info when the scheduler asked for it.
+    if (msg.requested)
+      logger()->info("{}: {}", to_string(mine), to_string(err));
+    else if (mine.side == role::decode)
       logger()->error("{}: {}", to_string(mine), to_string(err));
     else
       logger()->warn("{}: {}", to_string(mine), to_string(err));

@@ -246,7 +246,8 @@ caf::behavior prefill_room(caf::stateful_actor<prefill_room_state>* self,
                         "ignored", msg.room);
     },
     [=](const room_abort& msg) {
-      self->state.core.fail_local("aborted by prefill scheduler: " + msg.reason);
+      self->state.core.fail_local("aborted by prefill scheduler: " + msg.reason,
+                                  true);
     },
     [=](const peer_lost& msg) { self->state.core.on_peer_lost(msg); },
     [=](const room_clear&) { self->state.core.clear(); },

@@ -42,21 +42,23 @@ void room_core::publish(kv_poll state) {
     self_->send(params_.listener, ev);
 }
 
-void room_core::conclude(bool fan_out) {
+void room_core::conclude(bool fan_out, bool requested) {
   // The manager hears first: once the scheduler sees Failed and asks for the
   // failure, the record is already in the manager's mailbox ahead of it.
-  room_concluded msg{params_.room, fsm_->state(), {}, counterparts_, fan_out};
+  room_concluded msg{params_.room, fsm_->state(), {}, counterparts_, fan_out,
+                     requested};
   if (fsm_->state() == kv_poll::failed)
     msg.error = fsm_->failure();
   self_->send(params_.manager, std::move(msg));
   publish(fsm_->state());
 }
 
-void room_core::conclude_failed(const kv_transfer_error& err, bool fan_out) {
+void room_core::conclude_failed(const kv_transfer_error& err, bool fan_out,
+                                bool requested) {
   auto res = err.is_from_another_rank ? fsm_->fail_remote(err)
                                       : fsm_->fail_local(err.failure_reason);
   if (res == fsm_result::changed)
-    conclude(fan_out);
+    conclude(fan_out, requested);
   else
     logger()->debug("room {} on {}: failure from rank {} ignored ({}): {}",
                     params_.room, to_string(params_.self), err.origin_rank,
@@ -118,7 +120,7 @@ void room_core::request_decision(kv_transfer_error err) {
                                params_.room, std::move(err), false})});
 }
 
-void room_core::fail_local(std::string reason) {
+void room_core::fail_local(std::string reason, bool requested) {
   if (fsm_->concluded()) {
     logger()->debug("room {} on {}: local failure after conclusion ignored: {}",
                     params_.room, to_string(params_.self), reason);
@@ -129,7 +131,7 @@ void room_core::fail_local(std::string reason) {
   if (prepared_)
     request_decision(std::move(err));
   else
-    conclude_failed(err, true);
+    conclude_failed(err, true, requested);
 }
 
 void room_core::fail_remote(const kv_transfer_error& err,
@@ -211,7 +213,7 @@ void room_core::clear() {
   // Clearing a live room abandons it: its peers learn now, not at a timeout.
   if (!fsm_->concluded()) {
     prepared_ = false;
-    fail_local("cleared by scheduler while " + to_string(fsm_->state()));
+    fail_local("cleared by scheduler while " + to_string(fsm_->state()), true);
   }
   fsm_->clear();
   self_->quit();

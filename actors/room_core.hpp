@@ -82,8 +82,9 @@ public:
   /// The coordinator committed the room.
   void on_committed();
 
-  /// A failure identified on this rank (or a request to fail it).
-  void fail_local(std::string reason);
+  /// A failure identified on this rank (or a request to fail it);
+  /// `requested` when the scheduler asked for it (abort, clear).
+  void fail_local(std::string reason, bool requested = false);
 
   /// A failure from elsewhere; `decision_request` marks a prepared rank
   /// asking this coordinator to decide.
@@ -111,8 +112,9 @@ public:
 private:
   void request_decision(kv_transfer_error err);
   void publish(kv_poll state);
-  void conclude(bool fan_out);
-  void conclude_failed(const kv_transfer_error& err, bool fan_out);
+  void conclude(bool fan_out, bool requested = false);
+  void conclude_failed(const kv_transfer_error& err, bool fan_out,
+                       bool requested = false);
 
   caf::event_based_actor* self_ = nullptr;
   room_params params_;

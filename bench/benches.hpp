@@ -20,7 +20,7 @@ public:
   std::string json;
   double seconds = 2.0;
   int64_t tp = 1;
-  std::string log_level = "warn";
+  std::string log_level = "error";
 
   bench_config();
 };

@@ -205,12 +205,15 @@ struct room_concluded {
   kv_transfer_error error;
   std::vector<rank_ref> counterparts;
   bool fan_out = false;
+  /// The scheduler asked for it (abort, clear of a live room): logged at
+  /// info at the origin, since nothing went wrong that anyone must fix.
+  bool requested = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, room_concluded& x) {
   return f(caf::meta::type_name("kvroom.room_concluded"), x.room, x.state,
-           x.error, x.counterparts, x.fan_out);
+           x.error, x.counterparts, x.fan_out, x.requested);
 }
 
 // -- room / scheduler -> manager -----------------------------------------------

@@ -139,7 +139,7 @@ TEST_CASE("every message type round-trips through CAF's binary serializer") {
   check_roundtrip(*sys, transfer_started{77, 1});
   check_roundtrip(*sys, transfer_done{77, 1, 1 << 20, 16});
   check_roundtrip(*sys, room_failed{77, err, true});
-  check_roundtrip(*sys, room_concluded{77, kv_poll::failed, err, {some_rank()}, true});
+  check_roundtrip(*sys, room_concluded{77, kv_poll::failed, err, {some_rank()}, true, true});
   check_roundtrip(*sys, room_opened{77, actor});
   check_roundtrip(*sys, take_failure{77});
   check_roundtrip(*sys, failure_reply{true, err});
