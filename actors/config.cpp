@@ -51,6 +51,13 @@ caf::error validate(const rank_config& cfg) {
     return err;
   if (auto err = check_buffers(cfg.memory.aux, "aux"))
     return err;
+  if (cfg.transport != "local" && cfg.transport != "auto" && cfg.transport != "tcp"
+      && cfg.transport != "shm")
+    return make_error(errc::invalid_config,
+                      "transport must be local, auto, shm or tcp, not '" + cfg.transport + "'");
+  if (cfg.transport != "local" && cfg.transport != "auto" && !cfg.network)
+    return make_error(errc::invalid_config,
+                      "transport " + cfg.transport + " needs network = true");
   auto& t = cfg.timeouts;
   if (t.bootstrap_ms == 0 || t.waiting_ms == 0 || t.transferring_ms == 0)
     return make_error(errc::invalid_config,

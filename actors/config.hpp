@@ -49,8 +49,13 @@ struct rank_config {
   rank_id id = -1;
   /// KV buffers (one per layer and K/V) and aux buffers, all host memory here.
   memory_layout memory;
-  /// Data-plane backend name ("local" within one process).
+  /// Data plane: "local" (this process only), "auto" (the nearest of what
+  /// both ends offer: local, shm, tcp) or a transport forced by name.
   std::string transport = "local";
+  /// Offer endpoints other processes and hosts reach (tcp listener).
+  bool network = false;
+  /// IPv4 address the tcp listener binds and advertises.
+  std::string tcp_host = "127.0.0.1";
   /// Faults to inject into this rank's data plane (stress tests, demo).
   fault_plan faults;
   /// Control-plane faults (stress runs only).

@@ -436,7 +436,7 @@ caf::behavior kv_manager(caf::stateful_actor<kv_manager_state>* self,
   auto& st = self->state;
   st.self_entry = std::make_shared<const rank_entry>(
     rank_entry{params.self, caf::actor_cast<caf::actor>(self),
-               std::move(params.layout), std::move(params.endpoint)});
+               std::move(params.layout), std::move(params.endpoints)});
   st.limits = params.limits;
   st.timeouts = params.timeouts;
   st.inbox = std::move(params.inbox);

@@ -84,7 +84,7 @@ struct kv_manager_state {
 struct kv_manager_params {
   rank_ref self;
   memory_layout layout;
-  endpoint_desc endpoint;
+  std::vector<endpoint_desc> endpoints;
   rank_limits limits;
   room_timeouts timeouts;
   caf::actor inbox;

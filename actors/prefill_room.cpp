@@ -4,6 +4,7 @@
 
 #include "actors/logging.hpp"
 #include "messages/error.hpp"
+#include "transport/select.hpp"
 #include "transport/transfer_plan.hpp"
 
 namespace kvroom {
@@ -51,7 +52,7 @@ void pump(self_ptr self) {
   }
   write_batch batch;
   batch.tag = core.params().room;
-  batch.peer = st.peer->endpoint;
+  batch.peer = st.peer_endpoint;
   batch.ops = std::move(*ops);
   if (chunk.is_last && !src_layout.aux.empty()) {
     auto aux = plan_aux_writes(src_layout, dst_layout, st.aux_index,
@@ -159,6 +160,14 @@ void on_dst(self_ptr self, dst_ready& msg) {
                     + " (head-sliced transfers need equal tp sizes)");
     return;
   }
+  auto ep = choose_endpoint(msg.peer->endpoints,
+                            core.params().self_entry->endpoints,
+                            core.params().transport);
+  if (!ep) {
+    core.fail_local("cannot reach decode " + to_string(d) + ": " + describe(ep.error()));
+    return;
+  }
+  st.peer_endpoint = std::move(*ep);
   st.has_dst = true;
   st.dst = std::move(msg.info);
   st.peer = std::move(msg.peer);

@@ -19,6 +19,8 @@ struct prefill_room_state {
   bool has_dst = false;
   dst_info dst;
   std::shared_ptr<const rank_entry> peer;
+  /// How this room reaches the decode rank, chosen once per room.
+  endpoint_desc peer_endpoint;
   /// Chunks received and not yet handed to the worker (bounded).
   std::deque<sender_chunk> queued;
   uint64_t received_pages = 0;

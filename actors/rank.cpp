@@ -28,7 +28,13 @@ rank::rank(runtime& rt, rank_config cfg)
 
 caf::error rank::start() {
   auto& sys = rt_.system();
-  auto made = make_backend(backend_config{cfg_.transport, ref_.id, cfg_.faults});
+  backend_config bc;
+  bc.name = cfg_.transport == "local" ? "local" : "auto";
+  bc.owner = ref_.id;
+  bc.faults = cfg_.faults;
+  bc.network = cfg_.network;
+  bc.tcp_host = cfg_.tcp_host;
+  auto made = make_backend(bc);
   if (!made)
     return std::move(made.error());
   data_plane_ = std::shared_ptr<backend>{std::move(*made)};
@@ -40,13 +46,13 @@ caf::error rank::start() {
                             + describe(id.error()));
   inbox_ = std::make_unique<caf::scoped_actor>(sys);
   auto inbox = caf::actor_cast<caf::actor>(*inbox_);
-  auto endpoint = data_plane_->endpoint();
+  auto endpoints = data_plane_->endpoints();
   manager_ = sys.spawn(kv_manager,
-                       kv_manager_params{ref_, cfg_.memory, endpoint,
+                       kv_manager_params{ref_, cfg_.memory, endpoints,
                                          cfg_.limits, cfg_.timeouts, inbox,
                                          cfg_.chaos});
   entry_ = std::make_shared<const rank_entry>(
-    rank_entry{ref_, manager_, cfg_.memory, endpoint});
+    rank_entry{ref_, manager_, cfg_.memory, endpoints});
   worker_ = sys.spawn<caf::detached>(transfer_worker, data_plane_,
                                      cfg_.limits.max_queued_jobs,
                                      cfg_.timeouts.transferring_ms);
@@ -119,6 +125,7 @@ caf::expected<Handle> rank::open(room_id room, role side, int32_t peer_dp,
   p.worker = worker_;
   p.peer_dp_rank = peer_dp;
   p.max_queued_chunks = cfg_.limits.max_queued_chunks;
+  p.transport = cfg_.transport == "local" ? "auto" : cfg_.transport;
   auto& sys = rt_.system();
   // The room announces itself to the manager as its first act, so the
   // manager hears of it before anything else the room sends.

@@ -31,6 +31,8 @@ struct room_params {
   /// Decode rooms: the prefill data-parallel group serving this room.
   int32_t peer_dp_rank = 0;
   uint32_t max_queued_chunks = 1024;
+  /// Prefill rooms: the transport to reach decode with, or "auto".
+  std::string transport = "auto";
 };
 
 /// The part every room actor shares: the state machine and its timer, state

@@ -283,18 +283,18 @@ typename Inspector::result_type inspect(Inspector& f, manager_stats& x) {
 // -- bootstrap registry --------------------------------------------------------
 
 /// One rank as the registry knows it: where it sits, its manager, its
-/// registered memory and how its data plane is reached.
+/// registered memory and every way its data plane is reached.
 struct rank_entry {
   rank_ref rank;
   caf::actor manager;
   memory_layout layout;
-  endpoint_desc endpoint;
+  std::vector<endpoint_desc> endpoints;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_entry& x) {
   return f(caf::meta::type_name("kvroom.rank_entry"), x.rank, x.manager,
-           x.layout, x.endpoint);
+           x.layout, x.endpoints);
 }
 
 /// A rank announces itself; the registry pushes `directory_update` to every

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "caf/error.hpp"
 #include "caf/expected.hpp"
@@ -63,6 +64,11 @@ public:
 
   /// How peers reach the memory this backend registered.
   virtual endpoint_desc endpoint() const = 0;
+
+  /// Every way to reach it; a backend that bundles several lists each.
+  virtual std::vector<endpoint_desc> endpoints() const {
+    return {endpoint()};
+  }
 
   /// Registers memory this rank sends from or exposes to peers.
   virtual caf::expected<region_id> register_memory(const mem_desc& mem) = 0;

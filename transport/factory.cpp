@@ -3,6 +3,8 @@
 #include "messages/error.hpp"
 #include "transport/fault/fault_backend.hpp"
 #include "transport/local/local_backend.hpp"
+#include "transport/router/router_backend.hpp"
+#include "transport/tcp/tcp_backend.hpp"
 
 namespace kvroom {
 
@@ -44,14 +46,42 @@ bool from_string(const std::string& str, fault_point& x) {
   return false;
 }
 
+namespace {
+
+caf::expected<backend_ptr> make_tcp(const backend_config& cfg) {
+  auto tcp = std::make_unique<detail::tcp_backend>(cfg.owner, cfg.tcp_host,
+                                                   cfg.io_timeout_ms);
+  if (auto err = tcp->start())
+    return err;
+  return backend_ptr{std::move(tcp)};
+}
+
+} // namespace
+
 caf::expected<backend_ptr> make_backend(const backend_config& cfg) {
   backend_ptr result;
-  if (cfg.name == "local")
+  if (cfg.name == "local") {
     result = std::make_unique<detail::local_backend>(cfg.owner);
-  else
+  } else if (cfg.name == "tcp") {
+    auto tcp = make_tcp(cfg);
+    if (!tcp)
+      return tcp.error();
+    result = std::move(*tcp);
+  } else if (cfg.name == "auto") {
+    std::vector<backend_ptr> parts;
+    parts.push_back(std::make_unique<detail::local_backend>(cfg.owner));
+    if (cfg.network) {
+      auto tcp = make_tcp(cfg);
+      if (!tcp)
+        return tcp.error();
+      parts.push_back(std::move(*tcp));
+    }
+    result = std::make_unique<detail::router_backend>(std::move(parts));
+  } else {
     return make_error(errc::unavailable,
                       "unknown or not compiled transport '" + cfg.name
-                        + "' (compiled: local)");
+                        + "' (compiled: local, tcp, auto)");
+  }
   if (cfg.faults.probability < 0.0 || cfg.faults.probability > 1.0)
     return make_error(errc::invalid_argument,
                       "fault probability must lie in [0, 1]");
@@ -64,6 +94,7 @@ caf::expected<backend_ptr> make_backend(const backend_config& cfg) {
 std::vector<backend_availability> probe_backends() {
   std::vector<backend_availability> out;
   out.push_back({"local", true, true, "same-process memcpy"});
+  out.push_back({"tcp", true, true, "sockets, receiver-side range validation"});
   return out;
 }
 

@@ -12,12 +12,19 @@ namespace kvroom {
 
 /// What a rank asks the factory for.
 struct backend_config {
-  /// "local" (same process); further backends as they are compiled in.
+  /// "local" (same process), "tcp" (sockets), or "auto": every backend this
+  /// rank can offer behind one router (local, plus tcp when `network`).
   std::string name = "local";
   /// The rank whose memory the backend registers.
   rank_id owner = 0;
   /// Faults to inject; an empty plan adds no wrapper.
   fault_plan faults;
+  /// With "auto": also offer endpoints other processes and hosts can reach.
+  bool network = false;
+  /// IPv4 address the tcp listener binds and advertises.
+  std::string tcp_host = "127.0.0.1";
+  /// Bound on one tcp batch's socket I/O.
+  uint32_t io_timeout_ms = 30'000;
 };
 
 /// The one place that knows every backend: builds the one named in `cfg`,

@@ -7,6 +7,12 @@
 
 #include "messages/error.hpp"
 #include "transport/factory.hpp"
+#include "transport/select.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 using namespace kvroom;
 
@@ -20,6 +26,19 @@ xfer_status finish(backend& be, xfer_id id, std::string& reason) {
       return st;
   }
   return xfer_status::in_progress;
+}
+
+/// Posts `batch` and drives it to its end: ok, or the reason it failed
+/// (refused at post, or failed at completion: a remote receiver refuses a
+/// batch only once it has seen it).
+std::pair<bool, std::string> run(backend& be, const write_batch& batch) {
+  auto id = be.post(batch);
+  if (!id)
+    return {false, describe(id.error())};
+  std::string reason;
+  auto st = finish(be, *id, reason);
+  be.release(*id);
+  return {st == xfer_status::done, reason};
 }
 
 struct pair_of_ranks {
@@ -103,23 +122,28 @@ TEST_CASE("a destination outside the peer's registered memory is refused and not
     auto base = pair_of_ranks::addr(p.dst);
     // The first write is fine, the second runs one byte past the end: the
     // batch must be refused whole, before the first write happens.
-    auto id = p.sender->post(p.batch({{pair_of_ranks::addr(p.src), base, 100},
-                                      {pair_of_ranks::addr(p.src), base + 8092, 101}}));
-    REQUIRE_FALSE(id);
-    CHECK(describe(id.error()).find("outside rank 2's registered memory") != std::string::npos);
+    auto res = run(*p.sender, p.batch({{pair_of_ranks::addr(p.src), base, 100},
+                                       {pair_of_ranks::addr(p.src), base + 8092, 101}}));
+    CHECK_FALSE(res.first);
+    CHECK(res.second.find("outside rank 2's registered memory") != std::string::npos);
     CHECK(std::all_of(p.dst.begin(), p.dst.end(), [](uint8_t b) { return b == 0; }));
-    // Wrapping ranges are refused too.
-    CHECK_FALSE(p.sender->post(p.batch({{pair_of_ranks::addr(p.src), base + 10, UINT64_MAX}})));
+    // Wrapping ranges are refused too, and the backend still works after.
+    res = run(*p.sender, p.batch({{pair_of_ranks::addr(p.src), base + 10, UINT64_MAX}}));
+    CHECK_FALSE(res.first);
+    res = run(*p.sender, p.batch({{pair_of_ranks::addr(p.src), base, 64}}));
+    CHECK(res.first);
+    CHECK(std::memcmp(p.src.data(), p.dst.data(), 64) == 0);
   }
 }
 
 TEST_CASE("a source outside the sender's registered memory is refused") {
   for (auto& name : compiled_backends()) {
+    INFO("backend " << name);
     pair_of_ranks p{name, 4096};
     std::vector<uint8_t> stray(64, 1);
-    auto id = p.sender->post(p.batch({{pair_of_ranks::addr(stray), pair_of_ranks::addr(p.dst), 64}}));
-    REQUIRE_FALSE(id);
-    CHECK(describe(id.error()).find("outside the sender's registered memory") != std::string::npos);
+    auto res = run(*p.sender, p.batch({{pair_of_ranks::addr(stray), pair_of_ranks::addr(p.dst), 64}}));
+    CHECK_FALSE(res.first);
+    CHECK(res.second.find("outside the sender's registered memory") != std::string::npos);
   }
 }
 
@@ -136,7 +160,7 @@ TEST_CASE("deregistered memory is no longer writable") {
     write_batch b;
     b.peer = (*r)->endpoint();
     b.ops = {{pair_of_ranks::addr(src), pair_of_ranks::addr(dst), 256}};
-    CHECK_FALSE((*s)->post(b));
+    CHECK_FALSE(run(**s, b).first);
     CHECK(dst[0] == 0);
     CHECK((*r)->deregister_memory(*region));
   }
@@ -153,6 +177,57 @@ TEST_CASE("registration refuses empty, overlapping and device ranges on the host
   REQUIRE((*be)->register_memory(mem_desc{base, 512, -1}));
   CHECK_FALSE((*be)->register_memory(mem_desc{base + 100, 512, -1}));
   CHECK((*be)->register_memory(mem_desc{base + 512, 512, -1}));
+}
+
+TEST_CASE("a tcp peer sending garbage or a short payload is dropped; the receiver keeps serving") {
+  pair_of_ranks p{"tcp", 4096};
+  auto ep = p.receiver->endpoint();
+  auto colon = ep.address.rfind(':');
+  auto port = static_cast<uint16_t>(std::stoi(ep.address.substr(colon + 1)));
+  auto raw = [&](const void* data, size_t len) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    ::send(fd, data, len, MSG_NOSIGNAL);
+    char buf[256];
+    // The receiver answers a refusal or just closes: either way it returns.
+    ::recv(fd, buf, sizeof(buf), 0);
+    ::close(fd);
+  };
+  std::string garbage(64, 'x');
+  raw(garbage.data(), garbage.size());
+  // A valid header announcing a write into registered memory, then the
+  // connection closes before the payload: only bytes inside the validated
+  // range could have landed, and the receiver survives.
+  struct {
+    uint32_t magic = 0x4b56524d;
+    uint16_t version = 1, reserved = 0;
+    uint64_t xfer = 1, tag = 1;
+    uint32_t nops = 1, reserved2 = 0;
+    uint64_t total = 4096;
+    uint64_t dst, len = 4096;
+  } hdr;
+  hdr.dst = pair_of_ranks::addr(p.dst);
+  raw(&hdr, sizeof(hdr));
+  auto res = run(*p.sender, p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 4096}}));
+  CHECK(res.first);
+  CHECK(std::memcmp(p.src.data(), p.dst.data(), 4096) == 0);
+}
+
+TEST_CASE("choose_endpoint prefers the nearest transport both ends offer") {
+  std::vector<endpoint_desc> mine{{"local", "1", 7, 1}, {"tcp", "127.0.0.1:1", 0, 1}};
+  std::vector<endpoint_desc> same_proc{{"local", "2", 7, 2}, {"tcp", "127.0.0.1:2", 0, 2}};
+  std::vector<endpoint_desc> other_proc{{"local", "2", 8, 2}, {"tcp", "127.0.0.1:2", 0, 2}};
+  CHECK(choose_endpoint(same_proc, mine, "auto")->transport == "local");
+  CHECK(choose_endpoint(other_proc, mine, "auto")->transport == "tcp");
+  CHECK(choose_endpoint(same_proc, mine, "tcp")->transport == "tcp");
+  auto none = choose_endpoint(same_proc, mine, "shm");
+  REQUIRE_FALSE(none);
+  CHECK(describe(none.error()).find("offers no shm endpoint (it offers local, tcp)") != std::string::npos);
+  CHECK_FALSE(choose_endpoint({{"local", "2", 8, 2}}, mine, "auto"));
 }
 
 TEST_CASE("a peer endpoint that is malformed or from another process is refused") {

@@ -1,0 +1,54 @@
+#include "transport/region_table.hpp"
+
+#include <cstdio>
+#include <mutex>
+
+#include "messages/error.hpp"
+
+namespace kvroom::detail {
+
+caf::expected<region_id> region_table::add(const mem_desc& mem) {
+  if (mem.device_id >= 0)
+    return make_error(errc::unsupported, "host memory only (device "
+                                           + std::to_string(mem.device_id) + ")");
+  if (mem.addr == 0 || mem.size_bytes == 0)
+    return make_error(errc::invalid_argument,
+                      "cannot register an empty or null range");
+  if (mem.addr + mem.size_bytes < mem.addr)
+    return make_error(errc::invalid_argument, "range wraps the address space");
+  std::unique_lock<std::shared_mutex> guard{mtx_};
+  for (auto& e : regions_)
+    if (e.mem.overlaps(mem))
+      return make_error(errc::invalid_argument,
+                        "range overlaps memory this rank registered already");
+  auto id = next_++;
+  regions_.push_back(entry{id, mem});
+  return id;
+}
+
+caf::error region_table::remove(region_id id) {
+  std::unique_lock<std::shared_mutex> guard{mtx_};
+  for (auto i = regions_.begin(); i != regions_.end(); ++i)
+    if (i->id == id) {
+      regions_.erase(i);
+      return caf::none;
+    }
+  return make_error(errc::not_registered, "no registration " + std::to_string(id));
+}
+
+bool region_table::covers(uint64_t addr, uint64_t len) const {
+  for (auto& e : regions_)
+    if (e.mem.covers(addr, len, -1))
+      return true;
+  return false;
+}
+
+std::string region_table::range(uint64_t addr, uint64_t len) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "[0x%llx, +%llu)",
+                static_cast<unsigned long long>(addr),
+                static_cast<unsigned long long>(len));
+  return buf;
+}
+
+} // namespace kvroom::detail

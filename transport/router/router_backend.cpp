@@ -1,0 +1,98 @@
+#include "transport/router/router_backend.hpp"
+
+#include "messages/error.hpp"
+
+namespace kvroom::detail {
+
+router_backend::router_backend(std::vector<backend_ptr> parts) : parts_(std::move(parts)) {
+  // nop
+}
+
+std::string router_backend::name() const {
+  std::string out;
+  for (auto& p : parts_)
+    out += (out.empty() ? "" : "+") + p->name();
+  return out;
+}
+
+backend_caps router_backend::caps() const {
+  backend_caps out;
+  for (auto& p : parts_) {
+    auto c = p->caps();
+    out.host_memory |= c.host_memory;
+    out.device_memory |= c.device_memory;
+    out.same_process |= c.same_process;
+    out.same_host |= c.same_host;
+    out.cross_host |= c.cross_host;
+    out.max_batch_ops = out.max_batch_ops == 0 ? c.max_batch_ops
+                                               : std::min(out.max_batch_ops, c.max_batch_ops);
+  }
+  return out;
+}
+
+endpoint_desc router_backend::endpoint() const {
+  return parts_.front()->endpoint();
+}
+
+std::vector<endpoint_desc> router_backend::endpoints() const {
+  std::vector<endpoint_desc> out;
+  for (auto& p : parts_)
+    for (auto& e : p->endpoints())
+      out.push_back(e);
+  return out;
+}
+
+caf::expected<region_id> router_backend::register_memory(const mem_desc& mem) {
+  std::vector<region_id> ids;
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    auto id = parts_[i]->register_memory(mem);
+    if (!id) {
+      for (size_t j = 0; j < ids.size(); ++j)
+        (void) parts_[j]->deregister_memory(ids[j]);
+      return make_error(errc::invalid_argument,
+                        parts_[i]->name() + ": " + describe(id.error()));
+    }
+    ids.push_back(*id);
+  }
+  regions_.push_back(std::move(ids));
+  return regions_.size();
+}
+
+caf::error router_backend::deregister_memory(region_id id) {
+  if (id == 0 || id > regions_.size() || regions_[id - 1].empty())
+    return make_error(errc::not_registered, "no registration " + std::to_string(id));
+  for (size_t i = 0; i < parts_.size(); ++i)
+    (void) parts_[i]->deregister_memory(regions_[id - 1][i]);
+  regions_[id - 1].clear();
+  return caf::none;
+}
+
+caf::expected<xfer_id> router_backend::post(const write_batch& batch) {
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    if (parts_[i]->name() != batch.peer.transport)
+      continue;
+    auto id = parts_[i]->post(batch);
+    if (!id)
+      return id;
+    return (static_cast<xfer_id>(i) << shift) | *id;
+  }
+  return make_error(errc::unavailable,
+                    "this rank has no '" + batch.peer.transport + "' backend");
+}
+
+xfer_status router_backend::poll(xfer_id id, std::string& reason) {
+  auto i = static_cast<size_t>(id >> shift);
+  if (i >= parts_.size()) {
+    reason = "unknown transfer id";
+    return xfer_status::failed;
+  }
+  return parts_[i]->poll(id & ((xfer_id{1} << shift) - 1), reason);
+}
+
+void router_backend::release(xfer_id id) {
+  auto i = static_cast<size_t>(id >> shift);
+  if (i < parts_.size())
+    parts_[i]->release(id & ((xfer_id{1} << shift) - 1));
+}
+
+} // namespace kvroom::detail

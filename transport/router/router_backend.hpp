@@ -1,0 +1,34 @@
+#pragma once
+
+#include <vector>
+
+#include "transport/backend.hpp"
+
+namespace kvroom::detail {
+
+/// Several backends behind one: memory is registered with each, a batch goes
+/// to the backend named by its peer endpoint, and every endpoint is offered
+/// so a peer can pick the nearest (see choose_endpoint).
+class router_backend final : public backend {
+public:
+  explicit router_backend(std::vector<backend_ptr> parts);
+
+  std::string name() const override;
+  backend_caps caps() const override;
+  endpoint_desc endpoint() const override;
+  std::vector<endpoint_desc> endpoints() const override;
+  caf::expected<region_id> register_memory(const mem_desc& mem) override;
+  caf::error deregister_memory(region_id id) override;
+  caf::expected<xfer_id> post(const write_batch& batch) override;
+  xfer_status poll(xfer_id id, std::string& reason) override;
+  void release(xfer_id id) override;
+
+private:
+  // Ids carry the part's index in their top byte.
+  static constexpr int shift = 56;
+
+  std::vector<backend_ptr> parts_;
+  std::vector<std::vector<region_id>> regions_;
+};
+
+} // namespace kvroom::detail

@@ -1,0 +1,375 @@
+#include "transport/tcp/tcp_backend.hpp"
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "transport/log.hpp"
+#include "messages/error.hpp"
+
+namespace kvroom::detail {
+
+namespace {
+
+constexpr uint32_t wire_magic = 0x4b56524d; // "KVRM"
+constexpr uint16_t wire_version = 1;
+constexpr uint32_t max_reason = 4096;
+
+struct wire_header {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint64_t xfer;
+  uint64_t tag;
+  uint32_t nops;
+  uint32_t reserved2;
+  uint64_t total_bytes;
+};
+
+struct wire_op {
+  uint64_t dst_addr;
+  uint64_t size_bytes;
+};
+
+struct wire_ack {
+  uint32_t magic;
+  uint32_t status; // 0: written, 1: refused
+  uint64_t xfer;
+  uint32_t reason_len;
+  uint32_t reserved;
+};
+
+std::string sys_error(const char* what) {
+  return std::string{what} + ": " + std::strerror(errno);
+}
+
+/// Writes all of `len` bytes; false on error or a closed peer.
+bool send_all(int fd, const void* buf, size_t len) {
+  auto* p = static_cast<const char*>(buf);
+  while (len > 0) {
+    auto n = ::send(fd, p, len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+/// Reads all of `len` bytes; false on error, timeout or a closed peer.
+bool recv_all(int fd, void* buf, size_t len) {
+  auto* p = static_cast<char*>(buf);
+  while (len > 0) {
+    auto n = ::recv(fd, p, len, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void set_timeouts(int fd, uint32_t ms) {
+  timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+void send_ack(int fd, uint64_t xfer, bool ok, const std::string& reason) {
+  wire_ack ack{wire_magic, ok ? 0u : 1u, xfer,
+               static_cast<uint32_t>(std::min<size_t>(reason.size(), max_reason)), 0};
+  if (send_all(fd, &ack, sizeof(ack)) && ack.reason_len > 0)
+    send_all(fd, reason.data(), ack.reason_len);
+}
+
+} // namespace
+
+tcp_backend::tcp_backend(rank_id owner, std::string host, uint32_t io_timeout_ms)
+  : owner_(owner), host_(std::move(host)), io_timeout_ms_(io_timeout_ms) {
+  // nop
+}
+
+caf::error tcp_backend::start() {
+  listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listener_ < 0)
+    return make_error(errc::unavailable, sys_error("tcp: socket"));
+  int one = 1;
+  ::setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, host_.c_str(), &addr.sin_addr) != 1)
+    return make_error(errc::invalid_config,
+                      "tcp: '" + host_ + "' is not an IPv4 address");
+  if (::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    return make_error(errc::unavailable, sys_error(("tcp: bind " + host_).c_str()));
+  if (::listen(listener_, 64) != 0)
+    return make_error(errc::unavailable, sys_error("tcp: listen"));
+  socklen_t len = sizeof(addr);
+  ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.sin_port);
+  acceptor_ = std::thread{[this] { accept_loop(); }};
+  return caf::none;
+}
+
+tcp_backend::~tcp_backend() {
+  stopping_ = true;
+  if (acceptor_.joinable())
+    acceptor_.join();
+  if (listener_ >= 0)
+    ::close(listener_);
+  {
+    std::lock_guard<std::mutex> guard{conns_mtx_};
+    // Unblocks every connection thread stuck in recv.
+    for (auto fd : conn_fds_)
+      ::shutdown(fd, SHUT_RDWR);
+  }
+  for (auto& t : conn_threads_)
+    if (t.joinable())
+      t.join();
+  for (auto& kvp : out_)
+    ::close(kvp.second);
+}
+
+void tcp_backend::accept_loop() {
+  while (!stopping_) {
+    pollfd pfd{listener_, POLLIN, 0};
+    // A bounded wait so shutdown is noticed within 100 ms.
+    if (::poll(&pfd, 1, 100) <= 0)
+      continue;
+    int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0)
+      continue;
+    std::lock_guard<std::mutex> guard{conns_mtx_};
+    if (conn_fds_.size() >= max_connections) {
+      transport_warning("tcp: refusing connection: " + std::to_string(max_connections)
+              + " peers connected already");
+      ::close(fd);
+      continue;
+    }
+    set_timeouts(fd, io_timeout_ms_);
+    conn_fds_.push_back(fd);
+    conn_threads_.emplace_back([this, fd] { serve(fd); });
+  }
+}
+
+void tcp_backend::serve(int fd) {
+  std::vector<wire_op> ops;
+  while (!stopping_) {
+    wire_header h{};
+    if (!recv_all(fd, &h, sizeof(h)))
+      break; // peer closed or timed out while idle
+    std::string bad;
+    if (h.magic != wire_magic || h.version != wire_version)
+      bad = "malformed batch header (magic or version)";
+    else if (h.nops == 0 || h.nops > max_ops)
+      bad = "batch with " + std::to_string(h.nops) + " writes (limit "
+            + std::to_string(max_ops) + ")";
+    if (!bad.empty()) {
+      transport_warning("tcp: rank " + std::to_string(owner_) + " refuses a batch: " + bad);
+      send_ack(fd, h.xfer, false, bad);
+      break;
+    }
+    ops.resize(h.nops);
+    if (!recv_all(fd, ops.data(), ops.size() * sizeof(wire_op)))
+      break;
+    // Validate every range before any byte lands; hold the lock while the
+    // payload is written so nothing is deregistered under it.
+    auto guard = regions_.lock();
+    uint64_t total = 0;
+    for (size_t i = 0; i < ops.size() && bad.empty(); ++i) {
+      auto& op = ops[i];
+      if (op.size_bytes == 0 || !regions_.covers(op.dst_addr, op.size_bytes))
+        bad = "write " + std::to_string(i) + ": destination range "
+              + region_table::range(op.dst_addr, op.size_bytes)
+              + " is outside rank " + std::to_string(owner_)
+              + "'s registered memory";
+      total += op.size_bytes;
+    }
+    if (bad.empty() && total != h.total_bytes)
+      bad = "batch announces " + std::to_string(h.total_bytes)
+            + " payload bytes but its writes sum to " + std::to_string(total);
+    if (!bad.empty()) {
+      send_ack(fd, h.xfer, false, bad);
+      break; // the unread payload makes the stream unusable: drop it
+    }
+    bool ok = true;
+    for (auto& op : ops)
+      if (!recv_all(fd, reinterpret_cast<void*>(op.dst_addr), op.size_bytes)) {
+        ok = false;
+        break;
+      }
+    if (!ok)
+      break; // short payload: the sender sees its connection fail
+    send_ack(fd, h.xfer, true, {});
+  }
+  std::lock_guard<std::mutex> guard{conns_mtx_};
+  ::close(fd);
+  for (auto i = conn_fds_.begin(); i != conn_fds_.end(); ++i)
+    if (*i == fd) {
+      conn_fds_.erase(i);
+      break;
+    }
+}
+
+std::string tcp_backend::name() const {
+  return "tcp";
+}
+
+backend_caps tcp_backend::caps() const {
+  backend_caps out;
+  out.host_memory = true;
+  out.same_process = true;
+  out.same_host = true;
+  out.cross_host = true;
+  out.max_batch_ops = max_ops;
+  return out;
+}
+
+endpoint_desc tcp_backend::endpoint() const {
+  return endpoint_desc{"tcp", host_ + ":" + std::to_string(port_), 0, owner_};
+}
+
+caf::expected<region_id> tcp_backend::register_memory(const mem_desc& mem) {
+  return regions_.add(mem);
+}
+
+caf::error tcp_backend::deregister_memory(region_id id) {
+  return regions_.remove(id);
+}
+
+int tcp_backend::connection_to(const std::string& address, std::string& reason) {
+  if (auto i = out_.find(address); i != out_.end())
+    return i->second;
+  auto colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    reason = "malformed tcp endpoint '" + address + "'";
+    return -1;
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  int port = 0;
+  try {
+    port = std::stoi(address.substr(colon + 1));
+  } catch (...) {
+    port = -1;
+  }
+  if (port <= 0 || port > 65535
+      || ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
+    reason = "malformed tcp endpoint '" + address + "'";
+    return -1;
+  }
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    reason = sys_error("tcp: socket");
+    return -1;
+  }
+  set_timeouts(fd, io_timeout_ms_);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    reason = sys_error(("tcp: connect " + address).c_str());
+    ::close(fd);
+    return -1;
+  }
+  out_.emplace(address, fd);
+  return fd;
+}
+
+void tcp_backend::drop_connection(const std::string& address) {
+  if (auto i = out_.find(address); i != out_.end()) {
+    ::close(i->second);
+    out_.erase(i);
+  }
+}
+
+caf::expected<xfer_id> tcp_backend::post(const write_batch& batch) {
+  if (batch.peer.transport != "tcp")
+    return make_error(errc::invalid_argument,
+                      "tcp backend cannot reach a '" + batch.peer.transport + "' endpoint");
+  if (batch.src_device_id >= 0 || batch.dst_device_id >= 0)
+    return make_error(errc::unsupported, "tcp backend moves host memory only");
+  if (batch.ops.empty() || batch.ops.size() > max_ops)
+    return make_error(errc::invalid_argument,
+                      "batch with " + std::to_string(batch.ops.size()) + " writes");
+  {
+    auto guard = regions_.lock();
+    for (size_t i = 0; i < batch.ops.size(); ++i)
+      if (!regions_.covers(batch.ops[i].src_addr, batch.ops[i].size_bytes))
+        return make_error(errc::not_registered,
+                          "write " + std::to_string(i) + ": source range "
+                            + region_table::range(batch.ops[i].src_addr,
+                                                  batch.ops[i].size_bytes)
+                            + " is outside the sender's registered memory");
+  }
+  auto id = next_xfer_++;
+  auto& peer = batch.peer.address;
+  std::string reason;
+  auto fail = [&](std::string why) {
+    drop_connection(peer);
+    posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + why};
+    return id;
+  };
+  int fd = connection_to(peer, reason);
+  if (fd < 0)
+    return fail(reason);
+  wire_header h{wire_magic, wire_version, 0, id, batch.tag,
+                static_cast<uint32_t>(batch.ops.size()), 0, batch.total_bytes()};
+  std::vector<wire_op> ops;
+  ops.reserve(batch.ops.size());
+  for (auto& op : batch.ops)
+    ops.push_back(wire_op{op.dst_addr, op.size_bytes});
+  if (!send_all(fd, &h, sizeof(h)) || !send_all(fd, ops.data(), ops.size() * sizeof(wire_op)))
+    return fail(sys_error("send"));
+  for (auto& op : batch.ops)
+    if (!send_all(fd, reinterpret_cast<const void*>(op.src_addr), op.size_bytes)) {
+      // A receiver that refused the batch closes after its ack: report that.
+      wire_ack ack{};
+      if (recv_all(fd, &ack, sizeof(ack)) && ack.magic == wire_magic && ack.status != 0
+          && ack.reason_len <= max_reason) {
+        std::string why(ack.reason_len, '\0');
+        recv_all(fd, why.data(), why.size());
+        return fail("refused by rank " + std::to_string(batch.peer.owner) + ": " + why);
+      }
+      return fail(sys_error("send payload"));
+    }
+  wire_ack ack{};
+  if (!recv_all(fd, &ack, sizeof(ack)))
+    return fail(sys_error("waiting for the ack"));
+  if (ack.magic != wire_magic || ack.xfer != id || ack.reason_len > max_reason)
+    return fail("malformed ack");
+  if (ack.status != 0) {
+    std::string why(ack.reason_len, '\0');
+    recv_all(fd, why.data(), why.size());
+    return fail("refused by rank " + std::to_string(batch.peer.owner) + ": " + why);
+  }
+  posted_[id] = result{xfer_status::done, {}};
+  return id;
+}
+
+xfer_status tcp_backend::poll(xfer_id id, std::string& reason) {
+  auto i = posted_.find(id);
+  if (i == posted_.end()) {
+    reason = "unknown transfer id " + std::to_string(id);
+    return xfer_status::failed;
+  }
+  reason = i->second.reason;
+  return i->second.status;
+}
+
+void tcp_backend::release(xfer_id id) {
+  posted_.erase(id);
+}
+
+} // namespace kvroom::detail

@@ -1,0 +1,75 @@
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/backend.hpp"
+#include "transport/region_table.hpp"
+
+namespace kvroom::detail {
+
+/// Data plane between hosts over plain TCP sockets.
+///
+/// Receiving: a listener thread accepts peers; one thread per connection
+/// (bounded) reads a batch header and its write descriptors, validates every
+/// destination range against this rank's registered memory before a byte is
+/// read into it, receives the payload straight into place and acks. A bad
+/// batch is refused with a reason and the connection closed.
+///
+/// Sending: one connection per peer; `post` writes the whole batch and waits
+/// for the ack on the worker's dedicated thread, bounded by `io_timeout_ms`.
+class tcp_backend final : public backend {
+public:
+  tcp_backend(rank_id owner, std::string host, uint32_t io_timeout_ms);
+  ~tcp_backend() override;
+
+  /// Binds the listener; the backend is unusable when this fails.
+  caf::error start();
+
+  std::string name() const override;
+  backend_caps caps() const override;
+  endpoint_desc endpoint() const override;
+  caf::expected<region_id> register_memory(const mem_desc& mem) override;
+  caf::error deregister_memory(region_id id) override;
+  caf::expected<xfer_id> post(const write_batch& batch) override;
+  xfer_status poll(xfer_id id, std::string& reason) override;
+  void release(xfer_id id) override;
+
+  /// Most writes in one batch and concurrent inbound connections.
+  static constexpr uint32_t max_ops = 1u << 20;
+  static constexpr size_t max_connections = 256;
+
+private:
+  void accept_loop();
+  void serve(int fd);
+  int connection_to(const std::string& address, std::string& reason);
+  void drop_connection(const std::string& address);
+
+  rank_id owner_;
+  std::string host_;
+  uint32_t io_timeout_ms_;
+  uint16_t port_ = 0;
+  int listener_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  // Inbound connection threads and their sockets, for shutdown.
+  std::mutex conns_mtx_;
+  std::vector<std::thread> conn_threads_;
+  std::vector<int> conn_fds_;
+  region_table regions_;
+  // Sending side: used by the one worker thread only.
+  std::unordered_map<std::string, int> out_;
+  struct result {
+    xfer_status status;
+    std::string reason;
+  };
+  std::unordered_map<xfer_id, result> posted_;
+  xfer_id next_xfer_ = 1;
+};
+
+} // namespace kvroom::detail
