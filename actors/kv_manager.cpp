@@ -331,10 +331,15 @@ void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
     st.failure_records.erase(rec);
 }
 
-void on_peer_down(self_ptr self, const rank_ref& peer,
+void on_peer_down(self_ptr self, const rank_entry& lost,
                   const caf::error& reason) {
   auto& st = self->state;
-  auto text = "rank " + to_string(peer) + " lost: " + caf::to_string(reason);
+  auto& peer = lost.rank;
+  std::string where;
+  for (auto& e : lost.endpoints)
+    if (e.transport == "tcp")
+      where = " at " + e.address;
+  auto text = "rank " + to_string(peer) + where + " lost: " + caf::to_string(reason);
   size_t open = 0;
   for (auto& kvp : st.rooms)
     open += is_terminal(kvp.second.state) ? 0 : 1;
@@ -366,7 +371,7 @@ void on_directory(self_ptr self, directory_update& msg) {
     if (e.manager && e.rank.id != me(self).id
         && st.peers.count(e.manager.id()) == 0) {
       self->monitor(e.manager);
-      st.peers.emplace(e.manager.id(), e.rank);
+      st.peers.emplace(e.manager.id(), ptr);
     }
     fresh.push_back(std::move(ptr));
   }
@@ -454,7 +459,7 @@ caf::behavior kv_manager(caf::stateful_actor<kv_manager_state>* self,
     if (auto p = st.peers.find(id); p != st.peers.end()) {
       auto peer = p->second;
       st.peers.erase(p);
-      on_peer_down(self, peer, msg.reason);
+      on_peer_down(self, *peer, msg.reason);
     }
   });
   return {

@@ -53,7 +53,7 @@ struct kv_manager_state {
   /// Every rank of the deployment, as the bootstrap registry last pushed it.
   std::vector<std::shared_ptr<const rank_entry>> directory;
   /// Peer managers this rank monitors, by actor id.
-  std::unordered_map<caf::actor_id, rank_ref> peers;
+  std::unordered_map<caf::actor_id, std::shared_ptr<const rank_entry>> peers;
 
   std::unordered_map<room_id, room_entry> rooms;
   std::unordered_map<caf::actor_id, room_id> room_by_actor;

@@ -168,6 +168,13 @@ caf::expected<kv_receiver> rank::receiver(room_id room) const {
   return kv_receiver{const_cast<rank*>(this), i->second};
 }
 
+std::string rank::data_plane_address(const std::string& transport) const {
+  for (auto& e : entry_->endpoints)
+    if (e.transport == transport)
+      return e.address;
+  return {};
+}
+
 caf::actor rank::room_actor(room_id room) const {
   auto i = rooms_.find(room);
   return i == rooms_.end() ? caf::actor{} : i->second->actor;

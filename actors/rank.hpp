@@ -71,6 +71,9 @@ public:
   /// The manager's counters (a bounded blocking query).
   caf::expected<manager_stats> stats();
 
+  /// Where this rank's `transport` endpoint listens ("" when it has none).
+  std::string data_plane_address(const std::string& transport) const;
+
   /// The actor of an open room, or an invalid handle: for actor-based
   /// schedulers and fault injection (stress runs kill it mid-room).
   caf::actor room_actor(room_id room) const;

@@ -4,11 +4,13 @@
 #include <thread>
 
 #include "caf/all.hpp"
+#include "caf/io/all.hpp"
 
 #include "actors/bootstrap_registry.hpp"
 #include "actors/logging.hpp"
 #include "actors/rank.hpp"
 #include "messages/assert.hpp"
+#include "messages/error.hpp"
 #include "messages/registration.hpp"
 
 namespace kvroom {
@@ -21,6 +23,13 @@ void prepare_config(caf::actor_system_config& cfg,
   if (threads == 0)
     threads = std::max<size_t>(2, std::thread::hardware_concurrency());
   cfg.set("scheduler.max-threads", threads);
+  if (opts.network) {
+    cfg.load<caf::io::middleman>();
+    cfg.set("middleman.heartbeat-interval",
+            caf::timespan{std::chrono::milliseconds(opts.heartbeat_ms)});
+    cfg.set("middleman.connection-timeout",
+            caf::timespan{std::chrono::milliseconds(opts.connection_timeout_ms)});
+  }
   set_log_level(opts.log_level);
 }
 
@@ -43,6 +52,48 @@ runtime::~runtime() {
   caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
   registry_ = nullptr;
   owned_sys_.reset();
+}
+
+caf::expected<uint16_t> runtime::publish_registry(uint16_t port,
+                                                  const std::string& host) {
+  if (!sys_->has_middleman())
+    return make_error(errc::invalid_config,
+                      "publishing the registry needs runtime_options.network");
+  auto res = sys_->middleman().publish(registry_, port,
+                                       host.empty() ? nullptr : host.c_str(), true);
+  if (!res)
+    return make_error(errc::unavailable, "cannot publish the bootstrap registry on port "
+                                           + std::to_string(port) + ": "
+                                           + sys_->render(res.error()));
+  return *res;
+}
+
+caf::error runtime::connect_registry(const std::string& host, uint16_t port,
+                                     uint32_t timeout_ms) {
+  if (!sys_->has_middleman())
+    return make_error(errc::invalid_config,
+                      "a remote registry needs runtime_options.network");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto backoff = std::chrono::milliseconds(50);
+  std::string last;
+  for (;;) {
+    auto remote = sys_->middleman().remote_actor(host, port);
+    if (remote) {
+      caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
+      registry_ = std::move(*remote);
+      return caf::none;
+    }
+    last = sys_->render(remote.error());
+    if (std::chrono::steady_clock::now() + backoff > deadline)
+      break;
+    logger()->debug("bootstrap registry {}:{} not reachable yet ({}), retrying in {} ms", host,
+                    port, last, backoff.count());
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+  return make_error(errc::unavailable, "bootstrap registry " + host + ":" + std::to_string(port)
+                                         + " unreachable for " + std::to_string(timeout_ms)
+                                         + " ms: " + last);
 }
 
 caf::expected<std::unique_ptr<rank>> runtime::add_rank(const rank_config& cfg) {

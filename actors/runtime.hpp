@@ -27,6 +27,14 @@ struct runtime_options {
   std::string log_level = "info";
   /// Most ranks the bootstrap registry accepts.
   uint32_t max_ranks = 4096;
+  /// Ranks in other processes and hosts: loads CAF's middleman and turns its
+  /// failure detection on (off by default in CAF 0.17). Every node of a
+  /// deployment needs the same two settings: a node with heartbeats talking
+  /// to one without tears the link down.
+  bool network = false;
+  uint32_t heartbeat_ms = 100;
+  /// A peer silent this long (a frozen process) is declared lost.
+  uint32_t connection_timeout_ms = 1000;
 };
 
 /// Adds kvroom's message types and scheduler defaults to a CAF config an
@@ -63,6 +71,17 @@ public:
   /// Starts one rank: validates `cfg`, registers its memory with its data
   /// plane, spawns its manager and transfer worker and registers it.
   caf::expected<std::unique_ptr<rank>> add_rank(const rank_config& cfg);
+
+  /// Makes this runtime's bootstrap registry reachable on `port` (0: any;
+  /// the port is returned) for ranks in other processes (needs `network`).
+  caf::expected<uint16_t> publish_registry(uint16_t port,
+                                           const std::string& host = {});
+
+  /// Uses the registry published at `host:port` instead of this runtime's
+  /// own, retrying with exponential backoff (50 ms doubling to 1 s) until
+  /// `timeout_ms` passes: ranks and registry may start in any order.
+  caf::error connect_registry(const std::string& host, uint16_t port,
+                              uint32_t timeout_ms = 30'000);
 
 private:
   friend class rank;

@@ -9,6 +9,10 @@ int run_demo(int argc, char** argv);
 /// `kvroom stress`: rooms under a seeded fault schedule, invariants checked.
 int run_stress(int argc, char** argv);
 
+/// `kvroom serve`: one rank in its own process, joined through the
+/// bootstrap registry, running a synthetic scheduler over a room range.
+int run_serve(int argc, char** argv);
+
 /// `kvroom doctor`: every transport, available or not, and why.
 int run_doctor(int argc, char** argv);
 

@@ -14,6 +14,8 @@ void usage() {
             "commands:\n"
             "  demo     prefill and decode groups in one process: transfer N rooms\n"
             "           over real buffers with one injected failure, print results\n"
+            "  serve    one rank in its own process (prefill or decode), joined\n"
+            "           through the bootstrap registry; runs a range of rooms\n"
             "  stress   thousands of rooms under a seeded fault schedule; checks\n"
             "           kvroom's invariants on every room, exits 1 when one breaks\n"
             "  doctor   list the transports this build and machine support\n"
@@ -33,6 +35,8 @@ int main(int argc, char** argv) {
   // The subcommand sees its options as if it were the program.
   if (cmd == "demo")
     return kvroom::cli::run_demo(argc - 1, argv + 1);
+  if (cmd == "serve")
+    return kvroom::cli::run_serve(argc - 1, argv + 1);
   if (cmd == "stress")
     return kvroom::cli::run_stress(argc - 1, argv + 1);
   if (cmd == "doctor")

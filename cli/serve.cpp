@@ -1,0 +1,335 @@
+// `kvroom serve`: one rank in its own process. It joins the deployment
+// through the bootstrap registry (published by one prefill rank, reached by
+// everyone else with retry and backoff), registers host KV buffers, offers
+// its data plane (local, tcp) and then runs a synthetic scheduler over a
+// range of rooms: the same room ids on every rank, as a router would assign
+// them. Decode ranks verify every room byte-exact. A JSON report records
+// each room's outcome and when it concluded, for tests and trials.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "caf/all.hpp"
+#include "caf/io/all.hpp"
+
+#include "actors/kvroom.hpp"
+
+#include "commands.hpp"
+
+namespace kvroom::cli {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+class serve_config : public caf::actor_system_config {
+public:
+  std::string role = "prefill";
+  int64_t dp = 0;
+  int64_t tp = 0;
+  int64_t tp_size = 1;
+  int64_t rank_id = -1;
+  std::string bootstrap_host = "127.0.0.1";
+  int64_t bootstrap_port = 0;
+  bool publish_registry = false;
+  std::string transport = "auto";
+  std::string tcp_host = "127.0.0.1";
+  int64_t heartbeat_ms = 100;
+  int64_t connection_timeout_ms = 1000;
+  int64_t timeout_ms = 5000;
+  int64_t layers = 4;
+  int64_t page_bytes = 4096;
+  int64_t pages_per_room = 8;
+  int64_t concurrency = 8;
+  int64_t first_room = 1;
+  int64_t rooms = 100;
+  int64_t pace_us = 0;
+  std::string wait_file;
+  int64_t then_rooms = 0;
+  std::string then_wait_file;
+  int64_t hold_ms = 2000;
+  std::string report;
+  std::string log_level = "info";
+
+  serve_config() {
+    opt_group{custom_options_, "global"}
+      .add(role, "role", "prefill or decode")
+      .add(dp, "dp", "data-parallel rank")
+      .add(tp, "tp", "tensor-parallel rank")
+      .add(tp_size, "tp-size", "tensor-parallel size")
+      .add(rank_id, "rank-id", "deployment-wide rank id (-1: derived)")
+      .add(bootstrap_host, "bootstrap-host", "host of the bootstrap registry")
+      .add(bootstrap_port, "bootstrap-port", "port of the bootstrap registry")
+      .add(publish_registry, "publish-registry", "host the registry here (one prefill rank)")
+      .add(transport, "transport", "auto (nearest), local, tcp")
+      .add(tcp_host, "tcp-host", "IPv4 address the tcp data plane binds and advertises")
+      .add(heartbeat_ms, "heartbeat-ms", "CAF middleman heartbeat interval")
+      .add(connection_timeout_ms, "connection-timeout-ms", "a silent peer is lost after this")
+      .add(timeout_ms, "timeout-ms", "every room state's timeout")
+      .add(layers, "layers", "layers (K and V buffer each)")
+      .add(page_bytes, "page-bytes", "bytes per KV page")
+      .add(pages_per_room, "pages-per-room", "KV pages per room")
+      .add(concurrency, "concurrency", "rooms in flight")
+      .add(first_room, "first-room", "first room id")
+      .add(rooms, "rooms", "rooms to run (0: serve until killed)")
+      .add(pace_us, "pace-us", "wait this long between opening rooms")
+      .add(wait_file, "wait-file", "start the rooms once this file exists")
+      .add(then_rooms, "then-rooms", "a second batch of rooms after the first")
+      .add(then_wait_file, "then-wait-file", "start the second batch once this file exists")
+      .add(hold_ms, "hold-ms", "keep serving this long after the last room")
+      .add(report, "report", "write a JSON report of every room here")
+      .add(log_level, "log-level", "trace, debug, info, warn, error, off");
+  }
+};
+
+struct outcome {
+  room_id room = 0;
+  kv_poll state = kv_poll::bootstrapping;
+  std::optional<kv_transfer_error> error;
+  int64_t concluded_at_ms = 0;  // system clock, comparable across processes
+  std::string data_error;
+};
+
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+           std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+bool wait_for_file(const std::string& path, int64_t limit_ms) {
+  auto deadline = clock_type::now() + std::chrono::milliseconds(limit_ms);
+  while (clock_type::now() < deadline) {
+    if (::access(path.c_str(), F_OK) == 0)
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s)
+    out += (c == '"' || c == '\\') ? std::string{'\\', c} : std::string{c};
+  return out;
+}
+
+int bad(const std::string& what) {
+  std::fprintf(stderr, "kvroom serve: %s\n", what.c_str());
+  return 2;
+}
+
+} // namespace
+
+int run_serve(int argc, char** argv) {
+  serve_config cfg;
+  if (auto err = cfg.parse(argc, argv))
+    return bad("bad options: " + caf::to_string(err));
+  if (cfg.cli_helptext_printed)
+    return 0;
+  if (cfg.role != "prefill" && cfg.role != "decode")
+    return bad("--role must be prefill or decode");
+  if (cfg.bootstrap_port <= 0 || cfg.bootstrap_port > 65535)
+    return bad("--bootstrap-port is required");
+  if (cfg.publish_registry && cfg.role != "prefill")
+    return bad("the registry is published by a prefill rank");
+  if (cfg.layers < 1 || cfg.page_bytes < 8 || cfg.pages_per_room < 1 || cfg.concurrency < 1
+      || cfg.rooms < 0 || cfg.then_rooms < 0 || cfg.timeout_ms < 1)
+    return bad("sizes must be positive");
+  runtime_options opts;
+  opts.network = true;
+  opts.heartbeat_ms = static_cast<uint32_t>(cfg.heartbeat_ms);
+  opts.connection_timeout_ms = static_cast<uint32_t>(cfg.connection_timeout_ms);
+  opts.log_level = cfg.log_level;
+  prepare_config(cfg, opts);
+  caf::actor_system sys{cfg};
+  auto side = cfg.role == "prefill" ? role::prefill : role::decode;
+  std::vector<outcome> outcomes;
+  rank_ref me;
+  {
+    runtime rt{sys};
+    if (cfg.publish_registry) {
+      auto port = rt.publish_registry(static_cast<uint16_t>(cfg.bootstrap_port));
+      if (!port)
+        return bad(describe(port.error()));
+    } else if (auto err = rt.connect_registry(cfg.bootstrap_host,
+                                              static_cast<uint16_t>(cfg.bootstrap_port))) {
+      return bad(describe(err));
+    }
+    kv_shape shape;
+    shape.num_buffers = static_cast<uint32_t>(2 * cfg.layers);
+    shape.page_size_bytes = static_cast<uint64_t>(cfg.page_bytes);
+    shape.num_pages = static_cast<uint64_t>(cfg.concurrency * cfg.pages_per_room);
+    shape.num_aux = 1;
+    shape.aux_slots = static_cast<uint64_t>(cfg.concurrency);
+    shape.aux_item_bytes = 64;
+    host_kv_cache mem{shape};
+    rank_config rc;
+    rc.side = side;
+    rc.dp_rank = static_cast<int32_t>(cfg.dp);
+    rc.tp_rank = static_cast<int32_t>(cfg.tp);
+    rc.tp_size = static_cast<int32_t>(cfg.tp_size);
+    rc.id = static_cast<rank_id>(cfg.rank_id);
+    rc.memory = mem.layout();
+    rc.transport = cfg.transport;
+    rc.network = true;
+    rc.tcp_host = cfg.tcp_host;
+    auto ms = static_cast<uint32_t>(cfg.timeout_ms);
+    rc.timeouts = room_timeouts{ms, ms, ms};
+    auto made = rt.add_rank(rc);
+    if (!made)
+      return bad("cannot start rank: " + describe(made.error()));
+    auto& r = **made;
+    me = r.ref();
+    std::printf("{\"event\": \"ready\", \"rank\": \"%s\", \"rank_id\": %d, \"pid\": %d, "
+                "\"tcp\": \"%s\"}\n",
+                to_string(me).c_str(), me.id, static_cast<int>(::getpid()),
+                r.data_plane_address("tcp").c_str());
+    std::fflush(stdout);
+    auto key = [&](room_id room) { return room ^ (static_cast<room_id>(cfg.tp + 1) << 40); };
+    auto pages_of = [&](size_t slot) {
+      std::vector<int64_t> out;
+      for (int64_t i = 0; i < cfg.pages_per_room; ++i)
+        out.push_back(static_cast<int64_t>(slot) * cfg.pages_per_room
+                      + (side == role::decode ? cfg.pages_per_room - 1 - i : i));
+      return out;
+    };
+    // One batch of rooms through this rank's side, as a scheduler loop.
+    auto run_rooms = [&](room_id first, int64_t count) {
+      struct live {
+        room_id id;
+        size_t slot;
+        kv_sender sender;
+        kv_receiver receiver;
+        bool started = false;
+      };
+      std::vector<live> in_flight;
+      std::vector<size_t> free_slots;
+      for (size_t s = static_cast<size_t>(cfg.concurrency); s-- > 0;)
+        free_slots.push_back(s);
+      room_id next = first;
+      auto end = first + static_cast<room_id>(count);
+      auto last_open = clock_type::now();
+      while (next < end || !in_flight.empty()) {
+        bool progressed = false;
+        auto now = clock_type::now();
+        if (next < end && !free_slots.empty()
+            && now - last_open >= std::chrono::microseconds(cfg.pace_us)) {
+          live l{next++, free_slots.back(), {}, {}};
+          free_slots.pop_back();
+          if (side == role::prefill) {
+            auto h = r.make_sender(l.id);
+            if (!h) {
+              std::fprintf(stderr, "cannot open room %llu: %s\n",
+                           static_cast<unsigned long long>(l.id), describe(h.error()).c_str());
+              continue;
+            }
+            l.sender = *h;
+            mem.write_room(key(l.id), pages_of(l.slot), static_cast<int64_t>(l.slot));
+          } else {
+            auto h = r.make_receiver(l.id, static_cast<int32_t>(cfg.dp));
+            if (!h) {
+              std::fprintf(stderr, "cannot open room %llu: %s\n",
+                           static_cast<unsigned long long>(l.id), describe(h.error()).c_str());
+              continue;
+            }
+            l.receiver = *h;
+          }
+          in_flight.push_back(std::move(l));
+          last_open = now;
+          progressed = true;
+        }
+        for (size_t i = 0; i < in_flight.size();) {
+          auto& l = in_flight[i];
+          room_handle& h = side == role::prefill ? static_cast<room_handle&>(l.sender)
+                                                 : static_cast<room_handle&>(l.receiver);
+          auto st = h.poll();
+          if (!l.started && st == kv_poll::waiting_for_input) {
+            l.started = true;
+            auto pages = pages_of(l.slot);
+            if (side == role::prefill) {
+              (void) l.sender.init(pages.size(), static_cast<int64_t>(l.slot));
+              (void) l.sender.send(std::move(pages), true);
+            } else {
+              (void) l.receiver.init(std::move(pages), static_cast<int64_t>(l.slot));
+            }
+            progressed = true;
+          }
+          if (!is_terminal(st)) {
+            ++i;
+            continue;
+          }
+          outcome o;
+          o.room = l.id;
+          o.state = st;
+          o.concluded_at_ms = wall_ms();
+          if (st == kv_poll::failed)
+            o.error = h.failure();
+          else if (side == role::decode
+                   && !mem.check_room(key(l.id), pages_of(l.slot), static_cast<int64_t>(l.slot),
+                                      &o.data_error))
+            std::fprintf(stderr, "room %llu: %s\n", static_cast<unsigned long long>(l.id),
+                         o.data_error.c_str());
+          outcomes.push_back(std::move(o));
+          (void) h.clear();
+          free_slots.push_back(l.slot);
+          in_flight[i] = std::move(in_flight.back());
+          in_flight.pop_back();
+          progressed = true;
+        }
+        if (!progressed)
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    };
+    if (!cfg.wait_file.empty() && !wait_for_file(cfg.wait_file, 120'000))
+      return bad("timed out waiting for " + cfg.wait_file);
+    if (cfg.rooms > 0) {
+      run_rooms(static_cast<room_id>(cfg.first_room), cfg.rooms);
+      std::printf("{\"event\": \"batch_done\", \"rooms\": %lld}\n", static_cast<long long>(cfg.rooms));
+      std::fflush(stdout);
+    }
+    if (cfg.then_rooms > 0) {
+      if (!cfg.then_wait_file.empty() && !wait_for_file(cfg.then_wait_file, 120'000))
+        return bad("timed out waiting for " + cfg.then_wait_file);
+      run_rooms(static_cast<room_id>(cfg.first_room + cfg.rooms), cfg.then_rooms);
+    }
+    if (cfg.rooms == 0 && cfg.then_rooms == 0)
+      for (;;)
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(cfg.hold_ms));
+    made->reset();
+  }
+  size_t ok = 0;
+  for (auto& o : outcomes)
+    ok += o.state == kv_poll::success && o.data_error.empty() ? 1 : 0;
+  std::string json = "{\"rank\": \"" + to_string(me) + "\", \"rank_id\": " + std::to_string(me.id)
+                     + ", \"succeeded\": " + std::to_string(ok)
+                     + ", \"failed\": " + std::to_string(outcomes.size() - ok) + ", \"rooms\": [";
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    auto& o = outcomes[i];
+    json += (i ? ",\n  " : "\n  ");
+    json += "{\"room\": " + std::to_string(o.room) + ", \"state\": \"" + to_string(o.state)
+            + "\", \"at_ms\": " + std::to_string(o.concluded_at_ms);
+    if (o.error)
+      json += ", \"origin_rank\": " + std::to_string(o.error->origin_rank)
+              + ", \"from_another_rank\": " + (o.error->is_from_another_rank ? "true" : "false")
+              + ", \"reason\": \"" + json_escape(o.error->failure_reason) + "\"";
+    if (!o.data_error.empty())
+      json += ", \"data_error\": \"" + json_escape(o.data_error) + "\"";
+    json += "}";
+  }
+  json += "\n]}\n";
+  if (!cfg.report.empty()) {
+    std::ofstream out{cfg.report};
+    out << json;
+  }
+  std::printf("{\"event\": \"done\", \"rank\": \"%s\", \"succeeded\": %zu, \"failed\": %zu}\n",
+              to_string(me).c_str(), ok, outcomes.size() - ok);
+  return 0;
+}
+
+} // namespace kvroom::cli
