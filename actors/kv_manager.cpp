@@ -206,7 +206,7 @@ void on_opened(self_ptr self, room_opened& msg) {
     st.tombstone_order.erase(std::find(st.tombstone_order.begin(),
                                        st.tombstone_order.end(), room));
   self->monitor(msg.room_actor);
-  st.room_by_actor[msg.room_actor.id()] = room;
+  st.room_by_actor[msg.room_actor.address()] = room;
   auto& mine = me(self);
   st.rooms[room] = kv_manager_state::room_entry{
     msg.room_actor, kv_poll::bootstrapping,
@@ -248,17 +248,39 @@ void on_part(self_ptr self, part_done& part) {
   ++st.parked_count;
 }
 
-void on_to_coordinator(self_ptr self, to_coordinator& msg) {
+/// Sends to the coordinator of `decode_dp`; false when the directory does
+/// not know it yet.
+bool send_to_coordinator(self_ptr self, int32_t decode_dp, caf::message& payload) {
   for (auto& e : self->state.directory) {
     auto& r = e->rank;
-    if (r.side == role::decode && r.dp_rank == msg.decode_dp && r.tp_rank == 0) {
-      send_ctrl(self, e->manager, std::move(msg.payload));
-      return;
+    if (r.side == role::decode && r.dp_rank == decode_dp && r.tp_rank == 0) {
+      send_ctrl(self, e->manager, std::move(payload));
+      return true;
     }
   }
-  // Unreachable coordinator: the prepared room's decision deadline fails it.
-  logger()->debug("{}: no coordinator for decode group dp{} in the directory",
-                  to_string(me(self)), msg.decode_dp);
+  return false;
+}
+
+void on_to_coordinator(self_ptr self, to_coordinator& msg) {
+  auto& st = self->state;
+  if (send_to_coordinator(self, msg.decode_dp, msg.payload))
+    return;
+  // Not registered yet (or gone): keep it for the next directory update; the
+  // sweep drops it after a bootstrap timeout, and the waiting room's own
+  // deadline fails the room.
+  if (st.coordinator_backlog.size() >= st.limits.max_parked) {
+    logger()->debug("{}: message for coordinator dp{} dropped (backlog full)",
+                    to_string(me(self)), msg.decode_dp);
+    return;
+  }
+  st.coordinator_backlog.push_back({msg.decode_dp, std::move(msg.payload), room_core::now_ms()});
+}
+
+void flush_coordinator_backlog(self_ptr self) {
+  auto& xs = self->state.coordinator_backlog;
+  xs.erase(std::remove_if(xs.begin(), xs.end(),
+                          [&](auto& x) { return send_to_coordinator(self, x.decode_dp, x.payload); }),
+           xs.end());
 }
 
 /// Concludes a room whose actor is gone, on the scheduler's behalf.
@@ -300,7 +322,7 @@ void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
     return;
   bool concluded = is_terminal(i->second.state);
   auto decode_dp = i->second.decode_dp;
-  st.room_by_actor.erase(i->second.actor.id());
+  st.room_by_actor.erase(i->second.actor.address());
   st.rooms.erase(i);
   if (!concluded && reason != caf::exit_reason::normal) {
     // A room actor killed mid-room: this rank is the origin of the failure.
@@ -369,13 +391,14 @@ void on_directory(self_ptr self, directory_update& msg) {
   for (auto& e : msg.ranks) {
     auto ptr = std::make_shared<const rank_entry>(e);
     if (e.manager && e.rank.id != me(self).id
-        && st.peers.count(e.manager.id()) == 0) {
+        && st.peers.count(e.manager.address()) == 0) {
       self->monitor(e.manager);
-      st.peers.emplace(e.manager.id(), ptr);
+      st.peers.emplace(e.manager.address(), ptr);
     }
     fresh.push_back(std::move(ptr));
   }
   st.directory = std::move(fresh);
+  flush_coordinator_backlog(self);
 }
 
 void sweep(self_ptr self) {
@@ -408,6 +431,10 @@ void sweep(self_ptr self) {
     xs.erase(keep, xs.end());
     i = xs.empty() ? st.parked.erase(i) : std::next(i);
   }
+  auto& backlog = st.coordinator_backlog;
+  backlog.erase(std::remove_if(backlog.begin(), backlog.end(),
+                               [&](auto& x) { return now - x.since_ms >= limit; }),
+                backlog.end());
   for (auto i = st.awaiting_decision.begin();
        i != st.awaiting_decision.end();) {
     if (now - i->second.since_ms < st.timeouts.transferring_ms) {
@@ -451,7 +478,7 @@ caf::behavior kv_manager(caf::stateful_actor<kv_manager_state>* self,
   self->delayed_send(self, sweep_interval, sweep_atom::value);
   self->set_down_handler([=](caf::down_msg& msg) {
     auto& st = self->state;
-    auto id = msg.source.id();
+    auto& id = msg.source;
     if (auto r = st.room_by_actor.find(id); r != st.room_by_actor.end()) {
       on_room_down(self, r->second, msg.reason);
       return;

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "caf/actor_addr.hpp"
 #include "caf/stateful_actor.hpp"
 
 #include "actors/config.hpp"
@@ -52,11 +53,12 @@ struct kv_manager_state {
 
   /// Every rank of the deployment, as the bootstrap registry last pushed it.
   std::vector<std::shared_ptr<const rank_entry>> directory;
-  /// Peer managers this rank monitors, by actor id.
-  std::unordered_map<caf::actor_id, std::shared_ptr<const rank_entry>> peers;
+  /// Peer managers this rank monitors, by address: actor ids repeat across
+  /// nodes, so only the full address tells two processes' managers apart.
+  std::unordered_map<caf::actor_addr, std::shared_ptr<const rank_entry>> peers;
 
   std::unordered_map<room_id, room_entry> rooms;
-  std::unordered_map<caf::actor_id, room_id> room_by_actor;
+  std::unordered_map<caf::actor_addr, room_id> room_by_actor;
   /// room -> root cause, until the scheduler takes it or clears the room.
   std::unordered_map<room_id, kv_transfer_error> failure_records;
   /// Decode destinations for rooms whose sender is not open yet.
@@ -66,6 +68,14 @@ struct kv_manager_state {
   size_t parked_count = 0;
   /// Failures that arrived before the room opened here.
   std::unordered_map<room_id, early_failure> early_failures;
+  /// Messages for a coordinator this rank has not seen in the directory yet
+  /// (ranks start in any order); delivered on the next directory update.
+  struct pending_coord {
+    int32_t decode_dp = 0;
+    caf::message payload;
+    uint64_t since_ms = 0;
+  };
+  std::vector<pending_coord> coordinator_backlog;
   /// Rooms whose actor died unconcluded, waiting for the coordinator's word:
   /// the room may have been committed already.
   std::unordered_map<room_id, awaiting> awaiting_decision;

@@ -53,9 +53,19 @@ caf::error rank::start() {
                                          cfg_.chaos});
   entry_ = std::make_shared<const rank_entry>(
     rank_entry{ref_, manager_, cfg_.memory, endpoints});
+  // A manager or worker that dies takes the rank's rooms with it: say so.
+  auto who = to_string(ref_);
+  manager_->attach_functor([who](const caf::error& reason) {
+    if (reason && reason != caf::exit_reason::user_shutdown)
+      logger()->error("{}: kv manager exited: {}", who, caf::to_string(reason));
+  });
   worker_ = sys.spawn<caf::detached>(transfer_worker, data_plane_,
                                      cfg_.limits.max_queued_jobs,
                                      cfg_.timeouts.transferring_ms);
+  worker_->attach_functor([who](const caf::error& reason) {
+    if (reason && reason != caf::exit_reason::user_shutdown)
+      logger()->error("{}: transfer worker exited: {}", who, caf::to_string(reason));
+  });
   caf::error result;
   (*inbox_)
     ->request(rt_.registry(),

@@ -25,6 +25,10 @@ void prepare_config(caf::actor_system_config& cfg,
   cfg.set("scheduler.max-threads", threads);
   if (opts.network) {
     cfg.load<caf::io::middleman>();
+    // Nodes connect to each other directly. Otherwise CAF 0.17 relays
+    // through the node that handed out an actor handle (the registry's), and
+    // the death of a peer reached that way is never reported.
+    cfg.set("middleman.enable-automatic-connections", true);
     cfg.set("middleman.heartbeat-interval",
             caf::timespan{std::chrono::milliseconds(opts.heartbeat_ms)});
     cfg.set("middleman.connection-timeout",

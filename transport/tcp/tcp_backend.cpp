@@ -202,6 +202,7 @@ void tcp_backend::serve(int fd) {
       bad = "batch announces " + std::to_string(h.total_bytes)
             + " payload bytes but its writes sum to " + std::to_string(total);
     if (!bad.empty()) {
+      transport_warning("tcp: rank " + std::to_string(owner_) + " refuses a batch: " + bad);
       send_ack(fd, h.xfer, false, bad);
       break; // the unread payload makes the stream unusable: drop it
     }

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Real processes on loopback (or in the test's own network namespaces):
+#   multiprocess_test.sh KVROOM_BINARY SCENARIO WORKDIR
+# Scenarios: transfer, transfer_tcp, sigkill, sigstop, malformed, netns.
+# Every process it starts is killed on exit; every wait is bounded. Exit 0
+# passes, 1 fails, 77 skips (with the reason on stdout).
+set -u
+K=$1
+SCENARIO=$2
+WORK=$3
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
+PIDS=()
+NETNS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  for n in "${NETNS[@]}"; do ip netns del "$n" 2>/dev/null; done
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; for f in *.log; do echo "--- $f"; tail -n 20 "$f"; done; exit 1; }
+now_ms() { date +%s%3N; }
+port() { echo $((20000 + ($$ * 7 + RANDOM) % 30000)); }
+
+# start NAME ARGS...: a rank in the background, its stdout in NAME.log.
+start() {
+  local name=$1; shift
+  "$@" > "$name.log" 2>&1 &
+  PIDS+=($!)
+  eval "PID_$name=$!"
+}
+
+# wait_for PATTERN FILE SECONDS
+wait_for() {
+  local deadline=$(( $(date +%s) + $3 ))
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    grep -q "$1" "$2" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# wait_exit PID SECONDS: 0 when the process ended in time.
+wait_exit() {
+  local deadline=$(( $(date +%s) + $2 ))
+  while kill -0 "$1" 2>/dev/null; do
+    [ "$(date +%s)" -lt "$deadline" ] || return 1
+    sleep 0.05
+  done
+}
+
+# rooms FILE STATE: how many rooms of the report ended in STATE.
+rooms() { grep -c "\"state\": \"$2\"" "$1" 2>/dev/null || true; }
+
+group() { # group PORT EXTRA_ARGS... : 2 prefill + 2 decode ranks, TP=2
+  local p=$1; shift
+  start p0 "$K" serve --role=prefill --tp=0 --tp-size=2 --bootstrap-port="$p" --publish-registry --report=p0.json "$@"
+  start p1 "$K" serve --role=prefill --tp=1 --tp-size=2 --bootstrap-port="$p" --report=p1.json "$@"
+  start d0 "$K" serve --role=decode --tp=0 --tp-size=2 --bootstrap-port="$p" --report=d0.json "$@"
+  start d1 "$K" serve --role=decode --tp=1 --tp-size=2 --bootstrap-port="$p" --report=d1.json "$@"
+}
+
+check_all_ok() { # check_all_ok N: every report has N successes, no failure
+  for r in p0 p1 d0 d1; do
+    [ -f $r.json ] || fail "$r wrote no report"
+    [ "$(rooms $r.json success)" = "$1" ] || fail "$r: $(rooms $r.json success) of $1 rooms succeeded"
+    grep -q data_error $r.json && fail "$r: data mismatch"
+  done
+  return 0
+}
+
+case "$SCENARIO" in
+transfer|transfer_tcp)
+  extra=()
+  [ "$SCENARIO" = transfer_tcp ] && extra=(--transport=tcp)
+  group "$(port)" --rooms=300 "${extra[@]}"
+  for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
+  check_all_ok 300
+  echo "ok: 300 rooms byte-exact across 2P x 2D processes (${extra[*]:-auto})"
+  ;;
+
+sigkill)
+  # Phase 1 is paced so the kill lands mid-transfer; phase 2 runs after the
+  # killed rank restarted and registered again (the registry lives in p0).
+  p=$(port)
+  group "$p" --rooms=300 --pace-us=4000 --timeout-ms=1500 --then-rooms=40 --then-wait-file="$WORK/go"
+  for r in p0 p1 d0 d1; do wait_for '"ready"' $r.log 20 || fail "$r not ready"; done
+  sleep 0.6
+  kill -9 "$PID_p1"
+  killed=$(now_ms)
+  for r in p0 d0 d1; do wait_for batch_done $r.log 60 || fail "$r did not finish phase 1"; done
+  start p1 "$K" serve --role=prefill --tp=1 --tp-size=2 --bootstrap-port="$p" --report=p1.json \
+    --first-room=301 --rooms=40 --timeout-ms=1500
+  wait_for '"ready"' p1.log 20 || fail "restarted p1 not ready"
+  touch "$WORK/go"
+  for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish phase 2"; done
+  worst=0
+  for r in p0 d0 d1; do
+    lost=$(grep '"reason": "rank prefill\[dp0,tp1\]#1 at 127.0.0.1:[0-9]* lost' $r.json | grep -c '"origin_rank": 1, "from_another_rank": true')
+    [ "$lost" -gt 0 ] || fail "$r: no room failed with the lost rank as origin"
+    for at in $(grep 'lost: ' $r.json | sed 's/.*"at_ms": \([0-9]*\).*/\1/'); do
+      d=$((at - killed)); [ $d -gt $worst ] && worst=$d
+    done
+    ok2=$(awk -F'"room": ' 'NF>1 { split($2, a, ","); if (a[1] > 300 && $0 ~ /"success"/) n++ } END { print n+0 }' $r.json)
+    [ "$ok2" = 40 ] || fail "$r: $ok2 of 40 rooms succeeded after the restart"
+  done
+  [ "$(rooms p1.json success)" = 40 ] || fail "restarted p1: $(rooms p1.json success) of 40 succeeded"
+  # Detection must be prompt, not a timeout (the benchmark measures it).
+  [ $worst -lt 1000 ] || fail "rooms failed ${worst} ms after the kill"
+  echo "ok: SIGKILL of prefill tp1 failed its rooms on every survivor within ${worst} ms (origin 1, propagated); after the restart 40 rooms succeeded on all 4 ranks"
+  ;;
+
+sigstop)
+  p=$(port)
+  group "$p" --rooms=300 --pace-us=4000 --timeout-ms=1500 --connection-timeout-ms=1000
+  for r in p0 p1 d0 d1; do wait_for '"ready"' $r.log 20 || fail "$r not ready"; done
+  sleep 0.6
+  kill -STOP "$PID_d1"
+  stopped=$(now_ms)
+  for r in p0 p1 d0; do wait_for batch_done $r.log 60 || fail "$r did not finish"; done
+  kill -9 "$PID_d1"
+  for r in p0 p1 d0; do eval "wait_exit \$PID_$r 30" || fail "$r did not exit"; done
+  first=999999
+  for r in p0 p1 d0; do
+    grep -q 'rank decode\[dp0,tp1\]#65537 at 127.0.0.1:[0-9]* lost' $r.json || fail "$r: no room failed because decode tp1 froze"
+    at=$(grep 'lost: ' $r.json | head -n 1 | sed 's/.*"at_ms": \([0-9]*\).*/\1/')
+    d=$((at - stopped)); [ $d -lt $first ] && first=$d
+  done
+  [ $first -lt 2500 ] || fail "frozen peer detected only after ${first} ms"
+  echo "ok: SIGSTOP of decode tp1 detected by every survivor, first rooms failed ${first} ms after the stop"
+  ;;
+
+malformed)
+  group "$(port)" --rooms=300 --pace-us=2000
+  for r in p0 p1 d0 d1; do wait_for '"ready"' $r.log 20 || fail "$r not ready"; done
+  addr=$(sed -n 's/.*"tcp": "\([0-9.]*:[0-9]*\)".*/\1/p' d0.log | head -n 1)
+  host=${addr%:*}; tport=${addr#*:}
+  # Garbage, then a well-formed header whose write targets unregistered
+  # memory (address 0x1000), then a header announcing more writes than allowed.
+  exec 3<>/dev/tcp/$host/$tport && printf 'GET / HTTP/1.0\r\n\r\n' >&3 && exec 3>&-
+  exec 3<>/dev/tcp/$host/$tport && printf 'MRVK\x01\x00\x00\x00\x01\0\0\0\0\0\0\0\x07\0\0\0\0\0\0\0\x01\0\0\0\0\0\0\0\x10\0\0\0\0\0\0\0\x00\x10\0\0\0\0\0\0\x10\0\0\0\0\0\0\0' >&3 && exec 3>&-
+  exec 3<>/dev/tcp/$host/$tport && printf 'MRVK\x01\x00\x00\x00\x01\0\0\0\0\0\0\0\x07\0\0\0\0\0\0\0\xff\xff\xff\xff\0\0\0\0' >&3 && exec 3>&-
+  for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
+  check_all_ok 300
+  grep -q "refuses a batch" d0.log || fail "d0 did not report the bad batches"
+  echo "ok: garbage and out-of-range batches refused with a reason; the rank kept serving, 300 rooms byte-exact"
+  ;;
+
+netns)
+  [ "$(id -u)" = 0 ] || { echo "skipped: network namespaces need root"; exit 77; }
+  command -v ip >/dev/null || { echo "skipped: iproute2 (ip) is not installed"; exit 77; }
+  np=kvrp$$; nd=kvrd$$
+  if ! ip netns add $np 2>/dev/null; then echo "skipped: this machine does not allow network namespaces (ip netns add failed)"; exit 77; fi
+  NETNS+=($np)
+  ip netns add $nd || fail "ip netns add $nd"
+  NETNS+=($nd)
+  ip link add vp$$ type veth peer name vd$$ || { echo "skipped: no veth support"; exit 77; }
+  ip link set vp$$ netns $np && ip link set vd$$ netns $nd || fail "moving veth ends"
+  ip -n $np addr add 10.213.$(( $$ % 250 )).1/24 dev vp$$ && ip -n $np link set vp$$ up && ip -n $np link set lo up
+  ip -n $nd addr add 10.213.$(( $$ % 250 )).2/24 dev vd$$ && ip -n $nd link set vd$$ up && ip -n $nd link set lo up
+  pa=10.213.$(( $$ % 250 )).1; da=10.213.$(( $$ % 250 )).2
+  p=$(port)
+  start p0 ip netns exec $np "$K" serve --role=prefill --tp=0 --tp-size=2 --bootstrap-port=$p --publish-registry --tcp-host=$pa --rooms=200 --report=p0.json
+  start p1 ip netns exec $np "$K" serve --role=prefill --tp=1 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --tcp-host=$pa --rooms=200 --report=p1.json
+  start d0 ip netns exec $nd "$K" serve --role=decode --tp=0 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --tcp-host=$da --rooms=200 --report=d0.json
+  start d1 ip netns exec $nd "$K" serve --role=decode --tp=1 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --tcp-host=$da --rooms=200 --report=d1.json
+  for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 90" || fail "$r did not finish"; done
+  check_all_ok 200
+  echo "ok: prefill in $np ($pa) and decode in $nd ($da), joined by a veth pair: 200 rooms byte-exact over tcp"
+  ;;
+
+*)
+  echo "unknown scenario $SCENARIO"; exit 1 ;;
+esac
+exit 0
