@@ -2,6 +2,10 @@
 
 #include <cstdlib>
 #include <algorithm>
+#include <atomic>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <cstring>
 #include <unordered_set>
 
@@ -62,18 +66,42 @@ uint8_t* allocate(uint64_t bytes) {
   return ptr;
 }
 
+uint8_t* allocate_shared(uint64_t bytes, std::vector<std::string>& names) {
+  if (bytes == 0)
+    return nullptr;
+  static std::atomic<int> counter{0};
+  auto name = "/kvroom-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  KVROOM_ASSERT(fd >= 0);
+  KVROOM_ASSERT(::ftruncate(fd, static_cast<off_t>(round_up(bytes))) == 0);
+  void* ptr = ::mmap(nullptr, round_up(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  KVROOM_ASSERT(ptr != MAP_FAILED);
+  names.push_back(name);
+  return static_cast<uint8_t*>(ptr);
+}
+
 } // namespace
 
-host_kv_cache::host_kv_cache(const kv_shape& shape) : shape_(shape) {
+host_kv_cache::host_kv_cache(const kv_shape& shape, bool shared)
+  : shape_(shape), shared_(shared) {
   kv_bytes_ = shape.num_buffers * shape.num_pages * shape.page_size_bytes;
   aux_bytes_ = shape.num_aux * shape.aux_slots * shape.aux_item_bytes;
   KVROOM_ASSERT(kv_bytes_ > 0);
-  kv_ = allocate(kv_bytes_);
-  aux_ = allocate(aux_bytes_);
+  kv_ = shared ? allocate_shared(kv_bytes_, segments_) : allocate(kv_bytes_);
+  aux_ = shared ? allocate_shared(aux_bytes_, segments_) : allocate(aux_bytes_);
   fill(0);
 }
 
 host_kv_cache::~host_kv_cache() {
+  if (shared_) {
+    ::munmap(kv_, round_up(kv_bytes_));
+    if (aux_)
+      ::munmap(aux_, round_up(aux_bytes_));
+    for (auto& name : segments_)
+      ::shm_unlink(name.c_str());
+    return;
+  }
   std::free(kv_);
   std::free(aux_);
 }

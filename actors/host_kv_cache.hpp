@@ -34,7 +34,10 @@ struct kv_shape {
 /// checks a per-room seeded pattern so a transfer can be verified byte-exact.
 class host_kv_cache {
 public:
-  explicit host_kv_cache(const kv_shape& shape);
+  /// `shared`: allocate in named POSIX shm segments (/dev/shm/kvroom-PID-N),
+  /// so peers on the same host can reach it through the shm data plane. The
+  /// segments are unlinked on destruction; a killed process leaves them.
+  explicit host_kv_cache(const kv_shape& shape, bool shared = false);
   ~host_kv_cache();
 
   host_kv_cache(const host_kv_cache&) = delete;
@@ -74,6 +77,8 @@ private:
   uint8_t* aux_ = nullptr;
   uint64_t kv_bytes_ = 0;
   uint64_t aux_bytes_ = 0;
+  bool shared_ = false;
+  std::vector<std::string> segments_;
 };
 
 } // namespace kvroom

@@ -66,7 +66,7 @@ public:
       .add(bootstrap_host, "bootstrap-host", "host of the bootstrap registry")
       .add(bootstrap_port, "bootstrap-port", "port of the bootstrap registry")
       .add(publish_registry, "publish-registry", "host the registry here (one prefill rank)")
-      .add(transport, "transport", "auto (nearest), local, tcp")
+      .add(transport, "transport", "auto (nearest of local, shm, tcp), shm, tcp")
       .add(tcp_host, "tcp-host", "IPv4 address the tcp data plane binds and advertises")
       .add(heartbeat_ms, "heartbeat-ms", "CAF middleman heartbeat interval")
       .add(connection_timeout_ms, "connection-timeout-ms", "a silent peer is lost after this")
@@ -167,7 +167,7 @@ int run_serve(int argc, char** argv) {
     shape.num_aux = 1;
     shape.aux_slots = static_cast<uint64_t>(cfg.concurrency);
     shape.aux_item_bytes = 64;
-    host_kv_cache mem{shape};
+    host_kv_cache mem{shape, /*shared=*/true};
     rank_config rc;
     rc.side = side;
     rc.dp_rank = static_cast<int32_t>(cfg.dp);

@@ -74,19 +74,35 @@ typename Inspector::result_type inspect(Inspector& f, memory_layout& x) {
   return f(caf::meta::type_name("kvroom.memory_layout"), x.kv, x.aux);
 }
 
+/// A registered range that lives in a named shared-memory segment: where it
+/// is in its owner's address space and where in the segment.
+struct shm_region {
+  uint64_t addr = 0;
+  uint64_t size_bytes = 0;
+  std::string segment;  ///< POSIX shm name, e.g. "/kvroom-1234-0"
+  uint64_t offset = 0;  ///< byte offset of `addr` inside the segment
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shm_region& x) {
+  return f(caf::meta::type_name("kvroom.shm_region"), x.addr, x.size_bytes,
+           x.segment, x.offset);
+}
+
 /// How a peer reaches a rank's data plane: which backend, where, and the
 /// rank that owns the memory behind it.
 struct endpoint_desc {
   std::string transport;  ///< backend name: "local", "shm", "tcp", ...
-  std::string address;    ///< backend-specific: host:port, segment name
-  uint64_t domain = 0;    ///< backend-specific scope, e.g. the process
+  std::string address;    ///< backend-specific: host:port, process token
+  uint64_t domain = 0;    ///< scope where it works: the process, the host
   rank_id owner = -1;     ///< the rank whose registered memory it exposes
+  std::vector<shm_region> shared;  ///< shm only: the exposed segments
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, endpoint_desc& x) {
   return f(caf::meta::type_name("kvroom.endpoint_desc"), x.transport,
-           x.address, x.domain, x.owner);
+           x.address, x.domain, x.owner, x.shared);
 }
 
 /// One contiguous copy from local memory into a peer's registered memory.

@@ -21,6 +21,7 @@ void add_message_types(caf::actor_system_config& cfg) {
     .add_message_type<mem_desc>("kvroom.mem_desc")
     .add_message_type<paged_buffer>("kvroom.paged_buffer")
     .add_message_type<memory_layout>("kvroom.memory_layout")
+    .add_message_type<shm_region>("kvroom.shm_region")
     .add_message_type<endpoint_desc>("kvroom.endpoint_desc")
     .add_message_type<write_op>("kvroom.write_op")
     .add_message_type<write_batch>("kvroom.write_batch")

@@ -4,6 +4,7 @@
 #include "transport/fault/fault_backend.hpp"
 #include "transport/local/local_backend.hpp"
 #include "transport/router/router_backend.hpp"
+#include "transport/shm/shm_backend.hpp"
 #include "transport/tcp/tcp_backend.hpp"
 
 namespace kvroom {
@@ -67,20 +68,28 @@ caf::expected<backend_ptr> make_backend(const backend_config& cfg) {
     if (!tcp)
       return tcp.error();
     result = std::move(*tcp);
+  } else if (cfg.name == "shm") {
+    result = std::make_unique<detail::shm_backend>(cfg.owner);
   } else if (cfg.name == "auto") {
     std::vector<backend_ptr> parts;
+    std::vector<bool> optional;
     parts.push_back(std::make_unique<detail::local_backend>(cfg.owner));
+    optional.push_back(false);
     if (cfg.network) {
+      // shm only where the rank's memory is in shared segments.
+      parts.push_back(std::make_unique<detail::shm_backend>(cfg.owner));
+      optional.push_back(true);
       auto tcp = make_tcp(cfg);
       if (!tcp)
         return tcp.error();
       parts.push_back(std::move(*tcp));
+      optional.push_back(false);
     }
-    result = std::make_unique<detail::router_backend>(std::move(parts));
+    result = std::make_unique<detail::router_backend>(std::move(parts), std::move(optional));
   } else {
     return make_error(errc::unavailable,
                       "unknown or not compiled transport '" + cfg.name
-                        + "' (compiled: local, tcp, auto)");
+                        + "' (compiled: local, shm, tcp, auto)");
   }
   if (cfg.faults.probability < 0.0 || cfg.faults.probability > 1.0)
     return make_error(errc::invalid_argument,
@@ -94,6 +103,7 @@ caf::expected<backend_ptr> make_backend(const backend_config& cfg) {
 std::vector<backend_availability> probe_backends() {
   std::vector<backend_availability> out;
   out.push_back({"local", true, true, "same-process memcpy"});
+  out.push_back({"shm", true, true, "same host, POSIX shared memory (/dev/shm), one copy"});
   out.push_back({"tcp", true, true, "sockets, receiver-side range validation"});
   return out;
 }

@@ -119,7 +119,7 @@ TEST_CASE("every message type round-trips through CAF's binary serializer") {
   kv_transfer_error err{77, "injected fault before post (room 77)", true, 3};
   write_batch batch;
   batch.tag = 77;
-  batch.peer = endpoint_desc{"local", "12", 99, 65536};
+  batch.peer = endpoint_desc{"shm", "12", 99, 65536, {shm_region{0x1000, 4096, "/kvroom-1-0", 64}}};
   batch.ops = {{0x1000, 0x2000, 4096}, {0x3000, 0x4000, 64}};
   batch.aux_ops = 1;
   batch.src_device_id = 1;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Real processes on loopback (or in the test's own network namespaces):
 #   multiprocess_test.sh KVROOM_BINARY SCENARIO WORKDIR
-# Scenarios: transfer, transfer_tcp, sigkill, sigstop, malformed, netns.
+# Scenarios: transfer (auto: shm on one host), transfer_shm, transfer_tcp,
+# sigkill, sigstop, malformed, netns.
 # Every process it starts is killed on exit; every wait is bounded. Exit 0
 # passes, 1 fails, 77 skips (with the reason on stdout).
 set -u
@@ -13,6 +14,8 @@ PIDS=()
 NETNS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  # A killed rank cannot unlink its shared KV segments.
+  for p in "${PIDS[@]}"; do rm -f /dev/shm/kvroom-"$p"-* 2>/dev/null; done
   for n in "${NETNS[@]}"; do ip netns del "$n" 2>/dev/null; done
 }
 trap cleanup EXIT
@@ -68,9 +71,10 @@ check_all_ok() { # check_all_ok N: every report has N successes, no failure
 }
 
 case "$SCENARIO" in
-transfer|transfer_tcp)
+transfer|transfer_tcp|transfer_shm)
   extra=()
   [ "$SCENARIO" = transfer_tcp ] && extra=(--transport=tcp)
+  [ "$SCENARIO" = transfer_shm ] && extra=(--transport=shm)
   group "$(port)" --rooms=300 "${extra[@]}"
   for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
   check_all_ok 300
@@ -158,10 +162,10 @@ netns)
   ip -n $nd addr add 10.213.$(( $$ % 250 )).2/24 dev vd$$ && ip -n $nd link set vd$$ up && ip -n $nd link set lo up
   pa=10.213.$(( $$ % 250 )).1; da=10.213.$(( $$ % 250 )).2
   p=$(port)
-  start p0 ip netns exec $np "$K" serve --role=prefill --tp=0 --tp-size=2 --bootstrap-port=$p --publish-registry --tcp-host=$pa --rooms=200 --report=p0.json
-  start p1 ip netns exec $np "$K" serve --role=prefill --tp=1 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --tcp-host=$pa --rooms=200 --report=p1.json
-  start d0 ip netns exec $nd "$K" serve --role=decode --tp=0 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --tcp-host=$da --rooms=200 --report=d0.json
-  start d1 ip netns exec $nd "$K" serve --role=decode --tp=1 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --tcp-host=$da --rooms=200 --report=d1.json
+  start p0 ip netns exec $np "$K" serve --role=prefill --tp=0 --tp-size=2 --bootstrap-port=$p --publish-registry --tcp-host=$pa --transport=tcp --rooms=200 --report=p0.json
+  start p1 ip netns exec $np "$K" serve --role=prefill --tp=1 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --tcp-host=$pa --transport=tcp --rooms=200 --report=p1.json
+  start d0 ip netns exec $nd "$K" serve --role=decode --tp=0 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --tcp-host=$da --transport=tcp --rooms=200 --report=d0.json
+  start d1 ip netns exec $nd "$K" serve --role=decode --tp=1 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --tcp-host=$da --transport=tcp --rooms=200 --report=d1.json
   for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 90" || fail "$r did not finish"; done
   check_all_ok 200
   echo "ok: prefill in $np ($pa) and decode in $nd ($da), joined by a veth pair: 200 rooms byte-exact over tcp"

@@ -10,6 +10,8 @@
 #include "transport/select.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -41,14 +43,56 @@ std::pair<bool, std::string> run(backend& be, const write_batch& batch) {
   return {st == xfer_status::done, reason};
 }
 
+/// Memory a backend can register: in a /dev/shm segment for "shm", plain
+/// heap otherwise. Looks like a vector of bytes.
+class buffer {
+public:
+  buffer(const std::string& backend, size_t n, uint8_t fill = 0) : size_(n) {
+    if (backend == "shm") {
+      name_ = "/kvroom-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++);
+      int fd = ::shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      REQUIRE(fd >= 0);
+      REQUIRE(::ftruncate(fd, static_cast<off_t>(n)) == 0);
+      data_ = static_cast<uint8_t*>(::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+      ::close(fd);
+      REQUIRE(data_ != MAP_FAILED);
+    } else {
+      heap_.resize(n);
+      data_ = heap_.data();
+    }
+    std::memset(data_, fill, n);
+  }
+  ~buffer() {
+    if (!name_.empty()) {
+      ::munmap(data_, size_);
+      ::shm_unlink(name_.c_str());
+    }
+  }
+  uint8_t* data() { return data_; }
+  size_t size() const { return size_; }
+  uint8_t* begin() { return data_; }
+  uint8_t* end() { return data_ + size_; }
+  uint8_t& operator[](size_t i) { return data_[i]; }
+
+private:
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+  std::string name_;
+  std::vector<uint8_t> heap_;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 struct pair_of_ranks {
   backend_ptr sender;
   backend_ptr receiver;
-  std::vector<uint8_t> src;
-  std::vector<uint8_t> dst;
+  buffer src;
+  buffer dst;
 
   pair_of_ranks(const std::string& name, size_t bytes, fault_plan faults = {})
-    : src(bytes), dst(bytes, 0) {
+    : src(name, bytes), dst(name, bytes) {
     auto s = make_backend(backend_config{name, 1, faults});
     auto r = make_backend(backend_config{name, 2, {}});
     REQUIRE(s);
@@ -60,6 +104,10 @@ struct pair_of_ranks {
     std::mt19937_64 rng{1234};
     for (auto& b : src)
       b = static_cast<uint8_t>(rng());
+  }
+
+  static uint64_t addr(buffer& xs) {
+    return reinterpret_cast<uint64_t>(xs.data());
   }
 
   static uint64_t addr(std::vector<uint8_t>& xs) {
@@ -149,7 +197,8 @@ TEST_CASE("a source outside the sender's registered memory is refused") {
 
 TEST_CASE("deregistered memory is no longer writable") {
   for (auto& name : compiled_backends()) {
-    std::vector<uint8_t> src(256, 7), dst(256, 0);
+    INFO("backend " << name);
+    buffer src(name, 256, 7), dst(name, 256, 0);
     auto s = make_backend(backend_config{name, 1, {}});
     auto r = make_backend(backend_config{name, 2, {}});
     REQUIRE((s && r));

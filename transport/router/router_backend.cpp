@@ -4,8 +4,9 @@
 
 namespace kvroom::detail {
 
-router_backend::router_backend(std::vector<backend_ptr> parts) : parts_(std::move(parts)) {
-  // nop
+router_backend::router_backend(std::vector<backend_ptr> parts, std::vector<bool> optional)
+  : parts_(std::move(parts)), optional_(std::move(optional)), disabled_(parts_.size(), false) {
+  optional_.resize(parts_.size(), false);
 }
 
 std::string router_backend::name() const {
@@ -36,19 +37,31 @@ endpoint_desc router_backend::endpoint() const {
 
 std::vector<endpoint_desc> router_backend::endpoints() const {
   std::vector<endpoint_desc> out;
-  for (auto& p : parts_)
-    for (auto& e : p->endpoints())
-      out.push_back(e);
+  for (size_t i = 0; i < parts_.size(); ++i)
+    if (!disabled_[i])
+      for (auto& e : parts_[i]->endpoints())
+        out.push_back(e);
   return out;
 }
 
 caf::expected<region_id> router_backend::register_memory(const mem_desc& mem) {
   std::vector<region_id> ids;
   for (size_t i = 0; i < parts_.size(); ++i) {
+    if (disabled_[i]) {
+      ids.push_back(0);
+      continue;
+    }
     auto id = parts_[i]->register_memory(mem);
+    if (!id && optional_[i]) {
+      // This part cannot serve all of the rank's memory: it stops offering.
+      disabled_[i] = true;
+      ids.push_back(0);
+      continue;
+    }
     if (!id) {
       for (size_t j = 0; j < ids.size(); ++j)
-        (void) parts_[j]->deregister_memory(ids[j]);
+        if (ids[j] != 0)
+          (void) parts_[j]->deregister_memory(ids[j]);
       return make_error(errc::invalid_argument,
                         parts_[i]->name() + ": " + describe(id.error()));
     }
@@ -62,14 +75,15 @@ caf::error router_backend::deregister_memory(region_id id) {
   if (id == 0 || id > regions_.size() || regions_[id - 1].empty())
     return make_error(errc::not_registered, "no registration " + std::to_string(id));
   for (size_t i = 0; i < parts_.size(); ++i)
-    (void) parts_[i]->deregister_memory(regions_[id - 1][i]);
+    if (regions_[id - 1][i] != 0)
+      (void) parts_[i]->deregister_memory(regions_[id - 1][i]);
   regions_[id - 1].clear();
   return caf::none;
 }
 
 caf::expected<xfer_id> router_backend::post(const write_batch& batch) {
   for (size_t i = 0; i < parts_.size(); ++i) {
-    if (parts_[i]->name() != batch.peer.transport)
+    if (disabled_[i] || parts_[i]->name() != batch.peer.transport)
       continue;
     auto id = parts_[i]->post(batch);
     if (!id)

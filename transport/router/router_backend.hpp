@@ -11,7 +11,10 @@ namespace kvroom::detail {
 /// so a peer can pick the nearest (see choose_endpoint).
 class router_backend final : public backend {
 public:
-  explicit router_backend(std::vector<backend_ptr> parts);
+  /// `optional[i]` marks a part that drops out, instead of failing the
+  /// registration, when it cannot register some memory (shm: memory that is
+  /// not in a shared segment).
+  router_backend(std::vector<backend_ptr> parts, std::vector<bool> optional);
 
   std::string name() const override;
   backend_caps caps() const override;
@@ -28,6 +31,8 @@ private:
   static constexpr int shift = 56;
 
   std::vector<backend_ptr> parts_;
+  std::vector<bool> optional_;
+  std::vector<bool> disabled_;
   std::vector<std::vector<region_id>> regions_;
 };
 

@@ -1,0 +1,55 @@
+#pragma once
+
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/backend.hpp"
+#include "transport/region_table.hpp"
+
+namespace kvroom::detail {
+
+/// Same-host data plane through POSIX shared memory, one copy.
+///
+/// Receiving: memory registered here must live in a named shm segment
+/// (/dev/shm, e.g. `host_kv_cache` with `shared = true`); the backend finds
+/// each range's segment in /proc/self/maps and advertises it. Sending: the
+/// first write to a peer maps each of its segments once (read-write, shared)
+/// and every write is a memcpy into the mapping, after checking it lies in a
+/// region the peer advertised and inside the segment's real size.
+class shm_backend final : public backend {
+public:
+  explicit shm_backend(rank_id owner);
+  ~shm_backend() override;
+
+  std::string name() const override;
+  backend_caps caps() const override;
+  endpoint_desc endpoint() const override;
+  caf::expected<region_id> register_memory(const mem_desc& mem) override;
+  caf::error deregister_memory(region_id id) override;
+  caf::expected<xfer_id> post(const write_batch& batch) override;
+  xfer_status poll(xfer_id id, std::string& reason) override;
+  void release(xfer_id id) override;
+
+  /// Identifies this host (its boot id): shm reaches peers with the same.
+  static uint64_t host_domain();
+
+private:
+  struct mapping {
+    uint8_t* base = nullptr;
+    uint64_t size = 0;
+  };
+
+  /// The local mapping of a peer segment, mapping it on first use.
+  caf::expected<mapping> map_segment(const std::string& name);
+
+  rank_id owner_;
+  region_table regions_;
+  std::map<region_id, shm_region> exposed_;
+  std::unordered_map<std::string, mapping> mapped_;
+  std::unordered_map<xfer_id, xfer_status> posted_;
+  xfer_id next_xfer_ = 1;
+};
+
+} // namespace kvroom::detail
