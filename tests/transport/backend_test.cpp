@@ -241,6 +241,8 @@ TEST_CASE("a tcp peer sending garbage or a short payload is dropped; the receive
     ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
     REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
     ::send(fd, data, len, MSG_NOSIGNAL);
+    // Half-close: the receiver sees the short stream end at once.
+    ::shutdown(fd, SHUT_WR);
     char buf[256];
     // The receiver answers a refusal or just closes: either way it returns.
     ::recv(fd, buf, sizeof(buf), 0);
