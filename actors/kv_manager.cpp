@@ -91,8 +91,10 @@ void fan_out(self_ptr self, const kv_transfer_error& err,
 void on_concluded(self_ptr self, room_concluded& msg) {
   auto& st = self->state;
   auto i = st.rooms.find(msg.room);
-  if (i != st.rooms.end())
+  if (i != st.rooms.end()) {
     i->second.state = msg.state;
+    i->second.error = msg.error;
+  }
   if (msg.state == kv_poll::success) {
     ++st.counters.successes;
     return;
@@ -124,9 +126,9 @@ void on_dst(self_ptr self, dst_info& info) {
   auto& st = self->state;
   auto room = info.room;
   auto i = st.rooms.find(room);
-  if (i != st.rooms.end()) {
+  auto peer = find_rank(self, info.decode_rank.id);
+  if (i != st.rooms.end() && peer) {
     i->second.decode_dp = info.decode_rank.dp_rank;
-    auto peer = find_rank(self, info.decode_rank.id);
     self->send(i->second.actor, dst_ready{std::move(info), std::move(peer)});
     return;
   }
@@ -198,6 +200,8 @@ void on_failed(self_ptr self, room_failed& msg) {
     kv_manager_state::early_failure{std::move(msg.error), room_core::now_ms()});
 }
 
+void deliver_parked(self_ptr self, room_id room);
+
 void on_opened(self_ptr self, room_opened& msg) {
   auto& st = self->state;
   auto room = msg.room;
@@ -210,16 +214,8 @@ void on_opened(self_ptr self, room_opened& msg) {
   auto& mine = me(self);
   st.rooms[room] = kv_manager_state::room_entry{
     msg.room_actor, kv_poll::bootstrapping,
-    mine.side == role::decode ? mine.dp_rank : -1, room_core::now_ms()};
-  if (auto p = st.parked.find(room); p != st.parked.end()) {
-    for (auto& x : p->second) {
-      st.rooms[room].decode_dp = x.info.decode_rank.dp_rank;
-      self->send(msg.room_actor,
-                 dst_ready{x.info, find_rank(self, x.info.decode_rank.id)});
-    }
-    st.parked_count -= p->second.size();
-    st.parked.erase(p);
-  }
+    mine.side == role::decode ? mine.dp_rank : -1, room_core::now_ms(), {}};
+  deliver_parked(self, room);
   if (auto p = st.parked_parts.find(room); p != st.parked_parts.end()) {
     for (auto& x : p->second)
       self->send(msg.room_actor, x.part);
@@ -230,6 +226,29 @@ void on_opened(self_ptr self, room_opened& msg) {
     self->send(msg.room_actor, room_failed{room, e->second.error, true});
     st.early_failures.erase(e);
   }
+}
+
+/// Hands a room the destinations parked for it whose decode rank the
+/// directory knows (a destination can outrun the registry's update).
+void deliver_parked(self_ptr self, room_id room) {
+  auto& st = self->state;
+  auto r = st.rooms.find(room);
+  auto p = st.parked.find(room);
+  if (r == st.rooms.end() || p == st.parked.end())
+    return;
+  auto& xs = p->second;
+  auto keep = std::remove_if(xs.begin(), xs.end(), [&](auto& x) {
+    auto peer = find_rank(self, x.info.decode_rank.id);
+    if (!peer)
+      return false;
+    r->second.decode_dp = x.info.decode_rank.dp_rank;
+    self->send(r->second.actor, dst_ready{x.info, std::move(peer)});
+    return true;
+  });
+  st.parked_count -= static_cast<size_t>(xs.end() - keep);
+  xs.erase(keep, xs.end());
+  if (xs.empty())
+    st.parked.erase(p);
 }
 
 void on_part(self_ptr self, part_done& part) {
@@ -321,6 +340,8 @@ void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
   if (i == st.rooms.end())
     return;
   bool concluded = is_terminal(i->second.state);
+  bool failed = i->second.state == kv_poll::failed;
+  auto root_cause = i->second.error;
   auto decode_dp = i->second.decode_dp;
   st.room_by_actor.erase(i->second.actor.address());
   st.rooms.erase(i);
@@ -344,13 +365,10 @@ void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
     return;
   }
   // Cleared: the scheduler is done with the room, with or without taking its
-  // failure; either way the record must not outlive the room.
-  auto rec = st.failure_records.find(room);
-  bool failed = rec != st.failure_records.end();
-  add_tombstone(self, room, failed,
-                failed ? rec->second : kv_transfer_error{});
-  if (failed)
-    st.failure_records.erase(rec);
+  // failure; either way the record must not outlive the room. The tombstone
+  // keeps the root cause for peers that ask late.
+  st.failure_records.erase(room);
+  add_tombstone(self, room, failed, failed ? root_cause : kv_transfer_error{});
 }
 
 void on_peer_down(self_ptr self, const rank_entry& lost,
@@ -399,6 +417,11 @@ void on_directory(self_ptr self, directory_update& msg) {
   }
   st.directory = std::move(fresh);
   flush_coordinator_backlog(self);
+  std::vector<room_id> waiting;
+  for (auto& kvp : st.parked)
+    waiting.push_back(kvp.first);
+  for (auto room : waiting)
+    deliver_parked(self, room);
 }
 
 void sweep(self_ptr self) {

@@ -23,6 +23,9 @@ struct kv_manager_state {
     /// The room's decode group (its coordinator), once known here; -1 before.
     int32_t decode_dp = -1;
     uint64_t opened_ms = 0;
+    /// The root cause once concluded Failed; kept after the scheduler took
+    /// the record, so the tombstone can still answer late peers with it.
+    kv_transfer_error error;
   };
   struct awaiting {
     kv_transfer_error error;

@@ -178,8 +178,24 @@ void room_core::check_deadline() {
                  + " ms after this rank's part was done");
     return;
   }
-  if (fsm_->expired(now))
-    fail_local(fsm_->timeout_reason(now));
+  if (!fsm_->expired(now))
+    return;
+  auto& me = params_.self;
+  if (me.side == role::decode && !coordinator_) {
+    // Two ranks of a room timing out together would be two origins: the
+    // coordinator decides (its own timeout, or this one, wins once).
+    decode_dp_ = me.dp_rank;
+    request_decision(kv_transfer_error{params_.room, fsm_->timeout_reason(now), false, me.id});
+    return;
+  }
+  // Prefill ranks may not know the coordinator yet: a later TP slot waits a
+  // little longer, so the earliest timeout reaches it first and is the one
+  // origin.
+  auto stagger = static_cast<uint64_t>(me.tp_rank) * 2
+                 * static_cast<uint64_t>(tick_interval(params_.timeouts).count());
+  if (me.side == role::prefill && now < fsm_->deadline_ms() + stagger)
+    return;
+  fail_local(fsm_->timeout_reason(now));
 }
 
 bool room_core::depends_on(const rank_ref& rank) const noexcept {
@@ -204,9 +220,11 @@ void room_core::on_peer_lost(const peer_lost& msg) {
     request_decision(std::move(err));
     return;
   }
-  // Every survivor detects the loss itself, with the lost rank as origin.
-  // The coordinator still fans out: prepared ranks wait for its word.
-  conclude_failed(err, coordinator_);
+  // Every survivor detects the loss itself, with the lost rank as origin, but
+  // a rank whose room has not learned its counterparts yet cannot tell that
+  // the loss concerns it: fan the failure out (receivers keep the first
+  // copy; the rest are ignored as late).
+  conclude_failed(err, true);
 }
 
 void room_core::clear() {

@@ -20,6 +20,7 @@
 #include "actors/kvroom.hpp"
 
 #include "commands.hpp"
+#include "stress_plan.hpp"
 
 namespace kvroom::cli {
 
@@ -55,6 +56,8 @@ public:
   int64_t hold_ms = 2000;
   std::string report;
   std::string log_level = "info";
+  int64_t fault_seed = 0;
+  double p_transfer = 0.0;
 
   serve_config() {
     opt_group{custom_options_, "global"}
@@ -70,7 +73,7 @@ public:
       .add(tcp_host, "tcp-host", "IPv4 address the tcp data plane binds and advertises")
       .add(heartbeat_ms, "heartbeat-ms", "CAF middleman heartbeat interval")
       .add(connection_timeout_ms, "connection-timeout-ms", "a silent peer is lost after this")
-      .add(timeout_ms, "timeout-ms", "every room state's timeout")
+      .add(timeout_ms, "timeout-ms", "room state timeouts (decode waits twice as long)")
       .add(layers, "layers", "layers (K and V buffer each)")
       .add(page_bytes, "page-bytes", "bytes per KV page")
       .add(pages_per_room, "pages-per-room", "KV pages per room")
@@ -83,6 +86,8 @@ public:
       .add(then_wait_file, "then-wait-file", "start the second batch once this file exists")
       .add(hold_ms, "hold-ms", "keep serving this long after the last room")
       .add(report, "report", "write a JSON report of every room here")
+      .add(fault_seed, "fault-seed", "stress: seed of the data-plane fault schedule")
+      .add(p_transfer, "p-transfer", "stress: probability a room gets a data-plane fault")
       .add(log_level, "log-level", "trace, debug, info, warn, error, off");
   }
 };
@@ -179,7 +184,14 @@ int run_serve(int argc, char** argv) {
     rc.network = true;
     rc.tcp_host = cfg.tcp_host;
     auto ms = static_cast<uint32_t>(cfg.timeout_ms);
-    rc.timeouts = room_timeouts{ms, ms, ms};
+    rc.timeouts = side == role::prefill ? room_timeouts{ms, ms, ms}
+                                        : room_timeouts{2 * ms, 2 * ms, 2 * ms};
+    if (side == role::prefill && cfg.p_transfer > 0.0)
+      rc.faults = stress::transfer_faults(static_cast<uint64_t>(cfg.fault_seed),
+                                          stress::fault_odds{cfg.p_transfer, 0, 0},
+                                          static_cast<int>(cfg.tp_size), static_cast<int>(cfg.tp),
+                                          static_cast<room_id>(cfg.first_room),
+                                          static_cast<uint64_t>(cfg.rooms + cfg.then_rooms));
     auto made = rt.add_rank(rc);
     if (!made)
       return bad("cannot start rank: " + describe(made.error()));

@@ -21,6 +21,8 @@
 
 #include "commands.hpp"
 #include "stress_check.hpp"
+#include "stress_plan.hpp"
+#include "stress_processes.hpp"
 
 namespace kvroom::cli {
 
@@ -49,6 +51,9 @@ public:
   std::string json;
   std::string sabotage = "none";
   std::string log_level = "off";
+  bool processes = false;
+  std::string signal = "seeded";
+  std::string victim;
 
   stress_config() {
     opt_group{custom_options_, "global"}
@@ -69,64 +74,12 @@ public:
       .add(max_seconds, "max-seconds", "bound on the whole run")
       .add(json, "json", "write the summary as JSON to this file")
       .add(sabotage, "sabotage", "none, or drop-fan-out (proves the checker fails)")
-      .add(log_level, "log-level", "trace, debug, info, warn, error, off");
+      .add(log_level, "log-level", "trace, debug, info, warn, error, off")
+      .add(processes, "processes", "one kvroom serve process per rank; a rank is killed and restarted")
+      .add(signal, "signal", "with --processes: sigkill, sigstop or seeded")
+      .add(victim, "victim", "with --processes: the rank to stop (p1, d0, ...; default: seeded)");
   }
 };
-
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-/// A reproducible stream of draws for one room.
-struct draws {
-  uint64_t state;
-  double unit() {
-    state = mix(state);
-    return static_cast<double>(state >> 11) * 0x1.0p-53;
-  }
-  uint64_t below(uint64_t n) {
-    state = mix(state);
-    return state % n;
-  }
-};
-
-/// What the schedule does to one room.
-struct room_plan {
-  fault_kind kind = fault_kind::none;
-  role side = role::prefill;
-  int tp = 0;
-  kv_poll at = kv_poll::bootstrapping;
-  fault_point point = fault_point::before_post;
-};
-
-room_plan plan_for(uint64_t seed, room_id room, const stress_config& cfg,
-                   int tp) {
-  draws d{seed ^ mix(room)};
-  room_plan p;
-  auto u = d.unit();
-  p.tp = static_cast<int>(d.below(static_cast<uint64_t>(tp)));
-  p.side = d.below(2) == 0 ? role::prefill : role::decode;
-  static constexpr kv_poll states[] = {kv_poll::bootstrapping,
-                                       kv_poll::waiting_for_input,
-                                       kv_poll::transferring};
-  p.at = states[d.below(3)];
-  static constexpr fault_point points[] = {
-    fault_point::before_post, fault_point::after_post, fault_point::on_aux,
-    fault_point::bad_completion, fault_point::stall};
-  p.point = points[d.below(5)];
-  if (u < cfg.p_transfer) {
-    p.kind = fault_kind::transfer;
-    p.side = role::prefill;
-  } else if (u < cfg.p_transfer + cfg.p_abort) {
-    p.kind = fault_kind::abort;
-  } else if (u < cfg.p_transfer + cfg.p_abort + cfg.p_kill) {
-    p.kind = fault_kind::kill_room;
-  }
-  return p;
-}
 
 struct live_room {
   room_id id = 0;
@@ -184,6 +137,23 @@ int run_stress(int argc, char** argv) {
                 ? static_cast<uint64_t>(cfg.seed)
                 : static_cast<uint64_t>(clock_type::now().time_since_epoch().count());
   auto tp = static_cast<int>(cfg.prefill_tp);
+  if (cfg.processes) {
+    process_options po;
+    po.tp = tp;
+    po.rooms = cfg.rooms;
+    po.concurrency = cfg.concurrency;
+    po.seed = seed;
+    po.p_transfer = cfg.p_transfer;
+    po.timeout_ms = cfg.timeout_ms;
+    po.max_seconds = cfg.max_seconds;
+    po.signal = cfg.signal;
+    po.victim = cfg.victim;
+    po.json = cfg.json;
+    po.log_level = cfg.log_level == "off" ? "warn" : cfg.log_level;
+    if (po.signal != "sigkill" && po.signal != "sigstop" && po.signal != "seeded")
+      return bad("--signal must be sigkill, sigstop or seeded");
+    return run_processes(po);
+  }
   std::printf("kvroom stress: seed %llu, %d prefill x %d decode ranks in one process, "
               "%lld rooms at concurrency %lld\n"
               "  faults: transfer %.3f, abort %.3f, kill %.3f per room; control delay %.3f "
@@ -204,8 +174,9 @@ int run_stress(int argc, char** argv) {
   shape.aux_item_bytes = 64;
   std::vector<room_plan> plans(static_cast<size_t>(cfg.rooms) + 1);
   std::vector<fault_plan> prefill_faults(static_cast<size_t>(tp));
+  fault_odds odds{cfg.p_transfer, cfg.p_abort, cfg.p_kill};
   for (room_id r = 1; r <= static_cast<room_id>(cfg.rooms); ++r) {
-    plans[r] = plan_for(seed, r, cfg, tp);
+    plans[r] = plan_for(seed, r, odds, tp);
     if (plans[r].kind == fault_kind::transfer)
       prefill_faults[static_cast<size_t>(plans[r].tp)].targeted.push_back(
         {r, plans[r].point});

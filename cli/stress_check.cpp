@@ -10,6 +10,7 @@ std::string to_string(fault_kind x) {
     case fault_kind::transfer: return "transfer";
     case fault_kind::abort: return "abort";
     case fault_kind::kill_room: return "kill_room";
+    case fault_kind::outage: return "outage";
   }
   return "fault_kind(?)";
 }
@@ -61,6 +62,14 @@ std::vector<violation> check_room(const room_record& rec) {
       return out;
     }
   auto& first = *failed.front()->error;
+  if (!rec.concurrent_origins.empty()) {
+    for (auto* o : failed)
+      if (std::find(rec.concurrent_origins.begin(), rec.concurrent_origins.end(),
+                    o->error->origin_rank) == rec.concurrent_origins.end())
+        add(o->rank.id, "root cause from rank " + std::to_string(o->error->origin_rank)
+                          + ", which no fault hit: " + o->error->failure_reason);
+    return out;
+  }
   int origins = 0;
   for (auto* o : failed) {
     auto& e = *o->error;
@@ -89,7 +98,7 @@ std::vector<violation> check_room(const room_record& rec) {
   if (!rec.fault.fired)
     add(first.origin_rank, "failed without an injected fault: "
                              + first.failure_reason);
-  else if (first.origin_rank != rec.fault.rank)
+  else if (rec.fault.rank >= 0 && first.origin_rank != rec.fault.rank)
     add(first.origin_rank, "origin is rank " + std::to_string(first.origin_rank)
                              + " but the " + to_string(rec.fault.kind)
                              + " fault was injected on rank "

@@ -16,6 +16,7 @@ enum class fault_kind : uint8_t {
   transfer,   ///< the data plane failed a batch (fault-injecting backend)
   abort,      ///< a scheduler aborted the room in some state
   kill_room,  ///< a room actor was killed mid-room
+  outage,     ///< a rank process was lost: any single origin is fine
 };
 
 std::string to_string(fault_kind x);
@@ -24,7 +25,7 @@ std::string to_string(fault_kind x);
 /// scheduled for a state the room never reached does not).
 struct injected_fault {
   fault_kind kind = fault_kind::none;
-  rank_id rank = -1;
+  rank_id rank = -1;  ///< the expected origin; -1: any single origin
   std::string detail;
   bool fired = false;
 };
@@ -44,6 +45,10 @@ struct room_record {
   /// For rooms that succeeded on decode: empty when the data is byte-exact,
   /// else where it is not.
   std::string data_error;
+  /// Rank ids whose faults hit this room independently and at once (a lost
+  /// process and a data-plane fault): each rank keeps the first it saw, so
+  /// any of these may be the root cause, but only these.
+  std::vector<rank_id> concurrent_origins;
 };
 
 /// A broken invariant, naming the room and the rank.

@@ -105,3 +105,13 @@ TEST_CASE("a lost rank is an origin outside the room: every member is propagated
   rec.outcomes[1].error->is_from_another_rank = false;
   CHECK_FALSE(check_room(rec).empty());
 }
+
+TEST_CASE("concurrent faults allow any of their origins, and only those") {
+  auto rec = failed_room();
+  rec.fault = {fault_kind::outage, -1, "", true};
+  rec.concurrent_origins = {1, 4242};
+  rec.outcomes[2].error = kv_transfer_error{9, "rank lost", true, 4242};
+  CHECK(check_room(rec).empty());
+  rec.outcomes[3].error = kv_transfer_error{9, "timed out", false, rec.outcomes[3].rank.id};
+  CHECK(mentions(check_room(rec), "which no fault hit"));
+}

@@ -330,6 +330,19 @@ TEST_CASE("the fault injector fails the selected batches at each point") {
   CHECK(reason.find("aux") != std::string::npos);
 }
 
+TEST_CASE("the fault injector offers every endpoint of what it wraps") {
+  fault_plan plan;
+  plan.rooms = {1};
+  backend_config cfg{"auto", 1, plan};
+  cfg.network = true;
+  auto be = make_backend(cfg);
+  REQUIRE(be);
+  std::vector<std::string> names;
+  for (auto& e : (*be)->endpoints())
+    names.push_back(e.transport);
+  CHECK(names == std::vector<std::string>{"local", "shm", "tcp"});
+}
+
 TEST_CASE("targeted faults give each room its own point") {
   fault_plan plan;
   plan.targeted = {{1, fault_point::before_post}, {2, fault_point::after_post}};

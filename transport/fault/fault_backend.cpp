@@ -26,6 +26,10 @@ endpoint_desc fault_backend::endpoint() const {
   return inner_->endpoint();
 }
 
+std::vector<endpoint_desc> fault_backend::endpoints() const {
+  return inner_->endpoints();
+}
+
 caf::expected<region_id>
 fault_backend::register_memory(const mem_desc& mem) {
   return inner_->register_memory(mem);

@@ -19,6 +19,7 @@ public:
   std::string name() const override;
   backend_caps caps() const override;
   endpoint_desc endpoint() const override;
+  std::vector<endpoint_desc> endpoints() const override;
   caf::expected<region_id> register_memory(const mem_desc& mem) override;
   caf::error deregister_memory(region_id id) override;
   caf::expected<xfer_id> post(const write_batch& batch) override;
