@@ -112,7 +112,7 @@ void room_core::request_decision(kv_transfer_error err) {
   if (decision_requested_)
     return;
   decision_requested_ = true;
-  pending_reason_ = err.failure_reason;
+  pending_error_ = err;
   decision_deadline_ms_ = now_ms() + params_.timeouts.transferring_ms;
   self_->send(params_.manager,
               to_coordinator{decode_dp_,
@@ -164,10 +164,13 @@ void room_core::check_deadline() {
   auto now = now_ms();
   if (decision_requested_) {
     if (now >= decision_deadline_ms_) {
+      // No word from the coordinator: conclude with the cause we asked
+      // about, keeping its origin (a lost peer stays the origin).
       prepared_ = false;
-      fail_local(pending_reason_
-                 + " (the room's coordinator gave no decision within "
-                 + std::to_string(params_.timeouts.transferring_ms) + " ms)");
+      auto err = pending_error_;
+      err.failure_reason += " (the room's coordinator gave no decision within "
+                            + std::to_string(params_.timeouts.transferring_ms) + " ms)";
+      conclude_failed(err, true);
     }
     return;
   }

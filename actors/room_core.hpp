@@ -132,7 +132,8 @@ private:
   uint64_t prepared_deadline_ms_ = 0;
   bool decision_requested_ = false;
   uint64_t decision_deadline_ms_ = 0;
-  std::string pending_reason_;
+  /// What a prepared rank asked the coordinator to decide on.
+  kv_transfer_error pending_error_;
   // Coordinator: slots done and the room actors to commit, by rank id.
   std::vector<bool> slots_done_;
   std::unordered_map<rank_id, caf::actor> participants_;

@@ -63,11 +63,26 @@ std::vector<violation> check_room(const room_record& rec) {
     }
   auto& first = *failed.front()->error;
   if (!rec.concurrent_origins.empty()) {
-    for (auto* o : failed)
-      if (std::find(rec.concurrent_origins.begin(), rec.concurrent_origins.end(),
-                    o->error->origin_rank) == rec.concurrent_origins.end())
-        add(o->rank.id, "root cause from rank " + std::to_string(o->error->origin_rank)
-                          + ", which no fault hit: " + o->error->failure_reason);
+    // Each independent fault may be some rank's first cause, and so may one
+    // timeout that the outage provoked; nothing else.
+    std::vector<std::string> causes;
+    for (auto* o : failed) {
+      auto& e = *o->error;
+      bool hit = std::find(rec.concurrent_origins.begin(), rec.concurrent_origins.end(),
+                           e.origin_rank)
+                 != rec.concurrent_origins.end();
+      if (!hit && e.failure_reason.find("timed out") == std::string::npos
+          && e.failure_reason.find("no commit") == std::string::npos)
+        add(o->rank.id, "root cause from rank " + std::to_string(e.origin_rank)
+                          + ", which no fault hit: " + e.failure_reason);
+      auto cause = std::to_string(e.origin_rank) + ":" + e.failure_reason;
+      if (std::find(causes.begin(), causes.end(), cause) == causes.end())
+        causes.push_back(cause);
+    }
+    if (causes.size() > rec.concurrent_origins.size() + 1)
+      add(first.origin_rank, std::to_string(causes.size()) + " different root causes for "
+                               + std::to_string(rec.concurrent_origins.size())
+                               + " concurrent faults");
     return out;
   }
   int origins = 0;

@@ -297,9 +297,9 @@ int run_processes(const process_options& opt) {
     }
     if (outage) {
       rec.fault = {fault_kind::outage, -1, "lost " + to_string(victim.rank), true};
+      rec.concurrent_origins = {victim.rank.id};
       if (plan.kind == fault_kind::transfer)
-        rec.concurrent_origins = {victim.rank.id,
-                                  default_rank_id(role::prefill, 0, plan.tp, opt.tp)};
+        rec.concurrent_origins.push_back(default_rank_id(role::prefill, 0, plan.tp, opt.tp));
       ++outage_rooms;
     } else if (plan.kind == fault_kind::transfer) {
       rec.fault = {fault_kind::transfer, default_rank_id(role::prefill, 0, plan.tp, opt.tp),

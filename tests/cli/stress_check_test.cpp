@@ -112,6 +112,11 @@ TEST_CASE("concurrent faults allow any of their origins, and only those") {
   rec.concurrent_origins = {1, 4242};
   rec.outcomes[2].error = kv_transfer_error{9, "rank lost", true, 4242};
   CHECK(check_room(rec).empty());
-  rec.outcomes[3].error = kv_transfer_error{9, "timed out", false, rec.outcomes[3].rank.id};
+  rec.outcomes[3].error = kv_transfer_error{9, "disk on fire", false, rec.outcomes[3].rank.id};
   CHECK(mentions(check_room(rec), "which no fault hit"));
+  // One timeout provoked by the outage is allowed; a fourth cause is not.
+  rec.outcomes[3].error = kv_transfer_error{9, "decode room timed out", false, rec.outcomes[3].rank.id};
+  CHECK(check_room(rec).empty());
+  rec.outcomes[0].error = kv_transfer_error{9, "prefill room timed out", false, rec.outcomes[0].rank.id};
+  CHECK(mentions(check_room(rec), "different root causes"));
 }
