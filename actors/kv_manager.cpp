@@ -122,6 +122,13 @@ void on_concluded(self_ptr self, room_concluded& msg) {
     fan_out(self, err, msg.counterparts);
 }
 
+/// Tells a room about every rank lost and not back; the room decides
+/// whether it depends on one.
+void tell_lost(self_ptr self, const caf::actor& room) {
+  for (auto& kvp : self->state.lost_ranks)
+    self->send(room, kvp.second);
+}
+
 void on_dst(self_ptr self, dst_info& info) {
   auto& st = self->state;
   auto room = info.room;
@@ -130,6 +137,7 @@ void on_dst(self_ptr self, dst_info& info) {
   if (i != st.rooms.end() && peer) {
     i->second.decode_dp = info.decode_rank.dp_rank;
     self->send(i->second.actor, dst_ready{std::move(info), std::move(peer)});
+    tell_lost(self, i->second.actor);
     return;
   }
   auto reply_failure = [&](kv_transfer_error err) {
@@ -216,6 +224,7 @@ void on_opened(self_ptr self, room_opened& msg) {
     msg.room_actor, kv_poll::bootstrapping,
     mine.side == role::decode ? mine.dp_rank : -1, room_core::now_ms(), {}};
   deliver_parked(self, room);
+  tell_lost(self, msg.room_actor);
   if (auto p = st.parked_parts.find(room); p != st.parked_parts.end()) {
     for (auto& x : p->second)
       self->send(msg.room_actor, x.part);
@@ -243,6 +252,7 @@ void deliver_parked(self_ptr self, room_id room) {
       return false;
     r->second.decode_dp = x.info.decode_rank.dp_rank;
     self->send(r->second.actor, dst_ready{x.info, std::move(peer)});
+    tell_lost(self, r->second.actor);
     return true;
   });
   st.parked_count -= static_cast<size_t>(xs.end() - keep);
@@ -392,6 +402,7 @@ void on_peer_down(self_ptr self, const rank_entry& lost,
   else
     logger()->warn("{}: {} ({} rooms in flight checked)", to_string(me(self)),
                    text, open);
+  st.lost_ranks[peer.id] = peer_lost{peer, text};
   for (auto& kvp : st.rooms)
     if (!is_terminal(kvp.second.state))
       self->send(kvp.second.actor, peer_lost{peer, text});
@@ -407,6 +418,8 @@ void on_directory(self_ptr self, directory_update& msg) {
   std::vector<std::shared_ptr<const rank_entry>> fresh;
   fresh.reserve(msg.ranks.size());
   for (auto& e : msg.ranks) {
+    // Registered (again): no longer lost.
+    st.lost_ranks.erase(e.rank.id);
     auto ptr = std::make_shared<const rank_entry>(e);
     if (e.manager && e.rank.id != me(self).id
         && st.peers.count(e.manager.address()) == 0) {

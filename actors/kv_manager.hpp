@@ -71,6 +71,10 @@ struct kv_manager_state {
   size_t parked_count = 0;
   /// Failures that arrived before the room opened here.
   std::unordered_map<room_id, early_failure> early_failures;
+  /// Ranks lost and not registered again, with why: rooms that open (or
+  /// learn their counterpart) meanwhile fail at once instead of waiting out
+  /// a timeout for a rank that is gone.
+  std::unordered_map<rank_id, peer_lost> lost_ranks;
   /// Messages for a coordinator this rank has not seen in the directory yet
   /// (ranks start in any order); delivered on the next directory update.
   struct pending_coord {

@@ -226,6 +226,7 @@ int run_serve(int argc, char** argv) {
       room_id next = first;
       auto end = first + static_cast<room_id>(count);
       auto last_open = clock_type::now();
+      auto last_progress = clock_type::now();
       while (next < end || !in_flight.empty()) {
         bool progressed = false;
         auto now = clock_type::now();
@@ -292,6 +293,24 @@ int run_serve(int argc, char** argv) {
           in_flight[i] = std::move(in_flight.back());
           in_flight.pop_back();
           progressed = true;
+        }
+        if (progressed) {
+          last_progress = clock_type::now();
+        } else if (clock_type::now() - last_progress > std::chrono::seconds(5)) {
+          // A stall report: what this rank's manager and rooms believe.
+          auto st = r.stats();
+          std::string rooms_text;
+          for (auto& l : in_flight) {
+            room_handle& h = side == role::prefill ? static_cast<room_handle&>(l.sender)
+                                                   : static_cast<room_handle&>(l.receiver);
+            rooms_text += " " + std::to_string(l.id) + ":" + to_string(h.poll());
+          }
+          std::fprintf(stderr, "stall: no progress for 5 s; manager: %s live rooms, %s records, %s parked;"
+                       " rooms:%s\n",
+                       st ? std::to_string(st->live_rooms).c_str() : "?",
+                       st ? std::to_string(st->failure_records).c_str() : "?",
+                       st ? std::to_string(st->parked).c_str() : "?", rooms_text.c_str());
+          last_progress = clock_type::now();
         }
         if (!progressed)
           std::this_thread::sleep_for(std::chrono::microseconds(50));
