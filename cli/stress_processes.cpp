@@ -228,9 +228,17 @@ int run_processes(const process_options& opt) {
     std::printf("stress: ranks did not start (see %s)\nstress: INVARIANTS BROKEN\n", dir.c_str());
     return 1;
   }
+  auto say = [&](const std::string& what) {
+    std::printf("  [%6.1fs] %s\n",
+                std::chrono::duration<double>(clock_type::now() - start_time).count(),
+                what.c_str());
+    std::fflush(stdout);
+  };
+  say("all " + std::to_string(ranks.size()) + " ranks up; first batch running");
   std::this_thread::sleep_for(std::chrono::milliseconds(kill_after_ms));
   ::kill(victim.pid, stop ? SIGSTOP : SIGKILL);
   auto hit_ms = wall_ms();
+  say(std::string{stop ? "SIGSTOP" : "SIGKILL"} + " sent to " + to_string(victim.rank));
   if (stop) {
     // Frozen long enough to be declared lost, then gone for good.
     std::this_thread::sleep_for(std::chrono::milliseconds(2500));
@@ -246,6 +254,8 @@ int run_processes(const process_options& opt) {
   }, std::chrono::duration_cast<std::chrono::milliseconds>(limit));
   if (!phase1_done)
     violations.push_back({0, -1, "survivors did not finish the first batch in time"});
+  else
+    say("survivors finished the first batch; restarting " + to_string(victim.rank));
   // The restarted rank serves only the second batch.
   victim.exited = false;
   victim.pid = spawn(exe, args_for(victim, phase1 + 1, phase2, 0), log_of(victim) + ".restart");
@@ -253,6 +263,7 @@ int run_processes(const process_options& opt) {
   wait_until([&] { return slurp(restart_log).find("\"ready\"") != std::string::npos; },
              std::chrono::seconds(30));
   std::ofstream{dir + "/go"} << "go\n";
+  say("second batch running on all ranks");
   for (auto& c : ranks) {
     bool done = wait_until([&] { return ::waitpid(c.pid, &c.status, WNOHANG) == c.pid; },
                            std::chrono::duration_cast<std::chrono::milliseconds>(limit));
