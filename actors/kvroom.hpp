@@ -5,6 +5,7 @@
 
 #include "actors/config.hpp"
 #include "actors/host_kv_cache.hpp"
+#include "actors/local_group.hpp"
 #include "actors/logging.hpp"
 #include "actors/rank.hpp"
 #include "actors/room_handles.hpp"

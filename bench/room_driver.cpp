@@ -8,23 +8,15 @@ namespace kvroom::bench {
 bench_group::bench_group(runtime& rt, int tp_size, const kv_shape& shape,
                          int64_t ppr)
   : tp(tp_size), pages_per_room(ppr) {
-  for (auto side : {role::prefill, role::decode}) {
-    for (int t = 0; t < tp; ++t) {
-      auto& mem = side == role::prefill ? prefill_mem : decode_mem;
-      mem.push_back(std::make_unique<host_kv_cache>(shape));
-      rank_config cfg;
-      cfg.side = side;
-      cfg.tp_rank = t;
-      cfg.tp_size = tp;
-      cfg.memory = mem.back()->layout();
-      auto r = rt.add_rank(cfg);
-      if (!r) {
-        std::fprintf(stderr, "cannot start rank: %s\n", describe(r.error()).c_str());
-        std::exit(2);
-      }
-      (side == role::prefill ? prefill : decode).push_back(std::move(*r));
-    }
+  auto g = local_group::start(rt, tp, shape);
+  if (!g) {
+    std::fprintf(stderr, "%s\n", describe(g.error()).c_str());
+    std::exit(2);
   }
+  prefill_mem = std::move((*g)->prefill_mem);
+  decode_mem = std::move((*g)->decode_mem);
+  prefill = std::move((*g)->prefill);
+  decode = std::move((*g)->decode);
 }
 
 bench_group::~bench_group() {

@@ -9,8 +9,7 @@
 
 namespace kvroom::bench {
 
-/// A prefill and a decode group of equal TP in one runtime, with host KV
-/// caches sized for `concurrency` rooms of `pages_per_room` pages.
+/// A `local_group` plus how many pages a room of this benchmark moves.
 struct bench_group {
   std::vector<std::unique_ptr<host_kv_cache>> prefill_mem, decode_mem;
   std::vector<std::unique_ptr<rank>> prefill, decode;

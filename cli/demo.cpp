@@ -141,31 +141,20 @@ int run_demo(int argc, char** argv) {
   int exit_code = 0;
   {
     runtime rt{sys};
-    std::vector<std::unique_ptr<host_kv_cache>> prefill_mem, decode_mem;
-    std::vector<std::unique_ptr<rank>> prefill, decode;
-    room_timeouts timeouts;
-    timeouts.bootstrap_ms = timeouts.waiting_ms = timeouts.transferring_ms =
-      static_cast<uint32_t>(cfg.timeout_ms);
-    for (auto side : {role::prefill, role::decode}) {
-      for (int t = 0; t < tp; ++t) {
-        auto& mem = side == role::prefill ? prefill_mem : decode_mem;
-        mem.push_back(std::make_unique<host_kv_cache>(shape));
-        rank_config rc;
-        rc.side = side;
-        rc.tp_rank = t;
-        rc.tp_size = tp;
-        rc.memory = mem.back()->layout();
-        rc.timeouts = timeouts;
-        if (side == role::prefill && t == cfg.fail_rank && cfg.fail_room > 0) {
-          rc.faults.rooms = {static_cast<room_id>(cfg.fail_room)};
-          rc.faults.point = point;
-        }
-        auto r = rt.add_rank(rc);
-        if (!r)
-          return fail("cannot start " + to_string(rc.ref()) + ": " + describe(r.error()));
-        (side == role::prefill ? prefill : decode).push_back(std::move(*r));
+    auto ms = static_cast<uint32_t>(cfg.timeout_ms);
+    auto group = local_group::start(rt, tp, shape, [&](rank_config& rc) {
+      rc.timeouts = room_timeouts{ms, ms, ms};
+      if (rc.side == role::prefill && rc.tp_rank == cfg.fail_rank && cfg.fail_room > 0) {
+        rc.faults.rooms = {static_cast<room_id>(cfg.fail_room)};
+        rc.faults.point = point;
       }
-    }
+    });
+    if (!group)
+      return fail(describe(group.error()));
+    auto& prefill = (*group)->prefill;
+    auto& decode = (*group)->decode;
+    auto& prefill_mem = (*group)->prefill_mem;
+    auto& decode_mem = (*group)->decode_mem;
     auto pages_of = [&](size_t slot, bool dst) {
       // Prefill pages are contiguous; decode pages come in reversed runs of
       // four, as a page allocator hands out fragments.
@@ -322,7 +311,6 @@ int run_demo(int argc, char** argv) {
                 failed_rooms == 1 ? "" : "s");
     for (auto& line : failure_lines)
       std::printf("%s\n", line.c_str());
-    std::vector<std::unique_ptr<rank>*> all;
     uint64_t leaked = 0;
     for (auto* group : {&prefill, &decode})
       for (auto& r : *group) {
@@ -337,8 +325,6 @@ int run_demo(int argc, char** argv) {
         || failed_rooms != (expected_failure ? 1u : 0u))
       exit_code = 1;
     std::printf("%s\n", exit_code == 0 ? "demo: ok" : "demo: UNEXPECTED RESULT");
-    decode.clear();
-    prefill.clear();
   }
   return exit_code;
 }

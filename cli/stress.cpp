@@ -190,34 +190,25 @@ int run_stress(int argc, char** argv) {
   uint64_t rss_start = 0, rss_early = 0, rss_end = 0;
   {
     runtime rt{sys};
-    std::vector<std::unique_ptr<host_kv_cache>> prefill_mem, decode_mem;
-    std::vector<std::unique_ptr<rank>> prefill, decode;
-    for (auto side : {role::prefill, role::decode}) {
-      for (int t = 0; t < tp; ++t) {
-        auto& mem = side == role::prefill ? prefill_mem : decode_mem;
-        mem.push_back(std::make_unique<host_kv_cache>(shape));
-        rank_config rc;
-        rc.side = side;
-        rc.tp_rank = t;
-        rc.tp_size = tp;
-        rc.memory = mem.back()->layout();
-        auto ms = static_cast<uint32_t>(cfg.timeout_ms);
-        // Decode waits longer, so a prefill-side fault is always seen first
-        // where it happened and no second origin races it.
-        rc.timeouts = side == role::prefill ? room_timeouts{ms, ms, ms}
-                                            : room_timeouts{2 * ms, 2 * ms, 2 * ms};
-        if (side == role::prefill)
-          rc.faults = prefill_faults[static_cast<size_t>(t)];
-        rc.chaos.delay_probability = cfg.p_delay;
-        rc.chaos.max_delay_ms = static_cast<uint32_t>(cfg.max_delay_ms);
-        rc.chaos.seed = seed;
-        rc.chaos.drop_fan_out = cfg.sabotage == "drop-fan-out";
-        auto r = rt.add_rank(rc);
-        if (!r)
-          return bad("cannot start " + to_string(rc.ref()) + ": " + describe(r.error()));
-        (side == role::prefill ? prefill : decode).push_back(std::move(*r));
-      }
-    }
+    auto ms = static_cast<uint32_t>(cfg.timeout_ms);
+    auto group = local_group::start(rt, tp, shape, [&](rank_config& rc) {
+      // Decode waits longer, so a prefill-side fault is always seen first
+      // where it happened and no second origin races it.
+      rc.timeouts = rc.side == role::prefill ? room_timeouts{ms, ms, ms}
+                                             : room_timeouts{2 * ms, 2 * ms, 2 * ms};
+      if (rc.side == role::prefill)
+        rc.faults = prefill_faults[static_cast<size_t>(rc.tp_rank)];
+      rc.chaos.delay_probability = cfg.p_delay;
+      rc.chaos.max_delay_ms = static_cast<uint32_t>(cfg.max_delay_ms);
+      rc.chaos.seed = seed;
+      rc.chaos.drop_fan_out = cfg.sabotage == "drop-fan-out";
+    });
+    if (!group)
+      return bad(describe(group.error()));
+    auto& prefill = (*group)->prefill;
+    auto& decode = (*group)->decode;
+    auto& prefill_mem = (*group)->prefill_mem;
+    auto& decode_mem = (*group)->decode_mem;
     // Ranks are up (managers, workers, inboxes): every actor beyond these
     // belongs to a room.
     auto actors_before = sys.registry().running();
@@ -430,8 +421,6 @@ int run_stress(int argc, char** argv) {
       violations.push_back({0, -1, "resident memory grew by "
                                      + std::to_string((rss_end - rss_early) >> 20)
                                      + " MiB after the first 10% of rooms"});
-    decode.clear();
-    prefill.clear();
   }
 
   std::printf("\nfault fired      rooms ok   rooms failed\n");

@@ -1,0 +1,38 @@
+#include "actors/local_group.hpp"
+
+#include "messages/error.hpp"
+
+namespace kvroom {
+
+caf::expected<std::unique_ptr<local_group>>
+local_group::start(runtime& rt, int tp, const kv_shape& shape, const customizer& customize) {
+  if (tp < 1)
+    return make_error(errc::invalid_config, "tp must be at least 1");
+  auto g = std::make_unique<local_group>();
+  for (auto side : {role::prefill, role::decode}) {
+    for (int t = 0; t < tp; ++t) {
+      auto& mem = side == role::prefill ? g->prefill_mem : g->decode_mem;
+      mem.push_back(std::make_unique<host_kv_cache>(shape));
+      rank_config rc;
+      rc.side = side;
+      rc.tp_rank = t;
+      rc.tp_size = tp;
+      rc.memory = mem.back()->layout();
+      if (customize)
+        customize(rc);
+      auto r = rt.add_rank(rc);
+      if (!r)
+        return make_error(errc::invalid_config,
+                          "cannot start " + to_string(rc.ref()) + ": " + describe(r.error()));
+      (side == role::prefill ? g->prefill : g->decode).push_back(std::move(*r));
+    }
+  }
+  return g;
+}
+
+local_group::~local_group() {
+  decode.clear();
+  prefill.clear();
+}
+
+} // namespace kvroom

@@ -1,0 +1,44 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "caf/expected.hpp"
+
+#include "actors/host_kv_cache.hpp"
+#include "actors/rank.hpp"
+#include "actors/runtime.hpp"
+
+namespace kvroom {
+
+/// A prefill group and a decode group of equal TP in one runtime, every rank
+/// with its own host KV cache of `shape`: what the demo, the stress runner
+/// and the benchmarks run on. `customize` adjusts each rank's config
+/// (timeouts, faults) before it starts. Ranks stop before their memory goes.
+class local_group {
+public:
+  using customizer = std::function<void(rank_config&)>;
+
+  static caf::expected<std::unique_ptr<local_group>>
+  start(runtime& rt, int tp, const kv_shape& shape, const customizer& customize = {});
+
+  ~local_group();
+
+  int tp() const noexcept {
+    return static_cast<int>(prefill.size());
+  }
+
+  rank& at(role side, int tp_rank) {
+    return *(side == role::prefill ? prefill : decode)[static_cast<size_t>(tp_rank)];
+  }
+
+  host_kv_cache& memory(role side, int tp_rank) {
+    return *(side == role::prefill ? prefill_mem : decode_mem)[static_cast<size_t>(tp_rank)];
+  }
+
+  std::vector<std::unique_ptr<host_kv_cache>> prefill_mem, decode_mem;
+  std::vector<std::unique_ptr<rank>> prefill, decode;
+};
+
+} // namespace kvroom
