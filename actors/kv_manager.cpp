@@ -126,7 +126,12 @@ void on_concluded(self_ptr self, room_concluded& msg) {
 /// whether it depends on one.
 void tell_lost(self_ptr self, const caf::actor& room) {
   for (auto& kvp : self->state.lost_ranks)
-    self->send(room, kvp.second);
+    self->send(room, kvp.second.why);
+}
+
+/// How long a lost rank is remembered for rooms that open later.
+uint64_t lost_window_ms(self_ptr self) {
+  return std::min<uint64_t>(self->state.timeouts.bootstrap_ms, 3000);
 }
 
 void on_dst(self_ptr self, dst_info& info) {
@@ -402,7 +407,8 @@ void on_peer_down(self_ptr self, const rank_entry& lost,
   else
     logger()->warn("{}: {} ({} rooms in flight checked)", to_string(me(self)),
                    text, open);
-  st.lost_ranks[peer.id] = peer_lost{peer, text};
+  st.lost_ranks[peer.id] = kv_manager_state::lost_rank{peer_lost{peer, text},
+                                                       room_core::now_ms()};
   for (auto& kvp : st.rooms)
     if (!is_terminal(kvp.second.state))
       self->send(kvp.second.actor, peer_lost{peer, text});
@@ -467,6 +473,9 @@ void sweep(self_ptr self) {
     xs.erase(keep, xs.end());
     i = xs.empty() ? st.parked.erase(i) : std::next(i);
   }
+  for (auto i = st.lost_ranks.begin(); i != st.lost_ranks.end();)
+    i = now - i->second.since_ms >= lost_window_ms(self) ? st.lost_ranks.erase(i)
+                                                         : std::next(i);
   auto& backlog = st.coordinator_backlog;
   backlog.erase(std::remove_if(backlog.begin(), backlog.end(),
                                [&](auto& x) { return now - x.since_ms >= limit; }),

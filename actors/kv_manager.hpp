@@ -71,10 +71,15 @@ struct kv_manager_state {
   size_t parked_count = 0;
   /// Failures that arrived before the room opened here.
   std::unordered_map<room_id, early_failure> early_failures;
-  /// Ranks lost and not registered again, with why: rooms that open (or
-  /// learn their counterpart) meanwhile fail at once instead of waiting out
-  /// a timeout for a rank that is gone.
-  std::unordered_map<rank_id, peer_lost> lost_ranks;
+  /// Ranks recently lost, with why and when: rooms that open (or learn their
+  /// counterpart) shortly after fail at once instead of waiting out a
+  /// timeout. Bounded in time: CAF 0.17 can report a healthy peer as
+  /// unreachable, and such a report must not fail rooms forever.
+  struct lost_rank {
+    peer_lost why;
+    uint64_t since_ms = 0;
+  };
+  std::unordered_map<rank_id, lost_rank> lost_ranks;
   /// Messages for a coordinator this rank has not seen in the directory yet
   /// (ranks start in any order); delivered on the next directory update.
   struct pending_coord {

@@ -25,10 +25,12 @@ void prepare_config(caf::actor_system_config& cfg,
   cfg.set("scheduler.max-threads", threads);
   if (opts.network) {
     cfg.load<caf::io::middleman>();
-    // Nodes connect to each other directly. Otherwise CAF 0.17 relays
-    // through the node that handed out an actor handle (the registry's), and
-    // the death of a peer reached that way is never reported.
-    cfg.set("middleman.enable-automatic-connections", true);
+    // Control messages between ranks that met through the registry are
+    // relayed by the registry's node (bulk bytes never are). CAF 0.17's
+    // automatic direct connections were seen to report healthy peers as
+    // unreachable, which fails their rooms; peer loss is reported through
+    // the relay too.
+    cfg.set("middleman.enable-automatic-connections", false);
     cfg.set("middleman.heartbeat-interval",
             caf::timespan{std::chrono::milliseconds(opts.heartbeat_ms)});
     cfg.set("middleman.connection-timeout",
