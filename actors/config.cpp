@@ -1,5 +1,8 @@
 #include "actors/config.hpp"
 
+#include <algorithm>
+#include <iterator>
+
 #include "messages/error.hpp"
 
 namespace kvroom {
@@ -51,11 +54,20 @@ caf::error validate(const rank_config& cfg) {
     return err;
   if (auto err = check_buffers(cfg.memory.aux, "aux"))
     return err;
-  if (cfg.transport != "local" && cfg.transport != "auto" && cfg.transport != "tcp"
-      && cfg.transport != "shm")
+  for (auto& b : cfg.memory.kv)
+    if (b.mem.device_id != kv_device_id(cfg.memory))
+      return make_error(errc::invalid_config,
+                        "kv buffers span devices " + std::to_string(kv_device_id(cfg.memory))
+                          + " and " + std::to_string(b.mem.device_id)
+                          + " (a rank's KV cache lives on one device)");
+  static const char* transports[] = {"local", "auto", "shm", "tcp", "verbs", "cuda"};
+  if (std::none_of(std::begin(transports), std::end(transports),
+                   [&](const char* x) { return cfg.transport == x; }))
     return make_error(errc::invalid_config,
-                      "transport must be local, auto, shm or tcp, not '" + cfg.transport + "'");
-  if (cfg.transport != "local" && cfg.transport != "auto" && !cfg.network)
+                      "transport must be local, auto, shm, tcp, verbs or cuda, not '"
+                        + cfg.transport + "'");
+  if (cfg.transport != "local" && cfg.transport != "auto" && cfg.transport != "cuda"
+      && !cfg.network)
     return make_error(errc::invalid_config,
                       "transport " + cfg.transport + " needs network = true");
   auto& t = cfg.timeouts;

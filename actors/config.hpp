@@ -47,10 +47,12 @@ struct rank_config {
   int32_t tp_size = 1;
   /// Deployment-wide id; -1 picks `default_rank_id`.
   rank_id id = -1;
-  /// KV buffers (one per layer and K/V) and aux buffers, all host memory here.
+  /// KV buffers (one per layer and K/V, host or one GPU's memory) and aux
+  /// buffers.
   memory_layout memory;
   /// Data plane: "local" (this process only), "auto" (the nearest of what
-  /// both ends offer: local, shm, tcp) or a transport forced by name.
+  /// both ends offer and what moves the memory: local, shm, verbs, tcp for
+  /// host memory; cuda, verbs for GPU memory) or a transport forced by name.
   std::string transport = "local";
   /// Offer endpoints other processes and hosts reach (tcp listener).
   bool network = false;

@@ -518,6 +518,9 @@ caf::behavior kv_manager(caf::stateful_actor<kv_manager_state>* self,
   st.timeouts = params.timeouts;
   st.inbox = std::move(params.inbox);
   st.chaos = params.chaos;
+  st.worker = params.worker;
+  if (st.worker)
+    self->send(st.worker, attach_atom::value, caf::actor_cast<caf::actor>(self));
   st.chaos_rng.seed(params.chaos.seed ^ static_cast<uint64_t>(params.self.id));
   auto sweep_interval = room_core::tick_interval(st.timeouts);
   self->delayed_send(self, sweep_interval, sweep_atom::value);
@@ -553,6 +556,20 @@ caf::behavior kv_manager(caf::stateful_actor<kv_manager_state>* self,
         settle_dead(self, msg.room, nullptr);
     },
     [=](directory_update& msg) { on_directory(self, msg); },
+    [=](transport_control& msg) {
+      // The data plane's connection set-up rides the control plane: from
+      // this rank's worker to the peer's manager, from there to its worker.
+      auto& st = self->state;
+      if (msg.from == me(self).id) {
+        if (auto target = find_rank(self, msg.to))
+          self->send(target->manager, std::move(msg));
+        else
+          logger()->debug("{}: no rank {} in the directory for a {} connection message",
+                          to_string(me(self)), msg.to, msg.transport);
+      } else if (msg.to == me(self).id && st.worker) {
+        self->send(st.worker, std::move(msg));
+      }
+    },
     [=](const resolve_group& msg) {
       group_reply out;
       for (auto& e : self->state.directory)

@@ -53,6 +53,7 @@ struct kv_manager_state {
   room_timeouts timeouts;
   /// The scheduler's inbox, told when a room actor dies without concluding.
   caf::actor inbox;
+  caf::actor worker;
 
   /// Every rank of the deployment, as the bootstrap registry last pushed it.
   std::vector<std::shared_ptr<const rank_entry>> directory;
@@ -111,6 +112,8 @@ struct kv_manager_params {
   room_timeouts timeouts;
   caf::actor inbox;
   control_chaos chaos;
+  /// The rank's transfer worker: receives peers' connection messages.
+  caf::actor worker;
 };
 
 /// One rank's KV manager: routes destinations and failures to room actors,

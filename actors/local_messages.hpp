@@ -19,6 +19,10 @@ namespace kvroom {
 /// CAF 0.17 re-arms through its clock thread on every message.
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 
+/// Manager -> its rank's transfer worker, once: where the worker sends the
+/// backend's connection messages for other ranks (`transport_control`).
+using attach_atom = caf::atom_constant<caf::atom("attach")>;
+
 /// Manager -> prefill room: a decode destination together with the decode
 /// rank's registry entry (layout and data-plane endpoint).
 struct dst_ready {

@@ -54,6 +54,8 @@ void pump(self_ptr self) {
   batch.tag = core.params().room;
   batch.peer = st.peer_endpoint;
   batch.ops = std::move(*ops);
+  batch.src_device_id = kv_device_id(src_layout);
+  batch.dst_device_id = kv_device_id(dst_layout);
   if (chunk.is_last && !src_layout.aux.empty()) {
     auto aux = plan_aux_writes(src_layout, dst_layout, st.aux_index,
                                st.dst.aux_index);
@@ -160,9 +162,14 @@ void on_dst(self_ptr self, dst_ready& msg) {
                     + " (head-sliced transfers need equal tp sizes)");
     return;
   }
+  auto kind = [](const memory_layout& x) {
+    return kv_device_id(x) < 0 ? mem_kind::host : mem_kind::device;
+  };
   auto ep = choose_endpoint(msg.peer->endpoints,
                             core.params().self_entry->endpoints,
-                            core.params().transport);
+                            core.params().transport,
+                            memory_kinds{kind(core.params().self_entry->layout),
+                                         kind(msg.peer->layout)});
   if (!ep) {
     core.fail_local("cannot reach decode " + to_string(d) + ": " + describe(ep.error()));
     return;

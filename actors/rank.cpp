@@ -29,7 +29,8 @@ rank::rank(runtime& rt, rank_config cfg)
 caf::error rank::start() {
   auto& sys = rt_.system();
   backend_config bc;
-  bc.name = cfg_.transport == "local" ? "local" : "auto";
+  // GPU memory needs more than the local memcpy even inside one process.
+  bc.name = cfg_.transport == "local" && kv_device_id(cfg_.memory) < 0 ? "local" : "auto";
   bc.owner = ref_.id;
   bc.faults = cfg_.faults;
   bc.network = cfg_.network;
@@ -47,10 +48,14 @@ caf::error rank::start() {
   inbox_ = std::make_unique<caf::scoped_actor>(sys);
   auto inbox = caf::actor_cast<caf::actor>(*inbox_);
   auto endpoints = data_plane_->endpoints();
+  // The worker first: the manager hands it peers' connection messages.
+  worker_ = sys.spawn<caf::detached>(transfer_worker, data_plane_,
+                                     cfg_.limits.max_queued_jobs,
+                                     cfg_.timeouts.transferring_ms);
   manager_ = sys.spawn(kv_manager,
                        kv_manager_params{ref_, cfg_.memory, endpoints,
                                          cfg_.limits, cfg_.timeouts, inbox,
-                                         cfg_.chaos});
+                                         cfg_.chaos, worker_});
   entry_ = std::make_shared<const rank_entry>(
     rank_entry{ref_, manager_, cfg_.memory, endpoints});
   // A manager or worker that dies takes the rank's rooms with it: say so.
@@ -59,9 +64,6 @@ caf::error rank::start() {
     if (reason && reason != caf::exit_reason::user_shutdown)
       logger()->error("{}: kv manager exited: {}", who, caf::to_string(reason));
   });
-  worker_ = sys.spawn<caf::detached>(transfer_worker, data_plane_,
-                                     cfg_.limits.max_queued_jobs,
-                                     cfg_.timeouts.transferring_ms);
   worker_->attach_functor([who](const caf::error& reason) {
     if (reason && reason != caf::exit_reason::user_shutdown)
       logger()->error("{}: transfer worker exited: {}", who, caf::to_string(reason));

@@ -4,6 +4,8 @@
 
 #include "caf/all.hpp"
 
+#include "actors/local_messages.hpp"
+#include "actors/logging.hpp"
 #include "actors/room_core.hpp"
 #include "messages/error.hpp"
 
@@ -13,6 +15,8 @@ namespace {
 
 using self_ptr = caf::stateful_actor<transfer_worker_state>*;
 using poll_atom = caf::atom_constant<caf::atom("poll")>;
+/// From the backend's completion thread: something completed.
+using wake_atom = caf::atom_constant<caf::atom("wake")>;
 
 /// Completion polling interval while a backend has batches in progress: a
 /// delayed self-message instead of a spin, so an idle worker costs nothing.
@@ -54,6 +58,15 @@ bool post(self_ptr self, const transfer_worker_state::job& j) {
   return true;
 }
 
+/// Hands the backend's connection messages to the manager for delivery.
+void flush_control(self_ptr self) {
+  auto& st = self->state;
+  if (!st.manager)
+    return;
+  for (auto& msg : st.data_plane->take_control())
+    self->send(st.manager, std::move(msg));
+}
+
 void schedule_poll(self_ptr self) {
   auto& st = self->state;
   if (st.poll_scheduled || (st.active.empty() && st.waiting.empty()))
@@ -88,6 +101,7 @@ void progress(self_ptr self) {
   }
   while (!st.waiting.empty() && post(self, st.waiting.front()))
     st.waiting.pop_front();
+  flush_control(self);
 }
 
 } // namespace
@@ -98,6 +112,12 @@ caf::behavior transfer_worker(caf::stateful_actor<transfer_worker_state>* self,
   self->state.data_plane = std::move(data_plane);
   self->state.max_jobs = max_jobs;
   self->state.job_timeout_ms = job_timeout_ms;
+  // Called on the backend's completion thread: only a message crosses over.
+  caf::actor_addr me = self->address();
+  self->state.data_plane->set_notifier([me] {
+    if (auto worker = caf::actor_cast<caf::actor>(me))
+      caf::anon_send(worker, wake_atom::value);
+  });
   return {
     [=](transfer_job& work) {
       auto& st = self->state;
@@ -115,6 +135,23 @@ caf::behavior transfer_worker(caf::stateful_actor<transfer_worker_state>* self,
       // Keep order behind jobs already waiting on back-pressure.
       if (!st.waiting.empty() || !post(self, j))
         st.waiting.push_back(std::move(j));
+      flush_control(self);
+      schedule_poll(self);
+    },
+    [=](attach_atom, caf::actor& manager) {
+      self->state.manager = std::move(manager);
+      flush_control(self);
+    },
+    [=](transport_control& msg) {
+      // A peer's connection message: the backend validates it.
+      if (auto err = self->state.data_plane->on_control(msg))
+        logger()->warn("transport control message from rank {} refused: {}", msg.from,
+                          describe(err));
+      progress(self);
+      schedule_poll(self);
+    },
+    [=](wake_atom) {
+      progress(self);
       schedule_poll(self);
     },
     [=](poll_atom) {

@@ -34,6 +34,9 @@ struct transfer_worker_state {
   /// hung backend cannot pin a job (or its room) forever.
   uint32_t job_timeout_ms = 0;
   bool poll_scheduled = false;
+  /// The rank's manager: carries the backend's connection messages to other
+  /// ranks. Null until it attaches; the backend keeps them until then.
+  caf::actor manager;
 
   static inline const char* name = "kvroom.transfer_worker";
 };
@@ -41,7 +44,10 @@ struct transfer_worker_state {
 /// Posts each room's write batches to the rank's backend and reports every
 /// completion to the room as a `transfer_result`. Spawned detached: memcpy,
 /// socket writes and completion polling block, so they get their own thread
-/// instead of a scheduler worker.
+/// instead of a scheduler worker. A backend with a completion thread of its
+/// own wakes the worker by message; the others are polled on a short timer.
+/// Connection messages a backend produces (verbs queue-pair data) go to the
+/// rank's manager, which carries them to the peer rank's worker.
 caf::behavior transfer_worker(caf::stateful_actor<transfer_worker_state>* self,
                               std::shared_ptr<backend> data_plane,
                               uint32_t max_jobs, uint32_t job_timeout_ms);

@@ -29,4 +29,8 @@ uint64_t write_batch::total_bytes() const noexcept {
   return sum;
 }
 
+int32_t kv_device_id(const memory_layout& x) noexcept {
+  return x.kv.empty() ? -1 : x.kv.front().mem.device_id;
+}
+
 } // namespace kvroom

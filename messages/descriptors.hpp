@@ -69,6 +69,10 @@ struct memory_layout {
   std::vector<paged_buffer> aux;
 };
 
+/// The GPU holding a layout's KV buffers, or -1 for host memory (a rank's
+/// KV cache lives on one device).
+int32_t kv_device_id(const memory_layout& x) noexcept;
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, memory_layout& x) {
   return f(caf::meta::type_name("kvroom.memory_layout"), x.kv, x.aux);
@@ -89,6 +93,23 @@ typename Inspector::result_type inspect(Inspector& f, shm_region& x) {
            x.segment, x.offset);
 }
 
+/// A registered GPU range as a peer on the same host reaches it: its address
+/// in the owner's process and the CUDA IPC handle of the allocation it lies
+/// in, `offset` bytes from that allocation's base.
+struct device_region {
+  uint64_t addr = 0;
+  uint64_t size_bytes = 0;
+  int32_t device_id = 0;
+  std::string ipc_handle;  ///< cudaIpcMemHandle_t bytes; empty: same process only
+  uint64_t offset = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, device_region& x) {
+  return f(caf::meta::type_name("kvroom.device_region"), x.addr, x.size_bytes,
+           x.device_id, x.ipc_handle, x.offset);
+}
+
 /// How a peer reaches a rank's data plane: which backend, where, and the
 /// rank that owns the memory behind it.
 struct endpoint_desc {
@@ -96,13 +117,31 @@ struct endpoint_desc {
   std::string address;    ///< backend-specific: host:port, process token
   uint64_t domain = 0;    ///< scope where it works: the process, the host
   rank_id owner = -1;     ///< the rank whose registered memory it exposes
-  std::vector<shm_region> shared;  ///< shm only: the exposed segments
+  std::vector<shm_region> shared = {};     ///< shm only: the exposed segments
+  std::vector<device_region> device = {};  ///< cuda only: the exposed GPU ranges
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, endpoint_desc& x) {
   return f(caf::meta::type_name("kvroom.endpoint_desc"), x.transport,
-           x.address, x.domain, x.owner, x.shared);
+           x.address, x.domain, x.owner, x.shared, x.device);
+}
+
+/// Connection set-up between two ranks' backends of one transport (verbs
+/// queue-pair data), carried between ranks as an actor message: the data
+/// plane has no side channel of its own. `payload` is the backend's own
+/// encoding, versioned and validated by it.
+struct transport_control {
+  std::string transport;
+  rank_id from = -1;
+  rank_id to = -1;
+  std::string payload;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, transport_control& x) {
+  return f(caf::meta::type_name("kvroom.transport_control"), x.transport,
+           x.from, x.to, x.payload);
 }
 
 /// One contiguous copy from local memory into a peer's registered memory.

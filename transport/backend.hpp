@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,26 @@ public:
 
   /// Forgets a batch that reached `done` or `failed`.
   virtual void release(xfer_id id) = 0;
+
+  // -- connection set-up and completion (backends that need them) -----------
+
+  /// Messages this backend wants delivered to peer ranks' backends (verbs
+  /// queue-pair data). The owner drains them after every call and carries
+  /// them between ranks as actor messages; most backends have none.
+  virtual std::vector<transport_control> take_control() {
+    return {};
+  }
+
+  /// A peer backend's message arrives (see `take_control`). Malformed or
+  /// unexpected input returns an error and changes nothing.
+  virtual caf::error on_control(const transport_control& msg);
+
+  /// A backend that completes work on a thread of its own calls `notify`
+  /// (from that thread) when a posted batch may have changed state, so its
+  /// owner polls then instead of on a timer. Set once, before any post.
+  virtual void set_notifier(std::function<void()> notify) {
+    static_cast<void>(notify);
+  }
 };
 
 using backend_ptr = std::unique_ptr<backend>;

@@ -6,11 +6,23 @@
 #include "transport/router/router_backend.hpp"
 #include "transport/shm/shm_backend.hpp"
 #include "transport/tcp/tcp_backend.hpp"
+#ifdef KVROOM_HAVE_VERBS
+#include "transport/verbs/verbs_backend.hpp"
+#endif
+#ifdef KVROOM_HAVE_CUDA
+#include "transport/cuda/cuda_backend.hpp"
+#endif
 
 namespace kvroom {
 
 backend::~backend() {
   // nop
+}
+
+caf::error backend::on_control(const transport_control& msg) {
+  return make_error(errc::unsupported, name() + " backend takes no control messages (got one for "
+                                         + msg.transport + " from rank "
+                                         + std::to_string(msg.from) + ")");
 }
 
 std::string to_string(xfer_status x) {
@@ -57,6 +69,34 @@ caf::expected<backend_ptr> make_tcp(const backend_config& cfg) {
   return backend_ptr{std::move(tcp)};
 }
 
+// The hardware backends: built only when their libraries were found, and
+// started only when their device answers; otherwise the reason says why.
+caf::expected<backend_ptr> make_verbs(const backend_config& cfg) {
+#ifdef KVROOM_HAVE_VERBS
+  detail::verbs_options opts;
+  opts.device = cfg.verbs_device;
+  auto be = std::make_unique<detail::verbs_backend>(cfg.owner, opts);
+  if (auto err = be->start())
+    return err;
+  return backend_ptr{std::move(be)};
+#else
+  static_cast<void>(cfg);
+  return make_error(errc::unavailable, "verbs: not compiled in (" KVROOM_VERBS_REASON ")");
+#endif
+}
+
+caf::expected<backend_ptr> make_cuda(const backend_config& cfg) {
+#ifdef KVROOM_HAVE_CUDA
+  auto be = std::make_unique<detail::cuda_backend>(cfg.owner);
+  if (auto err = be->start())
+    return err;
+  return backend_ptr{std::move(be)};
+#else
+  static_cast<void>(cfg);
+  return make_error(errc::unavailable, "cuda: not compiled in (" KVROOM_CUDA_REASON ")");
+#endif
+}
+
 } // namespace
 
 caf::expected<backend_ptr> make_backend(const backend_config& cfg) {
@@ -70,26 +110,42 @@ caf::expected<backend_ptr> make_backend(const backend_config& cfg) {
     result = std::move(*tcp);
   } else if (cfg.name == "shm") {
     result = std::make_unique<detail::shm_backend>(cfg.owner);
+  } else if (cfg.name == "verbs" || cfg.name == "cuda") {
+    auto be = cfg.name == "verbs" ? make_verbs(cfg) : make_cuda(cfg);
+    if (!be)
+      return be.error();
+    result = std::move(*be);
   } else if (cfg.name == "auto") {
     std::vector<backend_ptr> parts;
     std::vector<bool> optional;
+    // A part marked optional drops out when it cannot register some of the
+    // rank's memory (shm: not in a shared segment; local: GPU memory).
+    auto cuda = make_cuda(cfg);
+    bool have_cuda = static_cast<bool>(cuda);
     parts.push_back(std::make_unique<detail::local_backend>(cfg.owner));
-    optional.push_back(false);
+    optional.push_back(have_cuda);
+    if (cuda) {
+      parts.push_back(std::move(*cuda));
+      optional.push_back(true);
+    }
     if (cfg.network) {
-      // shm only where the rank's memory is in shared segments.
       parts.push_back(std::make_unique<detail::shm_backend>(cfg.owner));
       optional.push_back(true);
+      if (auto verbs = make_verbs(cfg)) {
+        parts.push_back(std::move(*verbs));
+        optional.push_back(true);
+      }
       auto tcp = make_tcp(cfg);
       if (!tcp)
         return tcp.error();
       parts.push_back(std::move(*tcp));
-      optional.push_back(false);
+      optional.push_back(have_cuda);
     }
     result = std::make_unique<detail::router_backend>(std::move(parts), std::move(optional));
   } else {
     return make_error(errc::unavailable,
-                      "unknown or not compiled transport '" + cfg.name
-                        + "' (compiled: local, shm, tcp, auto)");
+                      "unknown transport '" + cfg.name
+                        + "' (kvroom knows local, shm, tcp, verbs, cuda and auto)");
   }
   if (cfg.faults.probability < 0.0 || cfg.faults.probability > 1.0)
     return make_error(errc::invalid_argument,
@@ -105,6 +161,16 @@ std::vector<backend_availability> probe_backends() {
   out.push_back({"local", true, true, "same-process memcpy"});
   out.push_back({"shm", true, true, "same host, POSIX shared memory (/dev/shm), one copy"});
   out.push_back({"tcp", true, true, "sockets, receiver-side range validation"});
+#ifdef KVROOM_HAVE_VERBS
+  out.push_back(detail::verbs_backend::probe());
+#else
+  out.push_back({"verbs", false, false, "not compiled in (" KVROOM_VERBS_REASON ")"});
+#endif
+#ifdef KVROOM_HAVE_CUDA
+  out.push_back(detail::cuda_backend::probe());
+#else
+  out.push_back({"cuda", false, false, "not compiled in (" KVROOM_CUDA_REASON ")"});
+#endif
   return out;
 }
 

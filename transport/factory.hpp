@@ -12,8 +12,10 @@ namespace kvroom {
 
 /// What a rank asks the factory for.
 struct backend_config {
-  /// "local" (same process), "tcp" (sockets), or "auto": every backend this
-  /// rank can offer behind one router (local, plus tcp when `network`).
+  /// "local" (same process), "shm", "tcp", "verbs", "cuda", or "auto":
+  /// every backend this rank can offer behind one router: local, cuda when
+  /// a GPU is usable, and with `network` shm, verbs when an RDMA port is
+  /// active, and tcp.
   std::string name = "local";
   /// The rank whose memory the backend registers.
   rank_id owner = 0;
@@ -25,6 +27,8 @@ struct backend_config {
   std::string tcp_host = "127.0.0.1";
   /// Bound on one tcp batch's socket I/O.
   uint32_t io_timeout_ms = 30'000;
+  /// verbs: the RDMA device to use; empty takes the first with an active port.
+  std::string verbs_device = {};
 };
 
 /// The one place that knows every backend: builds the one named in `cfg`,

@@ -9,13 +9,32 @@
 
 namespace kvroom {
 
+/// What a transfer moves, on each side.
+struct memory_kinds {
+  mem_kind src = mem_kind::host;
+  mem_kind dst = mem_kind::host;
+
+  bool any_device() const noexcept {
+    return src == mem_kind::device || dst == mem_kind::device;
+  }
+};
+
+/// Whether transport `name` can move memory of these kinds at all: local,
+/// shm and tcp touch host memory only; cuda and verbs (GPUDirect) also GPU
+/// memory.
+bool moves(const std::string& name, memory_kinds kinds);
+
 /// Picks how to reach a peer from the endpoints it offers. `forced` names a
-/// transport ("local", "shm", "tcp") or is "auto": the same process takes
-/// `local`, the same host `shm`, anything else `tcp`. An endpoint is "the
-/// same process/host" when its `domain` equals that of this rank's endpoint
-/// of the same transport. The error says what the peer offers.
+/// transport or is "auto", which takes the nearest that both ends offer and
+/// that moves `kinds`:
+/// - host memory: local (same process), shm (same host), verbs, tcp;
+/// - GPU memory on either side: cuda (same host), verbs.
+/// An endpoint is "the same process/host" when its `domain` equals that of
+/// this rank's endpoint of the same transport (verbs reaches any domain).
+/// The error says what the peer offers and why nothing fits.
 caf::expected<endpoint_desc> choose_endpoint(const std::vector<endpoint_desc>& peer,
                                              const std::vector<endpoint_desc>& mine,
-                                             const std::string& forced);
+                                             const std::string& forced,
+                                             memory_kinds kinds = {});
 
 } // namespace kvroom

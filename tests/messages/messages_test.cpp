@@ -119,7 +119,7 @@ TEST_CASE("every message type round-trips through CAF's binary serializer") {
   kv_transfer_error err{77, "injected fault before post (room 77)", true, 3};
   write_batch batch;
   batch.tag = 77;
-  batch.peer = endpoint_desc{"shm", "12", 99, 65536, {shm_region{0x1000, 4096, "/kvroom-1-0", 64}}};
+  batch.peer = endpoint_desc{"shm", "12", 99, 65536, {shm_region{0x1000, 4096, "/kvroom-1-0", 64}}, {device_region{0x2000, 512, 1, std::string(64, 'h'), 128}}};
   batch.ops = {{0x1000, 0x2000, 4096}, {0x3000, 0x4000, 64}};
   batch.aux_ops = 1;
   batch.src_device_id = 1;
@@ -145,7 +145,7 @@ TEST_CASE("every message type round-trips through CAF's binary serializer") {
   check_roundtrip(*sys, failure_reply{true, err});
   check_roundtrip(*sys, get_stats{true});
   check_roundtrip(*sys, manager_stats{1, 2, 3, 4, 5, 6, 7, 8});
-  rank_entry entry{some_rank(), actor, some_layout(), {batch.peer, endpoint_desc{"tcp", "127.0.0.1:9", 0, 3}}};
+  rank_entry entry{some_rank(), actor, some_layout(), {batch.peer, endpoint_desc{"tcp", "127.0.0.1:9", 0, 3, {}, {}}}};
   check_roundtrip(*sys, entry);
   check_roundtrip(*sys, register_rank{entry});
   check_roundtrip(*sys, directory_update{{entry, entry}});

@@ -30,6 +30,19 @@ std::vector<endpoint_desc> fault_backend::endpoints() const {
   return inner_->endpoints();
 }
 
+// Connection set-up passes through: faults target data, not handshakes.
+std::vector<transport_control> fault_backend::take_control() {
+  return inner_->take_control();
+}
+
+caf::error fault_backend::on_control(const transport_control& msg) {
+  return inner_->on_control(msg);
+}
+
+void fault_backend::set_notifier(std::function<void()> notify) {
+  inner_->set_notifier(std::move(notify));
+}
+
 caf::expected<region_id>
 fault_backend::register_memory(const mem_desc& mem) {
   return inner_->register_memory(mem);

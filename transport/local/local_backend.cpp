@@ -165,7 +165,7 @@ backend_caps local_backend::caps() const {
 
 endpoint_desc local_backend::endpoint() const {
   return endpoint_desc{"local", std::to_string(instance_),
-                       local_domain::get().token(), owner_};
+                       local_domain::get().token(), owner_, {}, {}};
 }
 
 caf::expected<region_id> local_backend::register_memory(const mem_desc& mem) {

@@ -109,4 +109,26 @@ void router_backend::release(xfer_id id) {
     parts_[i]->release(id & ((xfer_id{1} << shift) - 1));
 }
 
+std::vector<transport_control> router_backend::take_control() {
+  std::vector<transport_control> out;
+  for (size_t i = 0; i < parts_.size(); ++i)
+    if (!disabled_[i])
+      for (auto& msg : parts_[i]->take_control())
+        out.push_back(std::move(msg));
+  return out;
+}
+
+caf::error router_backend::on_control(const transport_control& msg) {
+  for (size_t i = 0; i < parts_.size(); ++i)
+    if (!disabled_[i] && parts_[i]->name() == msg.transport)
+      return parts_[i]->on_control(msg);
+  return make_error(errc::unavailable,
+                    "control message for '" + msg.transport + "', which this rank does not run");
+}
+
+void router_backend::set_notifier(std::function<void()> notify) {
+  for (auto& p : parts_)
+    p->set_notifier(notify);
+}
+
 } // namespace kvroom::detail

@@ -25,6 +25,9 @@ public:
   caf::expected<xfer_id> post(const write_batch& batch) override;
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
+  std::vector<transport_control> take_control() override;
+  caf::error on_control(const transport_control& msg) override;
+  void set_notifier(std::function<void()> notify) override;
 
 private:
   // Ids carry the part's index in their top byte.

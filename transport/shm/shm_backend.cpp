@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "messages/error.hpp"
+#include "transport/host_id.hpp"
 
 namespace kvroom::detail {
 
@@ -44,16 +45,6 @@ bool find_segment(uint64_t addr, uint64_t len, shm_region& out) {
 
 } // namespace
 
-uint64_t shm_backend::host_domain() {
-  static uint64_t value = [] {
-    std::ifstream in{"/proc/sys/kernel/random/boot_id"};
-    std::string id;
-    std::getline(in, id);
-    return static_cast<uint64_t>(std::hash<std::string>{}(id.empty() ? "unknown" : id));
-  }();
-  return value;
-}
-
 shm_backend::shm_backend(rank_id owner) : owner_(owner) {
   // nop
 }
@@ -77,7 +68,7 @@ backend_caps shm_backend::caps() const {
 }
 
 endpoint_desc shm_backend::endpoint() const {
-  endpoint_desc out{"shm", std::to_string(::getpid()), host_domain(), owner_, {}};
+  endpoint_desc out{"shm", std::to_string(::getpid()), host_domain(), owner_, {}, {}};
   for (auto& kvp : exposed_)
     out.shared.push_back(kvp.second);
   return out;

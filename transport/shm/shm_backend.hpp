@@ -32,9 +32,6 @@ public:
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
 
-  /// Identifies this host (its boot id): shm reaches peers with the same.
-  static uint64_t host_domain();
-
 private:
   struct mapping {
     uint8_t* base = nullptr;

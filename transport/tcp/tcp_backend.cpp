@@ -240,7 +240,7 @@ backend_caps tcp_backend::caps() const {
 }
 
 endpoint_desc tcp_backend::endpoint() const {
-  return endpoint_desc{"tcp", host_ + ":" + std::to_string(port_), 0, owner_};
+  return endpoint_desc{"tcp", host_ + ":" + std::to_string(port_), 0, owner_, {}, {}};
 }
 
 caf::expected<region_id> tcp_backend::register_memory(const mem_desc& mem) {

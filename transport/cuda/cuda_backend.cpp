@@ -1,0 +1,341 @@
+#include "transport/cuda/cuda_backend.hpp"
+
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "messages/error.hpp"
+#include "transport/cuda/cuda_error.hpp"
+#include "transport/cuda/device_route.hpp"
+#include "transport/host_id.hpp"
+#include "transport/log.hpp"
+#include "transport/region_table.hpp"
+
+namespace kvroom::detail {
+
+namespace {
+
+caf::error cuda_fail(const std::string& what, cudaError_t err) {
+  return make_error(errc::unavailable, "cuda: " + what + ": " + cuda_text(err));
+}
+
+/// The base of the allocation `ptr` lies in, through the driver's
+/// cuMemGetAddressRange fetched from the runtime (no libcuda link needed;
+/// its signature spelled out so the driver API header is not needed:
+/// CUresult is an int-sized enum with CUDA_SUCCESS = 0, CUdeviceptr a
+/// 64-bit integer).
+bool allocation_base(uint64_t ptr, uint64_t& base) {
+  using fn_t = int (*)(unsigned long long*, size_t*, unsigned long long);
+  static fn_t fn = [] {
+    void* sym = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &sym, 12000,
+                                         cudaEnableDefault, &found)
+          != cudaSuccess
+        || found != cudaDriverEntryPointSuccess)
+      return fn_t{nullptr};
+    return reinterpret_cast<fn_t>(sym);
+  }();
+  if (fn == nullptr)
+    return false;
+  unsigned long long b = 0;
+  size_t size = 0;
+  if (fn(&b, &size, static_cast<unsigned long long>(ptr)) != 0)
+    return false;
+  base = static_cast<uint64_t>(b);
+  return true;
+}
+
+} // namespace
+
+backend_availability cuda_backend::probe() {
+  backend_availability out{"cuda", true, false, {}};
+  int n = 0;
+  if (auto err = cudaGetDeviceCount(&n); err != cudaSuccess) {
+    out.detail = (err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice
+                    ? std::string{err == cudaErrorNoDevice ? "no GPU" : "no driver"}
+                    : std::string{"unusable"})
+                 + " (" + cudaGetErrorName(err) + ")";
+    cudaGetLastError();
+    return out;
+  }
+  if (n == 0) {
+    out.detail = "no GPU (cudaGetDeviceCount returned 0)";
+    return out;
+  }
+  int driver = 0;
+  int runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  out.available = true;
+  out.detail = "driver " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10)
+               + ", runtime " + std::to_string(runtime / 1000) + "."
+               + std::to_string(runtime % 1000 / 10);
+  for (int d = 0; d < n; ++d) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, d) != cudaSuccess)
+      continue;
+    out.detail += "; GPU " + std::to_string(d) + ": " + prop.name + ", "
+                  + std::to_string(prop.totalGlobalMem >> 30) + " GiB, sm_"
+                  + std::to_string(prop.major) + std::to_string(prop.minor);
+  }
+  return out;
+}
+
+cuda_backend::cuda_backend(rank_id owner) : owner_(owner) {
+  std::random_device rd;
+  token_ = std::to_string(::getpid()) + "-" + std::to_string(rd());
+}
+
+caf::error cuda_backend::start() {
+  int n = 0;
+  if (auto err = cudaGetDeviceCount(&n); err != cudaSuccess) {
+    cudaGetLastError();
+    return cuda_fail("cudaGetDeviceCount", err);
+  }
+  if (n == 0)
+    return make_error(errc::unavailable, "cuda: no GPU");
+  return caf::none;
+}
+
+cuda_backend::~cuda_backend() {
+  for (auto& kvp : xfers_)
+    if (kvp.second.event != nullptr) {
+      cudaEventSynchronize(kvp.second.event);
+      cudaEventDestroy(kvp.second.event);
+    }
+  for (auto& kvp : streams_) {
+    cudaStreamSynchronize(kvp.second);
+    cudaStreamDestroy(kvp.second);
+  }
+  for (auto& kvp : opened_) {
+    cudaSetDevice(kvp.first.second);
+    cudaIpcCloseMemHandle(reinterpret_cast<void*>(kvp.second));
+  }
+}
+
+std::string cuda_backend::name() const {
+  return "cuda";
+}
+
+backend_caps cuda_backend::caps() const {
+  backend_caps out;
+  out.host_memory = true;  // as one end of a host <-> GPU copy in this process
+  out.device_memory = true;
+  out.same_process = true;
+  out.same_host = true;
+  out.max_batch_ops = 1u << 20;
+  return out;
+}
+
+endpoint_desc cuda_backend::endpoint() const {
+  endpoint_desc out{"cuda", token_, host_domain(), owner_, {}, {}};
+  for (auto& r : regions_)
+    out.device.push_back(r.advertised);
+  return out;
+}
+
+caf::expected<region_id> cuda_backend::register_memory(const mem_desc& mem) {
+  auto where = region_table::range(mem.addr, mem.size_bytes);
+  if (mem.addr == 0 || mem.size_bytes == 0 || mem.addr + mem.size_bytes < mem.addr)
+    return make_error(errc::invalid_argument, "cuda: cannot register " + where);
+  for (auto& r : regions_)
+    if (r.mem.overlaps(mem))
+      return make_error(errc::invalid_argument, "cuda: " + where + " overlaps a registered region");
+  device_region adv{mem.addr, mem.size_bytes, mem.device_id, {}, 0};
+  if (mem.device_id >= 0) {
+    cudaPointerAttributes attr{};
+    if (auto err = cudaPointerGetAttributes(&attr, reinterpret_cast<void*>(mem.addr));
+        err != cudaSuccess) {
+      cudaGetLastError();
+      return cuda_fail(where + " is not CUDA memory", err);
+    }
+    if (attr.type != cudaMemoryTypeDevice || attr.device != mem.device_id)
+      return make_error(errc::invalid_argument,
+                        "cuda: " + where + " is not memory of GPU " + std::to_string(mem.device_id)
+                          + " (type " + std::to_string(static_cast<int>(attr.type)) + ", device "
+                          + std::to_string(attr.device) + ")");
+    // Other processes on this host map the allocation through its handle.
+    cudaIpcMemHandle_t handle;
+    uint64_t base = 0;
+    if (cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(mem.addr)) == cudaSuccess
+        && allocation_base(mem.addr, base)) {
+      adv.ipc_handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+      adv.offset = mem.addr - base;
+    } else {
+      cudaGetLastError();
+      transport_warning("cuda: " + where + " has no IPC handle; only ranks in this process reach it");
+    }
+  }
+  regions_.push_back({next_region_, mem, std::move(adv)});
+  return next_region_++;
+}
+
+caf::error cuda_backend::deregister_memory(region_id id) {
+  auto i = std::find_if(regions_.begin(), regions_.end(), [id](auto& r) { return r.id == id; });
+  if (i == regions_.end())
+    return make_error(errc::not_registered, "cuda: no registration " + std::to_string(id));
+  regions_.erase(i);
+  return caf::none;
+}
+
+caf::expected<uint64_t> cuda_backend::ipc_base(const device_region& r, int device) {
+  auto key = std::make_pair(r.ipc_handle, device);
+  if (auto i = opened_.find(key); i != opened_.end())
+    return i->second;
+  if (r.ipc_handle.size() != sizeof(cudaIpcMemHandle_t))
+    return make_error(errc::invalid_argument, "cuda: malformed IPC handle ("
+                                                + std::to_string(r.ipc_handle.size()) + " bytes)");
+  cudaIpcMemHandle_t handle;
+  std::memcpy(&handle, r.ipc_handle.data(), sizeof(handle));
+  void* base = nullptr;
+  if (auto err = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
+      err != cudaSuccess) {
+    cudaGetLastError();
+    return cuda_fail("cudaIpcOpenMemHandle", err);
+  }
+  opened_.emplace(key, reinterpret_cast<uint64_t>(base));
+  return reinterpret_cast<uint64_t>(base);
+}
+
+caf::expected<CUstream_st*> cuda_backend::stream_for(rank_id peer, int device) {
+  auto key = std::make_pair(peer, device);
+  if (auto i = streams_.find(key); i != streams_.end())
+    return i->second;
+  cudaStream_t s = nullptr;
+  if (auto err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); err != cudaSuccess)
+    return cuda_fail("cudaStreamCreateWithFlags", err);
+  streams_.emplace(key, s);
+  return s;
+}
+
+void cuda_backend::enable_peer_access(int from, int to) {
+  if (from < 0 || to < 0 || from == to || peer_access_.count({from, to}) != 0)
+    return;
+  peer_access_.insert({from, to});
+  int can = 0;
+  if (cudaDeviceCanAccessPeer(&can, from, to) == cudaSuccess && can != 0) {
+    auto err = cudaDeviceEnablePeerAccess(to, 0);
+    if (err != cudaSuccess && err != cudaErrorPeerAccessAlreadyEnabled)
+      transport_warning("cuda: peer access GPU " + std::to_string(from) + " -> "
+                        + std::to_string(to) + ": " + cuda_text(err));
+  }
+  // Without peer access cudaMemcpyDefault stages through the host.
+  cudaGetLastError();
+}
+
+caf::expected<xfer_id> cuda_backend::post(const write_batch& batch) {
+  if (batch.peer.transport != "cuda")
+    return make_error(errc::invalid_argument,
+                      "cuda backend cannot reach a '" + batch.peer.transport + "' endpoint");
+  if (batch.peer.domain != host_domain())
+    return make_error(errc::invalid_argument, "cuda: rank " + std::to_string(batch.peer.owner)
+                                                + " is on another host");
+  if (batch.ops.size() > caps().max_batch_ops)
+    return make_error(errc::invalid_argument, "cuda: batch too large");
+  bool same_process = batch.peer.address == token_;
+  int device = batch.src_device_id >= 0 ? batch.src_device_id
+                                        : std::max(batch.dst_device_id, 0);
+  // Resolve every write before enqueueing one: a bad batch moves nothing.
+  std::vector<uint64_t> dsts;
+  dsts.reserve(batch.ops.size());
+  for (auto& op : batch.ops) {
+    bool src_ok = op.size_bytes == 0
+                  || std::any_of(regions_.begin(), regions_.end(), [&](auto& r) {
+                       return r.mem.covers(op.src_addr, op.size_bytes, r.mem.device_id);
+                     });
+    if (!src_ok)
+      return make_error(errc::out_of_range, "source "
+                                              + region_table::range(op.src_addr, op.size_bytes)
+                                              + " is outside the sender's registered memory");
+    auto target = route_device_write(batch.peer, same_process, op.dst_addr, op.size_bytes);
+    if (!target)
+      return target.error();
+    if (!target->through_ipc) {
+      dsts.push_back(op.dst_addr);
+      continue;
+    }
+    if (auto err = cudaSetDevice(device); err != cudaSuccess)
+      return cuda_fail("cudaSetDevice", err);
+    auto base = ipc_base(batch.peer.device[target->region], device);
+    if (!base)
+      return base.error();
+    dsts.push_back(*base + target->ipc_offset);
+  }
+  if (auto err = cudaSetDevice(device); err != cudaSuccess)
+    return cuda_fail("cudaSetDevice", err);
+  if (same_process)
+    enable_peer_access(device, batch.dst_device_id);
+  auto stream = stream_for(batch.peer.owner, device);
+  if (!stream)
+    return stream.error();
+  auto id = next_xfer_++;
+  auto& x = xfers_[id];
+  for (size_t i = 0; i < batch.ops.size(); ++i) {
+    auto& op = batch.ops[i];
+    if (op.size_bytes == 0)
+      continue;
+    auto err = cudaMemcpyAsync(reinterpret_cast<void*>(dsts[i]),
+                               reinterpret_cast<const void*>(op.src_addr), op.size_bytes,
+                               cudaMemcpyDefault, *stream);
+    if (err != cudaSuccess) {
+      // Earlier copies are enqueued already: the batch fails, it is not refused.
+      cudaGetLastError();
+      x.status = xfer_status::failed;
+      x.reason = "cuda: cudaMemcpyAsync of write " + std::to_string(i) + " to rank "
+                 + std::to_string(batch.peer.owner) + ": " + cuda_text(err);
+      break;
+    }
+  }
+  cudaEvent_t ev = nullptr;
+  if (auto err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming); err != cudaSuccess) {
+    x.status = xfer_status::failed;
+    x.reason = "cuda: cudaEventCreate: " + cuda_text(err);
+    return id;
+  }
+  x.event = ev;
+  if (auto err = cudaEventRecord(ev, *stream); err != cudaSuccess && x.reason.empty()) {
+    x.status = xfer_status::failed;
+    x.reason = "cuda: cudaEventRecord: " + cuda_text(err);
+  }
+  return id;
+}
+
+xfer_status cuda_backend::poll(xfer_id id, std::string& reason) {
+  auto i = xfers_.find(id);
+  if (i == xfers_.end()) {
+    reason = "cuda: unknown transfer " + std::to_string(id);
+    return xfer_status::failed;
+  }
+  auto& x = i->second;
+  if (x.status == xfer_status::in_progress) {
+    auto err = cudaEventQuery(x.event);
+    if (err == cudaSuccess) {
+      x.status = xfer_status::done;
+    } else if (err != cudaErrorNotReady) {
+      cudaGetLastError();
+      x.status = xfer_status::failed;
+      x.reason = "cuda: copy failed: " + cuda_text(err);
+    }
+  }
+  if (x.status == xfer_status::failed)
+    reason = x.reason;
+  return x.status;
+}
+
+void cuda_backend::release(xfer_id id) {
+  auto i = xfers_.find(id);
+  if (i == xfers_.end())
+    return;
+  if (i->second.event != nullptr) {
+    // A failed batch may still have copies queued: they finish first.
+    cudaEventSynchronize(i->second.event);
+    cudaEventDestroy(i->second.event);
+  }
+  xfers_.erase(i);
+}
+
+} // namespace kvroom::detail
