@@ -1,5 +1,7 @@
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <string>
 
@@ -7,6 +9,7 @@
 
 #include "messages/descriptors.hpp"
 #include "messages/ids.hpp"
+#include "transport/factory.hpp"
 #include "transport/fault_plan.hpp"
 #include "actors/room_fsm.hpp"
 
@@ -58,6 +61,10 @@ struct rank_config {
   bool network = false;
   /// IPv4 address the tcp listener binds and advertises.
   std::string tcp_host = "127.0.0.1";
+  /// Builds the rank's data plane in place of kvroom's backends: an
+  /// embedder's own transfer engine behind the `backend` interface (its
+  /// connection messages travel like verbs' do). Null: `make_backend`.
+  std::function<caf::expected<backend_ptr>(const backend_config&)> data_plane;
   /// Faults to inject into this rank's data plane (stress tests, demo).
   fault_plan faults;
   /// Control-plane faults (stress runs only).

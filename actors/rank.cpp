@@ -35,7 +35,7 @@ caf::error rank::start() {
   bc.faults = cfg_.faults;
   bc.network = cfg_.network;
   bc.tcp_host = cfg_.tcp_host;
-  auto made = make_backend(bc);
+  auto made = cfg_.data_plane ? cfg_.data_plane(bc) : make_backend(bc);
   if (!made)
     return std::move(made.error());
   data_plane_ = std::shared_ptr<backend>{std::move(*made)};

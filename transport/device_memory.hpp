@@ -25,4 +25,8 @@ caf::error device_download(int device, void* dst, uint64_t src, size_t bytes);
 
 caf::error device_fill(int device, uint64_t dst, uint8_t value, size_t bytes);
 
+/// A synchronous copy between two ranges of GPU `device` (cudaMemcpy): the
+/// baseline the cuda backend is measured against.
+caf::error device_copy(int device, uint64_t dst, uint64_t src, size_t bytes);
+
 } // namespace kvroom

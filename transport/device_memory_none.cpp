@@ -37,4 +37,8 @@ caf::error device_fill(int, uint64_t, uint8_t, size_t) {
   return not_built();
 }
 
+caf::error device_copy(int, uint64_t, uint64_t, size_t) {
+  return not_built();
+}
+
 } // namespace kvroom

@@ -123,10 +123,13 @@ struct pair_of_ranks {
   }
 };
 
+/// The host-memory backends every build has. verbs and cuda run their own
+/// suite (hw_conformance_test), which ctest skips with the reason where
+/// their devices are missing.
 std::vector<std::string> compiled_backends() {
   std::vector<std::string> out;
   for (auto& b : probe_backends())
-    if (b.compiled && b.available)
+    if (b.compiled && b.available && b.name != "verbs" && b.name != "cuda")
       out.push_back(b.name);
   return out;
 }

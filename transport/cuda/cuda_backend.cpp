@@ -86,8 +86,13 @@ backend_availability cuda_backend::probe() {
 }
 
 cuda_backend::cuda_backend(rank_id owner) : owner_(owner) {
-  std::random_device rd;
-  token_ = std::to_string(::getpid()) + "-" + std::to_string(rd());
+  // One token per process: ranks in this process address each other's
+  // memory directly, ranks elsewhere go through IPC handles.
+  static const std::string process_token = [] {
+    std::random_device rd;
+    return std::to_string(::getpid()) + "-" + std::to_string(rd());
+  }();
+  token_ = process_token;
 }
 
 caf::error cuda_backend::start() {

@@ -69,4 +69,14 @@ caf::error device_fill(int device, uint64_t dst, uint8_t value, size_t bytes) {
   return caf::none;
 }
 
+caf::error device_copy(int device, uint64_t dst, uint64_t src, size_t bytes) {
+  if (auto err = use(device))
+    return err;
+  if (auto err = cudaMemcpy(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src),
+                            bytes, cudaMemcpyDeviceToDevice);
+      err != cudaSuccess)
+    return fail("cudaMemcpy device to device", err);
+  return caf::none;
+}
+
 } // namespace kvroom

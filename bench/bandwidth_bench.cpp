@@ -1,0 +1,389 @@
+// Bandwidth per transport over block and batch sizes, each point against a
+// baseline measured in the same run between the same two buffers:
+//   local, shm, verbs: a single-thread memcpy of the same writes;
+//   tcp:  a plain blocking socket stream of the same bytes over loopback;
+//   cuda: a synchronous device-to-device cudaMemcpy of the same writes.
+// Then the realistic KV layout end to end through rooms.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "caf/all.hpp"
+
+#include "actors/kvroom.hpp"
+#include "transport/device_memory.hpp"
+#include "transport/factory.hpp"
+
+#include "benches.hpp"
+#include "report.hpp"
+#include "room_driver.hpp"
+#include "shapes.hpp"
+
+namespace kvroom::bench {
+
+namespace {
+
+class bandwidth_config : public bench_config {
+public:
+  std::string blocks = "4096,16384,65536,262144,1048576,4194304";
+  std::string batches = "1,8,32,128";
+  std::string transports = "local,shm,tcp";
+  bool skip_realistic = false;
+  bandwidth_config() {
+    opt_group{custom_options_, "global"}
+      .add(blocks, "blocks", "block sizes in bytes, comma-separated")
+      .add(batches, "batches", "writes per batch, comma-separated")
+      .add(transports, "transports", "local,shm,tcp,verbs,cuda (those present run)")
+      .add(skip_realistic, "skip-realistic", "skip the realistic KV layout through rooms");
+  }
+};
+
+/// One side's buffer where the transport needs it: the heap, a /dev/shm
+/// segment (shm), or GPU 0 (cuda).
+class buffer {
+public:
+  static constexpr int gpu = 0;
+
+  buffer(const std::string& transport, size_t n) : size_(n) {
+    if (transport == "cuda") {
+      auto p = device_alloc(gpu, n);
+      if (!p) {
+        error_ = describe(p.error());
+        return;
+      }
+      addr_ = *p;
+      device_ = gpu;
+      (void) device_fill(gpu, addr_, 1, n);
+      return;
+    }
+    void* p = nullptr;
+    if (transport == "shm") {
+      shm_name_ = "/kvroom-bench-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++);
+      int fd = ::shm_open(shm_name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(n)) != 0) {
+        error_ = "cannot create " + shm_name_;
+        if (fd >= 0)
+          ::close(fd);
+        return;
+      }
+      p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      ::close(fd);
+      if (p == MAP_FAILED) {
+        error_ = "cannot map " + shm_name_;
+        return;
+      }
+    } else {
+      p = std::aligned_alloc(4096, (n + 4095) / 4096 * 4096);
+    }
+    std::memset(p, 1, n);
+    addr_ = reinterpret_cast<uint64_t>(p);
+  }
+
+  ~buffer() {
+    if (addr_ == 0)
+      return;
+    if (device_ >= 0) {
+      device_free(device_, addr_);
+    } else if (!shm_name_.empty()) {
+      ::munmap(reinterpret_cast<void*>(addr_), size_);
+      ::shm_unlink(shm_name_.c_str());
+    } else {
+      std::free(reinterpret_cast<void*>(addr_));
+    }
+  }
+
+  buffer(const buffer&) = delete;
+  buffer& operator=(const buffer&) = delete;
+
+  uint64_t addr() const { return addr_; }
+  int32_t device() const { return device_; }
+  const std::string& error() const { return error_; }
+
+private:
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+  uint64_t addr_ = 0;
+  size_t size_ = 0;
+  int32_t device_ = -1;
+  std::string shm_name_;
+  std::string error_;
+};
+
+bool send_all(int fd, const void* p, size_t n) {
+  auto* c = static_cast<const char*>(p);
+  while (n > 0) {
+    auto k = ::send(fd, c, n, MSG_NOSIGNAL);
+    if (k <= 0)
+      return false;
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+bool recv_all(int fd, void* p, size_t n) {
+  auto* c = static_cast<char*>(p);
+  while (n > 0) {
+    auto k = ::recv(fd, c, n, 0);
+    if (k <= 0)
+      return false;
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+/// GB/s of a plain blocking TCP stream over loopback carrying `ops`' bytes
+/// from their sources straight into their destinations, for `seconds`: the
+/// ceiling of any socket transport between these two buffers.
+double socket_stream_gbps(const std::vector<write_op>& ops, double seconds) {
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0
+      || ::listen(lfd, 1) != 0 || ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return 0;
+  int out = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (::connect(out, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    return 0;
+  int in = ::accept(lfd, nullptr, nullptr);
+  ::close(lfd);
+  int one = 1;
+  ::setsockopt(out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  uint64_t per_round = 0;
+  for (auto& op : ops)
+    per_round += op.size_bytes;
+  std::atomic<uint64_t> rounds_sent{0};
+  std::atomic<bool> done_sending{false};
+  uint64_t received_rounds = 0;
+  std::thread reader{[&] {
+    for (;;) {
+      if (done_sending && received_rounds == rounds_sent)
+        return;
+      for (auto& op : ops)
+        if (!recv_all(in, reinterpret_cast<void*>(op.dst_addr), op.size_bytes))
+          return;
+      ++received_rounds;
+    }
+  }};
+  auto t0 = clock_type::now();
+  while (since(t0) < seconds) {
+    for (auto& op : ops)
+      send_all(out, reinterpret_cast<const void*>(op.src_addr), op.size_bytes);
+    ++rounds_sent;
+  }
+  done_sending = true;
+  ::shutdown(out, SHUT_WR);
+  reader.join();
+  auto secs = since(t0);
+  ::close(out);
+  ::close(in);
+  return static_cast<double>(received_rounds * per_round) / secs / 1e9;
+}
+
+struct point {
+  double gbps = 0;
+  double baseline_gbps = 0;
+  std::string baseline;
+  std::string skipped;
+};
+
+/// Moves `batch` writes of `block` bytes between two ranks' backends of
+/// `name` for `seconds`, then runs the baseline over the same buffers.
+point measure(const std::string& name, int64_t block, int64_t batch, double seconds) {
+  point out;
+  auto bytes = static_cast<uint64_t>(block) * static_cast<uint64_t>(batch);
+  auto sender = make_backend(backend_config{name, 1, {}});
+  auto receiver = make_backend(backend_config{name, 2, {}});
+  if (!sender || !receiver) {
+    out.skipped = describe(sender ? receiver.error() : sender.error());
+    return out;
+  }
+  buffer src{name, bytes}, dst{name, bytes};
+  if (!src.error().empty() || !dst.error().empty()) {
+    out.skipped = src.error().empty() ? dst.error() : src.error();
+    return out;
+  }
+  auto& s = **sender;
+  auto& r = **receiver;
+  if (auto a = s.register_memory({src.addr(), bytes, src.device()}); !a) {
+    out.skipped = describe(a.error());
+    return out;
+  }
+  if (auto b = r.register_memory({dst.addr(), bytes, dst.device()}); !b) {
+    out.skipped = describe(b.error());
+    return out;
+  }
+  write_batch wb;
+  wb.peer = r.endpoint();
+  wb.src_device_id = src.device();
+  wb.dst_device_id = dst.device();
+  for (int64_t i = 0; i < batch; ++i)
+    wb.ops.push_back({src.addr() + static_cast<uint64_t>(i * block),
+                      dst.addr() + static_cast<uint64_t>(i * block), static_cast<uint64_t>(block)});
+  // Connection messages (verbs) are carried by hand here; actors do it in
+  // kvroom.
+  auto pump = [&] {
+    for (auto& m : s.take_control())
+      (void) r.on_control(m);
+    for (auto& m : r.take_control())
+      (void) s.on_control(m);
+  };
+  uint64_t moved = 0;
+  auto t0 = clock_type::now();
+  while (since(t0) < seconds) {
+    auto id = s.post(wb);
+    if (!id) {
+      out.skipped = describe(id.error());
+      return out;
+    }
+    std::string reason;
+    auto st = xfer_status::in_progress;
+    while ((st = s.poll(*id, reason)) == xfer_status::in_progress)
+      pump();
+    s.release(*id);
+    if (st != xfer_status::done) {
+      out.skipped = reason;
+      return out;
+    }
+    moved += bytes;
+  }
+  out.gbps = static_cast<double>(moved) / since(t0) / 1e9;
+  if (name == "tcp") {
+    out.baseline = "socket";
+    out.baseline_gbps = socket_stream_gbps(wb.ops, seconds);
+  } else if (name == "cuda") {
+    out.baseline = "cudaMemcpy";
+    uint64_t reps = 0;
+    auto t1 = clock_type::now();
+    while (since(t1) < seconds) {
+      for (auto& op : wb.ops)
+        (void) device_copy(buffer::gpu, op.dst_addr, op.src_addr, op.size_bytes);
+      ++reps;
+    }
+    out.baseline_gbps = static_cast<double>(reps * bytes) / since(t1) / 1e9;
+  } else {
+    out.baseline = "memcpy";
+    out.baseline_gbps = static_cast<double>(bytes) / memcpy_seconds(wb.ops, seconds) / 1e9;
+  }
+  return out;
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  size_t p = 0;
+  for (;;) {
+    auto c = text.find(',', p);
+    out.push_back(text.substr(p, c == std::string::npos ? std::string::npos : c - p));
+    if (c == std::string::npos)
+      return out;
+    p = c + 1;
+  }
+}
+
+} // namespace
+
+int bench_bandwidth(int argc, char** argv) {
+  bandwidth_config cfg;
+  if (auto rc = parse(cfg, argc, argv); rc >= 0)
+    return rc;
+  auto blocks = parse_list(cfg.blocks);
+  auto batches = parse_list(cfg.batches);
+  if (blocks.empty() || batches.empty()) {
+    std::fprintf(stderr, "bad --blocks or --batches list\n");
+    return 2;
+  }
+  auto names = split(cfg.transports);
+  constexpr uint64_t max_batch_bytes = 64ull << 20;
+  auto per_point = cfg.seconds / 10;
+  std::printf("kvroom-bench bandwidth: transports %s; each point %.2f s and its baseline %.2f s, "
+              "same buffers (memcpy: local, shm, verbs; plain socket stream: tcp; cudaMemcpy: cuda)\n",
+              cfg.transports.c_str(), per_point, per_point);
+  std::printf("%-9s %10s %6s %10s %10s %-10s %7s\n", "transport", "block", "batch", "GB/s",
+              "base GB/s", "baseline", "ratio");
+  std::vector<std::string> rows;
+  for (auto& name : names) {
+    bool skip = false;
+    for (auto block : blocks) {
+      for (auto batch : batches) {
+        auto bytes = static_cast<uint64_t>(block) * static_cast<uint64_t>(batch);
+        if (skip || block <= 0 || batch <= 0 || bytes > max_batch_bytes)
+          continue;
+        auto p = measure(name, block, batch, per_point);
+        if (!p.skipped.empty()) {
+          std::printf("%-9s skipped: %s\n", name.c_str(), p.skipped.c_str());
+          rows.push_back(json_object{}.str("transport", name).str("skipped", p.skipped).dump(6));
+          skip = true;
+          continue;
+        }
+        auto ratio = p.baseline_gbps > 0 ? p.gbps / p.baseline_gbps : 0.0;
+        std::printf("%-9s %10lld %6lld %10.2f %10.2f %-10s %6.0f%%\n", name.c_str(),
+                    static_cast<long long>(block), static_cast<long long>(batch), p.gbps,
+                    p.baseline_gbps, p.baseline.c_str(), 100 * ratio);
+        std::fflush(stdout);
+        rows.push_back(json_object{}
+                         .str("transport", name)
+                         .num("block_bytes", static_cast<double>(block))
+                         .num("batch", static_cast<double>(batch))
+                         .num("gb_per_s", p.gbps)
+                         .str("baseline", p.baseline)
+                         .num("baseline_gb_per_s", p.baseline_gbps)
+                         .num("ratio", ratio)
+                         .dump(6));
+      }
+    }
+  }
+  // The realistic layout, end to end through rooms (local transport).
+  double kv_gbps = 0, kv_base = 0;
+  if (!cfg.skip_realistic) {
+    caf::actor_system sys{cfg};
+    runtime rt{sys};
+    constexpr int64_t ppr = 16, conc = 4;
+    bench_group g{rt, 1, realistic_shape(1, conc, ppr), ppr};
+    room_driver d{g, conc};
+    auto t0 = clock_type::now();
+    while (since(t0) < cfg.seconds)
+      if (!d.step())
+        std::this_thread::yield();
+    d.finish();
+    auto secs = since(t0);
+    auto& shape = g.prefill_mem[0]->shape();
+    auto room_bytes = shape.num_buffers * ppr * shape.page_size_bytes + shape.aux_item_bytes;
+    kv_gbps = static_cast<double>(d.succeeded * room_bytes) / secs / 1e9;
+    auto layout = g.prefill_mem[0]->layout();
+    auto dst = g.decode_mem[0]->layout();
+    std::vector<write_op> ops;
+    for (size_t b = 0; b < layout.kv.size(); ++b)
+      ops.push_back({layout.kv[b].mem.addr, dst.kv[b].mem.addr, ppr * shape.page_size_bytes});
+    kv_base = static_cast<double>(room_bytes) / memcpy_seconds(ops, 0.5) / 1e9;
+    std::printf("realistic KV (64 buffers x 16 pages x %llu B per room, 1P x 1D, 4 rooms in "
+                "flight): %.2f GB/s vs memcpy %.2f GB/s (%.0f%%)\n",
+                static_cast<unsigned long long>(shape.page_size_bytes), kv_gbps, kv_base,
+                100 * kv_gbps / kv_base);
+  }
+  auto out = json_object{}
+               .str("bench", "bandwidth")
+               .str("transports", cfg.transports)
+               .raw("points", json_array(rows))
+               .num("realistic_kv_gb_per_s", kv_gbps)
+               .num("realistic_kv_memcpy_gb_per_s", kv_base)
+               .dump();
+  std::printf("%s\n", out.c_str());
+  return cfg.json.empty() || write_file(cfg.json, out) ? 0 : 1;
+}
+
+} // namespace kvroom::bench

@@ -1,0 +1,26 @@
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include "actors/kvroom.hpp"
+
+namespace kvroom::bench {
+
+using clock_type = std::chrono::steady_clock;
+
+/// Seconds since `t0`.
+double since(clock_type::time_point t0);
+
+/// Llama-3-8B-like: 32 layers x K/V, pages of 16 tokens x 8 KV heads / tp x
+/// 128 dims x bf16; `slots` rooms of `pages_per_room` pages.
+kv_shape realistic_shape(int tp, int64_t slots, int64_t pages_per_room);
+
+/// Two buffers of 256-byte pages, one page per room.
+kv_shape tiny_shape(int64_t slots);
+
+/// Mean seconds of one single-thread memcpy of `ops`' bytes, repeated for
+/// `seconds` (the same method the transports are measured with).
+double memcpy_seconds(const std::vector<write_op>& ops, double seconds);
+
+} // namespace kvroom::bench
