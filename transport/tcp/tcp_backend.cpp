@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fcntl.h>
 #include <netdb.h>
@@ -50,11 +51,13 @@ std::string sys_error(const char* what) {
   return std::string{what} + ": " + std::strerror(errno);
 }
 
-/// Writes all of `len` bytes; false on error or a closed peer.
-bool send_all(int fd, const void* buf, size_t len) {
+/// Writes all of `len` bytes; false on error or a closed peer. `more`:
+/// more of the same message follows (MSG_MORE), so a header and a small
+/// payload leave in one segment.
+bool send_all(int fd, const void* buf, size_t len, bool more = false) {
   auto* p = static_cast<const char*>(buf);
   while (len > 0) {
-    auto n = ::send(fd, p, len, MSG_NOSIGNAL);
+    auto n = ::send(fd, p, len, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0)
@@ -78,6 +81,12 @@ bool recv_all(int fd, void* buf, size_t len) {
     len -= static_cast<size_t>(n);
   }
   return true;
+}
+
+uint64_t now_ms() {
+  using namespace std::chrono;
+  return static_cast<uint64_t>(
+    duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
 }
 
 void set_timeouts(int fd, uint32_t ms) {
@@ -140,7 +149,7 @@ tcp_backend::~tcp_backend() {
     if (t.joinable())
       t.join();
   for (auto& kvp : out_)
-    ::close(kvp.second);
+    ::close(kvp.second.fd);
 }
 
 void tcp_backend::accept_loop() {
@@ -251,13 +260,14 @@ caf::error tcp_backend::deregister_memory(region_id id) {
   return regions_.remove(id);
 }
 
-int tcp_backend::connection_to(const std::string& address, std::string& reason) {
+tcp_backend::connection* tcp_backend::connection_to(const std::string& address,
+                                                    std::string& reason) {
   if (auto i = out_.find(address); i != out_.end())
-    return i->second;
+    return &i->second;
   auto colon = address.rfind(':');
   if (colon == std::string::npos) {
     reason = "malformed tcp endpoint '" + address + "'";
-    return -1;
+    return nullptr;
   }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -270,29 +280,96 @@ int tcp_backend::connection_to(const std::string& address, std::string& reason) 
   if (port <= 0 || port > 65535
       || ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
     reason = "malformed tcp endpoint '" + address + "'";
-    return -1;
+    return nullptr;
   }
   addr.sin_port = htons(static_cast<uint16_t>(port));
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     reason = sys_error("tcp: socket");
-    return -1;
+    return nullptr;
   }
   set_timeouts(fd, io_timeout_ms_);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     reason = sys_error(("tcp: connect " + address).c_str());
     ::close(fd);
-    return -1;
+    return nullptr;
   }
-  out_.emplace(address, fd);
-  return fd;
+  auto& c = out_[address];
+  c.fd = fd;
+  return &c;
 }
 
-void tcp_backend::drop_connection(const std::string& address) {
-  if (auto i = out_.find(address); i != out_.end()) {
-    ::close(i->second);
-    out_.erase(i);
+void tcp_backend::fail_connection(const std::string& address, const std::string& why) {
+  auto i = out_.find(address);
+  if (i == out_.end())
+    return;
+  for (auto id : i->second.unacked)
+    if (auto r = posted_.find(id); r != posted_.end())
+      r->second = result{xfer_status::failed, "tcp to " + address + ": " + why, address, 0};
+  ::close(i->second.fd);
+  out_.erase(i);
+}
+
+bool tcp_backend::apply_acks(connection& c, const std::string& address, std::string& why) {
+  while (c.inbox.size() >= sizeof(wire_ack)) {
+    wire_ack ack{};
+    std::memcpy(&ack, c.inbox.data(), sizeof(ack));
+    if (ack.magic != wire_magic || ack.reason_len > max_reason) {
+      why = "malformed ack";
+      return false;
+    }
+    if (c.inbox.size() < sizeof(ack) + ack.reason_len)
+      return true;
+    std::string reason = c.inbox.substr(sizeof(ack), ack.reason_len);
+    c.inbox.erase(0, sizeof(ack) + ack.reason_len);
+    if (c.unacked.empty() || c.unacked.front() != ack.xfer) {
+      why = "ack for batch " + std::to_string(ack.xfer) + ", which is not the oldest in flight";
+      return false;
+    }
+    auto id = c.unacked.front();
+    c.unacked.pop_front();
+    auto r = posted_.find(id);
+    if (ack.status == 0) {
+      if (r != posted_.end())
+        r->second = result{xfer_status::done, {}, address, 0};
+      continue;
+    }
+    auto refused = "refused by rank " + std::to_string(c.peer) + ": " + reason;
+    if (r != posted_.end())
+      r->second = result{xfer_status::failed, "tcp to " + address + ": " + refused, address, 0};
+    // The receiver closes after a refusal: what followed is lost too.
+    why = "rank " + std::to_string(c.peer) + " refused an earlier batch (" + reason + ")";
+    return false;
   }
+  return true;
+}
+
+bool tcp_backend::pump_acks(const std::string& address, bool block) {
+  auto i = out_.find(address);
+  if (i == out_.end())
+    return false;
+  auto& c = i->second;
+  char buf[4096];
+  while (!block || !c.unacked.empty()) {
+    auto n = ::recv(c.fd, buf, sizeof(buf), block ? 0 : MSG_DONTWAIT);
+    if (n > 0) {
+      c.inbox.append(buf, static_cast<size_t>(n));
+      std::string why;
+      if (!apply_acks(c, address, why)) {
+        fail_connection(address, why);
+        return false;
+      }
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && !block && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return true;
+    fail_connection(address, n == 0 ? "connection closed by rank " + std::to_string(c.peer)
+                                     : sys_error("waiting for acks"));
+    return false;
+  }
+  return true;
 }
 
 caf::expected<xfer_id> tcp_backend::post(const write_batch& batch) {
@@ -317,45 +394,49 @@ caf::expected<xfer_id> tcp_backend::post(const write_batch& batch) {
   auto id = next_xfer_++;
   auto& peer = batch.peer.address;
   std::string reason;
-  auto fail = [&](std::string why) {
-    drop_connection(peer);
-    posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + why};
+  auto* c = connection_to(peer, reason);
+  if (c == nullptr) {
+    posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + reason, peer, 0};
     return id;
-  };
-  int fd = connection_to(peer, reason);
-  if (fd < 0)
-    return fail(reason);
+  }
+  c->peer = batch.peer.owner;
+  // Bounded pipelining: a peer that acks slowly pushes back.
+  if (c->unacked.size() >= max_unacked && pump_acks(peer, false)
+      && c->unacked.size() >= max_unacked) {
+    posted_[id] = result{xfer_status::would_block, {}, peer, 0};
+    return id;
+  }
+  if (out_.find(peer) == out_.end()) {
+    // The connection failed while reading acks: start over on a fresh one.
+    c = connection_to(peer, reason);
+    if (c == nullptr) {
+      posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + reason, peer, 0};
+      return id;
+    }
+    c->peer = batch.peer.owner;
+  }
   wire_header h{wire_magic, wire_version, 0, id, batch.tag,
                 static_cast<uint32_t>(batch.ops.size()), 0, batch.total_bytes()};
   std::vector<wire_op> ops;
   ops.reserve(batch.ops.size());
   for (auto& op : batch.ops)
     ops.push_back(wire_op{op.dst_addr, op.size_bytes});
-  if (!send_all(fd, &h, sizeof(h)) || !send_all(fd, ops.data(), ops.size() * sizeof(wire_op)))
-    return fail(sys_error("send"));
-  for (auto& op : batch.ops)
-    if (!send_all(fd, reinterpret_cast<const void*>(op.src_addr), op.size_bytes)) {
-      // A receiver that refused the batch closes after its ack: report that.
-      wire_ack ack{};
-      if (recv_all(fd, &ack, sizeof(ack)) && ack.magic == wire_magic && ack.status != 0
-          && ack.reason_len <= max_reason) {
-        std::string why(ack.reason_len, '\0');
-        recv_all(fd, why.data(), why.size());
-        return fail("refused by rank " + std::to_string(batch.peer.owner) + ": " + why);
-      }
-      return fail(sys_error("send payload"));
-    }
-  wire_ack ack{};
-  if (!recv_all(fd, &ack, sizeof(ack)))
-    return fail(sys_error("waiting for the ack"));
-  if (ack.magic != wire_magic || ack.xfer != id || ack.reason_len > max_reason)
-    return fail("malformed ack");
-  if (ack.status != 0) {
-    std::string why(ack.reason_len, '\0');
-    recv_all(fd, why.data(), why.size());
-    return fail("refused by rank " + std::to_string(batch.peer.owner) + ": " + why);
+  c->unacked.push_back(id);
+  posted_[id] = result{xfer_status::in_progress, {}, peer, now_ms() + io_timeout_ms_};
+  bool sent = send_all(c->fd, &h, sizeof(h), true)
+              && send_all(c->fd, ops.data(), ops.size() * sizeof(wire_op), true);
+  for (size_t i = 0; sent && i < batch.ops.size(); ++i)
+    sent = send_all(c->fd, reinterpret_cast<const void*>(batch.ops[i].src_addr),
+                    batch.ops[i].size_bytes, i + 1 < batch.ops.size());
+  if (!sent) {
+    // A receiver that refused a batch says why in its ack before closing:
+    // read what it sent, so this batch fails with that reason if it is ours.
+    auto send_error = sys_error("send");
+    if (pump_acks(peer, true))
+      fail_connection(peer, send_error);
+    else if (posted_[id].status == xfer_status::in_progress)
+      posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + send_error, peer, 0};
   }
-  posted_[id] = result{xfer_status::done, {}};
   return id;
 }
 
@@ -364,6 +445,14 @@ xfer_status tcp_backend::poll(xfer_id id, std::string& reason) {
   if (i == posted_.end()) {
     reason = "unknown transfer id " + std::to_string(id);
     return xfer_status::failed;
+  }
+  if (i->second.status == xfer_status::in_progress) {
+    auto address = i->second.address;
+    auto deadline = i->second.deadline_ms;
+    if (pump_acks(address, false) && posted_[id].status == xfer_status::in_progress
+        && now_ms() >= deadline)
+      fail_connection(address, "no ack within " + std::to_string(io_timeout_ms_) + " ms");
+    i = posted_.find(id);
   }
   reason = i->second.reason;
   return i->second.status;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,8 +22,11 @@ namespace kvroom::detail {
 /// read into it, receives the payload straight into place and acks. A bad
 /// batch is refused with a reason and the connection closed.
 ///
-/// Sending: one connection per peer; `post` writes the whole batch and waits
-/// for the ack on the worker's dedicated thread, bounded by `io_timeout_ms`.
+/// Sending: one connection per peer; `post` writes the whole batch (on the
+/// worker's dedicated thread) and returns; acks are read, without blocking,
+/// by `poll`, so up to `max_unacked` batches per peer are in flight and the
+/// round trip of one ack does not idle the stream. A batch unacked after
+/// `io_timeout_ms` fails, and with it its connection.
 class tcp_backend final : public backend {
 public:
   tcp_backend(rank_id owner, std::string host, uint32_t io_timeout_ms);
@@ -43,12 +47,23 @@ public:
   /// Most writes in one batch and concurrent inbound connections.
   static constexpr uint32_t max_ops = 1u << 20;
   static constexpr size_t max_connections = 256;
+  static constexpr size_t max_unacked = 16;
 
 private:
   void accept_loop();
   void serve(int fd);
-  int connection_to(const std::string& address, std::string& reason);
-  void drop_connection(const std::string& address);
+  struct connection {
+    int fd = -1;
+    rank_id peer = -1;
+    std::deque<xfer_id> unacked;  ///< sent, in order, ack not applied yet
+    std::string inbox;            ///< ack bytes read but not parsed yet
+  };
+  connection* connection_to(const std::string& address, std::string& reason);
+  /// Reads what acks arrived (blocking: until none is outstanding); false
+  /// when the connection failed, which fails every batch still on it.
+  bool pump_acks(const std::string& address, bool block);
+  bool apply_acks(connection& c, const std::string& address, std::string& why);
+  void fail_connection(const std::string& address, const std::string& why);
 
   rank_id owner_;
   std::string host_;
@@ -63,10 +78,12 @@ private:
   std::vector<int> conn_fds_;
   region_table regions_;
   // Sending side: used by the one worker thread only.
-  std::unordered_map<std::string, int> out_;
+  std::unordered_map<std::string, connection> out_;
   struct result {
     xfer_status status;
     std::string reason;
+    std::string address;
+    uint64_t deadline_ms = 0;
   };
   std::unordered_map<xfer_id, result> posted_;
   xfer_id next_xfer_ = 1;
