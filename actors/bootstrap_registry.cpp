@@ -28,14 +28,19 @@ bootstrap_registry(caf::stateful_actor<bootstrap_registry_state>* self,
   self->state.max_ranks = max_ranks;
   self->set_down_handler([=](caf::down_msg& msg) {
     auto& xs = self->state.ranks;
-    auto n = xs.size();
-    xs.erase(std::remove_if(xs.begin(), xs.end(),
-                            [&](const rank_entry& e) {
-                              return e.manager.address() == msg.source;
-                            }),
-             xs.end());
-    if (xs.size() != n)
-      broadcast(self);
+    auto i = std::find_if(xs.begin(), xs.end(), [&](const rank_entry& e) {
+      return e.manager.address() == msg.source;
+    });
+    if (i == xs.end())
+      return;
+    rank_down note{i->rank, caf::to_string(msg.reason),
+                   msg.reason == caf::exit_reason::user_shutdown
+                     || msg.reason == caf::exit_reason::normal};
+    xs.erase(i);
+    // The loss first, then the directory without the rank.
+    for (auto& e : xs)
+      self->send(e.manager, note);
+    broadcast(self);
   });
   return {
     [=](register_rank& msg) -> caf::result<directory_update> {

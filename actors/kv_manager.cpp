@@ -387,21 +387,19 @@ void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
 }
 
 void on_peer_down(self_ptr self, const rank_entry& lost,
-                  const caf::error& reason) {
+                  const std::string& reason, bool orderly) {
   auto& st = self->state;
   auto& peer = lost.rank;
   std::string where;
   for (auto& e : lost.endpoints)
     if (e.transport == "tcp")
       where = " at " + e.address;
-  auto text = "rank " + to_string(peer) + where + " lost: " + caf::to_string(reason);
+  auto text = "rank " + to_string(peer) + where + " lost: " + reason;
   size_t open = 0;
   for (auto& kvp : st.rooms)
     open += is_terminal(kvp.second.state) ? 0 : 1;
   // One line per lost peer; each room logs its own failure at debug. A rank
   // shutting down in order with nothing in flight is no news.
-  bool orderly = reason == caf::exit_reason::user_shutdown
-                 || reason == caf::exit_reason::normal;
   if (orderly && open == 0)
     logger()->debug("{}: rank {} left", to_string(me(self)), to_string(peer));
   else
@@ -534,7 +532,9 @@ caf::behavior kv_manager(caf::stateful_actor<kv_manager_state>* self,
     if (auto p = st.peers.find(id); p != st.peers.end()) {
       auto peer = p->second;
       st.peers.erase(p);
-      on_peer_down(self, *peer, msg.reason);
+      on_peer_down(self, *peer, caf::to_string(msg.reason),
+                   msg.reason == caf::exit_reason::user_shutdown
+                     || msg.reason == caf::exit_reason::normal);
     }
   });
   return {
@@ -556,6 +556,20 @@ caf::behavior kv_manager(caf::stateful_actor<kv_manager_state>* self,
         settle_dead(self, msg.room, nullptr);
     },
     [=](directory_update& msg) { on_directory(self, msg); },
+    [=](rank_down& msg) {
+      // The registry's node saw the loss; handled once, whichever of this
+      // and our own monitor's down message comes first.
+      auto& st = self->state;
+      for (auto i = st.peers.begin(); i != st.peers.end(); ++i) {
+        if (i->second->rank.id != msg.rank.id)
+          continue;
+        auto peer = i->second;
+        st.peers.erase(i);
+        self->demonitor(peer->manager);
+        on_peer_down(self, *peer, msg.reason + " (seen by the bootstrap registry)", msg.orderly);
+        return;
+      }
+    },
     [=](transport_control& msg) {
       // The data plane's connection set-up rides the control plane: from
       // this rank's worker to the peer's manager, from there to its worker.

@@ -5,7 +5,9 @@
 //   kvroom-bench latency    per-room end-to-end latency, small and realistic
 //   kvroom-bench poll       poll() cost with 10,000 rooms in flight
 //   kvroom-bench memory     resident bytes per in-flight room per rank
-//   kvroom-bench bandwidth  GB/s per transport vs single-thread memcpy
+//   kvroom-bench bandwidth  GB/s per transport vs memcpy / a plain socket
+//   kvroom-bench processes  rooms/s with prefill and decode in two processes
+//   kvroom-bench detect     SIGKILL / SIGSTOP of a peer to rooms Failed
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -15,7 +17,7 @@
 int main(int argc, char** argv) {
   using namespace kvroom::bench;
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
-    std::puts("usage: kvroom-bench <rooms|latency|poll|memory|bandwidth> [options]\n"
+    std::puts("usage: kvroom-bench <rooms|latency|poll|memory|bandwidth|processes|detect> [options]\n"
               "`kvroom-bench <bench> --help` lists the options.");
     return argc < 2 ? 2 : 0;
   }
@@ -30,6 +32,10 @@ int main(int argc, char** argv) {
     return bench_memory(argc - 1, argv + 1);
   if (cmd == "bandwidth")
     return bench_bandwidth(argc - 1, argv + 1);
+  if (cmd == "processes")
+    return bench_processes(argc - 1, argv + 1);
+  if (cmd == "detect")
+    return bench_detect(argc - 1, argv + 1);
   std::fprintf(stderr, "kvroom-bench: unknown benchmark '%s'\n", cmd.c_str());
   return 2;
 }

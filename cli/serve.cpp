@@ -50,6 +50,7 @@ public:
   int64_t first_room = 1;
   int64_t rooms = 100;
   int64_t pace_us = 0;
+  int64_t init_delay_ms = 0;
   std::string wait_file;
   int64_t then_rooms = 0;
   std::string then_wait_file;
@@ -81,6 +82,7 @@ public:
       .add(first_room, "first-room", "first room id")
       .add(rooms, "rooms", "rooms to run (0: serve until killed)")
       .add(pace_us, "pace-us", "wait this long between opening rooms")
+      .add(init_delay_ms, "init-delay-ms", "decode: wait this long before init (admission delay)")
       .add(wait_file, "wait-file", "start the rooms once this file exists")
       .add(then_rooms, "then-rooms", "a second batch of rooms after the first")
       .add(then_wait_file, "then-wait-file", "start the second batch once this file exists")
@@ -96,7 +98,8 @@ struct outcome {
   room_id room = 0;
   kv_poll state = kv_poll::bootstrapping;
   std::optional<kv_transfer_error> error;
-  int64_t concluded_at_ms = 0;  // system clock, comparable across processes
+  int64_t opened_at_ms = 0;     // system clock, comparable across processes
+  int64_t concluded_at_ms = 0;
   std::string data_error;
 };
 
@@ -218,6 +221,8 @@ int run_serve(int argc, char** argv) {
         kv_sender sender;
         kv_receiver receiver;
         bool started = false;
+        int64_t opened_ms = 0;
+        int64_t ready_ms = 0;  // decode: first seen waiting for input
       };
       std::vector<live> in_flight;
       std::vector<size_t> free_slots;
@@ -232,7 +237,7 @@ int run_serve(int argc, char** argv) {
         auto now = clock_type::now();
         if (next < end && !free_slots.empty()
             && now - last_open >= std::chrono::microseconds(cfg.pace_us)) {
-          live l{next++, free_slots.back(), {}, {}};
+          live l{next++, free_slots.back(), {}, {}, false, wall_ms(), 0};
           free_slots.pop_back();
           if (side == role::prefill) {
             auto h = r.make_sender(l.id);
@@ -261,6 +266,16 @@ int run_serve(int argc, char** argv) {
           room_handle& h = side == role::prefill ? static_cast<room_handle&>(l.sender)
                                                  : static_cast<room_handle&>(l.receiver);
           auto st = h.poll();
+          if (!l.started && st == kv_poll::waiting_for_input && side == role::decode
+              && cfg.init_delay_ms > 0) {
+            // A decode scheduler admits the request once it has the memory.
+            if (l.ready_ms == 0)
+              l.ready_ms = wall_ms();
+            if (wall_ms() - l.ready_ms < cfg.init_delay_ms) {
+              ++i;
+              continue;
+            }
+          }
           if (!l.started && st == kv_poll::waiting_for_input) {
             l.started = true;
             auto pages = pages_of(l.slot);
@@ -279,6 +294,7 @@ int run_serve(int argc, char** argv) {
           outcome o;
           o.room = l.id;
           o.state = st;
+          o.opened_at_ms = l.opened_ms;
           o.concluded_at_ms = wall_ms();
           if (st == kv_poll::failed)
             o.error = h.failure();
@@ -344,7 +360,8 @@ int run_serve(int argc, char** argv) {
     auto& o = outcomes[i];
     json += (i ? ",\n  " : "\n  ");
     json += "{\"room\": " + std::to_string(o.room) + ", \"state\": \"" + to_string(o.state)
-            + "\", \"at_ms\": " + std::to_string(o.concluded_at_ms);
+            + "\", \"opened_ms\": " + std::to_string(o.opened_at_ms)
+            + ", \"at_ms\": " + std::to_string(o.concluded_at_ms);
     if (o.error)
       json += ", \"origin_rank\": " + std::to_string(o.error->origin_rank)
               + ", \"from_another_rank\": " + (o.error->is_from_another_rank ? "true" : "false")

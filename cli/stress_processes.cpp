@@ -14,10 +14,17 @@
 #include <unistd.h>
 #include <vector>
 
+#include "harness.hpp"
 #include "stress_check.hpp"
 #include "stress_plan.hpp"
 
 namespace kvroom::stress {
+
+using harness::read_report;
+using harness::slurp;
+using harness::spawn;
+using harness::wait_until;
+using harness::wall_ms;
 
 namespace {
 
@@ -30,100 +37,6 @@ struct child {
   int status = 0;
   bool exited = false;
 };
-
-int64_t wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-           std::chrono::system_clock::now().time_since_epoch())
-    .count();
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in{path};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-pid_t spawn(const std::string& exe, const std::vector<std::string>& args,
-            const std::string& log) {
-  pid_t pid = ::fork();
-  if (pid != 0)
-    return pid;
-  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ::dup2(fd, 1);
-  ::dup2(fd, 2);
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(exe.c_str()));
-  for (auto& a : args)
-    argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  ::execv(exe.c_str(), argv.data());
-  std::perror("execv");
-  std::_Exit(127);
-}
-
-/// Waits until `pred` holds or `limit` passes.
-template <class Pred>
-bool wait_until(Pred pred, std::chrono::milliseconds limit) {
-  auto deadline = clock_type::now() + limit;
-  while (clock_type::now() < deadline) {
-    if (pred())
-      return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return pred();
-}
-
-struct report_line {
-  kv_poll state = kv_poll::bootstrapping;
-  std::optional<kv_transfer_error> error;
-  int64_t at_ms = 0;
-  std::string data_error;
-};
-
-std::string field(const std::string& line, const std::string& key) {
-  auto k = "\"" + key + "\": ";
-  auto i = line.find(k);
-  if (i == std::string::npos)
-    return {};
-  i += k.size();
-  if (line[i] == '"') {
-    std::string out;
-    for (++i; i < line.size() && line[i] != '"'; ++i) {
-      if (line[i] == '\\' && i + 1 < line.size())
-        ++i;
-      out += line[i];
-    }
-    return out;
-  }
-  auto j = line.find_first_of(",}", i);
-  return line.substr(i, j - i);
-}
-
-/// room -> outcome, from one `serve --report` file (one room per line).
-std::map<room_id, report_line> read_report(const std::string& path) {
-  std::map<room_id, report_line> out;
-  std::istringstream in{slurp(path)};
-  std::string line;
-  while (std::getline(in, line)) {
-    auto room = field(line, "room");
-    if (room.empty())
-      continue;
-    report_line r;
-    kv_poll st;
-    if (from_string(field(line, "state"), st))
-      r.state = st;
-    r.at_ms = std::atoll(field(line, "at_ms").c_str());
-    r.data_error = field(line, "data_error");
-    if (r.state == kv_poll::failed)
-      r.error = kv_transfer_error{std::strtoull(room.c_str(), nullptr, 10),
-                                  field(line, "reason"),
-                                  field(line, "from_another_rank") == "true",
-                                  std::atoi(field(line, "origin_rank").c_str())};
-    out[std::strtoull(room.c_str(), nullptr, 10)] = r;
-  }
-  return out;
-}
 
 } // namespace
 
@@ -275,7 +188,7 @@ int run_processes(const process_options& opt) {
   }
   kill_all();
   // Every room, across every rank that served it.
-  std::map<std::string, std::map<room_id, report_line>> reports;
+  std::map<std::string, std::map<room_id, harness::report_line>> reports;
   for (auto& c : ranks)
     reports[c.name] = read_report(dir + "/" + c.name + ".json");
   fault_odds odds{opt.p_transfer, 0, 0};

@@ -25,6 +25,7 @@ void add_message_types(caf::actor_system_config& cfg) {
     .add_message_type<device_region>("kvroom.device_region")
     .add_message_type<endpoint_desc>("kvroom.endpoint_desc")
     .add_message_type<transport_control>("kvroom.transport_control")
+    .add_message_type<rank_down>("kvroom.rank_down")
     .add_message_type<write_op>("kvroom.write_op")
     .add_message_type<write_batch>("kvroom.write_batch")
     .add_message_type<sender_init>("kvroom.sender_init")

@@ -308,6 +308,21 @@ typename Inspector::result_type inspect(Inspector& f, register_rank& x) {
   return f(caf::meta::type_name("kvroom.register_rank"), x.entry);
 }
 
+/// Registry -> every remaining manager: a registered rank's manager went
+/// down, as the registry's node saw it. Ranks whose own monitor of that
+/// manager is relayed through the registry's node (CAF 0.17 without
+/// automatic connections) learn the loss from this, not from a down message.
+struct rank_down {
+  rank_ref rank;
+  std::string reason;
+  bool orderly = false;  ///< it shut down in order
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rank_down& x) {
+  return f(caf::meta::type_name("kvroom.rank_down"), x.rank, x.reason, x.orderly);
+}
+
 /// The registry's full view, pushed on every change.
 struct directory_update {
   std::vector<rank_entry> ranks;

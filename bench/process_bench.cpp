@@ -1,0 +1,343 @@
+// Benchmarks across processes: one `kvroom serve` process per rank on this
+// host, started by this program and read back through their reports.
+//
+//   processes  rooms/s end to end with prefill and decode in different
+//              processes (shm data plane, CAF middleman control plane)
+//   detect     time from a peer's SIGKILL / SIGSTOP to every affected room
+//              Failed on every survivor
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include "harness.hpp"
+
+#include "benches.hpp"
+#include "report.hpp"
+
+namespace kvroom::bench {
+
+namespace {
+
+class process_config : public bench_config {
+public:
+  std::string kvroom;  ///< path of the `kvroom` command
+  std::string concurrency = "1,16,64,256";
+  std::string tps = "1,2";
+  int64_t rooms = 3000;
+  std::string signals = "sigkill,sigstop";
+  int64_t trials = 3;
+  process_config() {
+    opt_group{custom_options_, "global"}
+      .add(kvroom, "kvroom", "path of the kvroom command (default: next to this one)")
+      .add(concurrency, "concurrency", "processes: rooms in flight, comma-separated")
+      .add(tps, "tps", "processes: TP sizes (1: 1P x 1D, 2: 2P x 2D), comma-separated")
+      .add(rooms, "rooms", "rooms per point (processes) or per trial (detect)")
+      .add(signals, "signals", "detect: sigkill, sigstop or both")
+      .add(trials, "trials", "detect: runs per signal");
+  }
+};
+
+/// The `kvroom` command: as given, next to this program (installed), or in
+/// the build tree's cli/ (built).
+std::string find_kvroom(const std::string& given) {
+  if (!given.empty())
+    return given;
+  auto self = harness::self_exe();
+  auto dir = self.substr(0, self.rfind('/'));
+  for (auto& candidate : {dir + "/kvroom", dir + "/../cli/kvroom"})
+    if (::access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+  return {};
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  size_t p = 0;
+  for (;;) {
+    auto c = text.find(',', p);
+    out.push_back(text.substr(p, c == std::string::npos ? std::string::npos : c - p));
+    if (c == std::string::npos)
+      return out;
+    p = c + 1;
+  }
+}
+
+/// One deployment of 2 x tp serve processes on this host.
+struct deployment {
+  struct proc {
+    std::string name;
+    rank_ref rank;
+    pid_t pid = -1;
+    bool exited = false;
+  };
+  std::string exe;
+  std::string dir;
+  int tp = 1;
+  int port = 0;
+  std::vector<proc> procs;
+
+  deployment(std::string kvroom, int tp_size) : exe(std::move(kvroom)), tp(tp_size) {
+    dir = harness::make_temp_dir("kvroom-bench");
+    port = 20000 + static_cast<int>((static_cast<uint64_t>(::getpid()) * 7919
+                                     + static_cast<uint64_t>(harness::wall_ms()))
+                                    % 30000);
+    for (auto side : {role::prefill, role::decode})
+      for (int t = 0; t < tp; ++t) {
+        proc p;
+        p.name = std::string{side == role::prefill ? "p" : "d"} + std::to_string(t);
+        p.rank.side = side;
+        p.rank.tp_rank = t;
+        p.rank.tp_size = tp;
+        p.rank.id = default_rank_id(side, 0, t, tp);
+        procs.push_back(p);
+      }
+  }
+
+  ~deployment() {
+    kill_all();
+  }
+
+  std::string report_of(const proc& p) const {
+    return dir + "/" + p.name + ".json";
+  }
+
+  /// Starts every rank with `extra` options; true once all are ready.
+  bool start(const std::vector<std::string>& extra) {
+    for (auto& p : procs) {
+      std::vector<std::string> a{"serve",
+                                 "--role=" + to_string(p.rank.side),
+                                 "--tp=" + std::to_string(p.rank.tp_rank),
+                                 "--tp-size=" + std::to_string(tp),
+                                 "--bootstrap-port=" + std::to_string(port),
+                                 "--wait-file=" + dir + "/go",
+                                 "--report=" + report_of(p),
+                                 "--log-level=error"};
+      a.insert(a.end(), extra.begin(), extra.end());
+      if (p.name == "p0")
+        a.push_back("--publish-registry");
+      p.pid = harness::spawn(exe, a, dir + "/" + p.name + ".log");
+    }
+    return harness::wait_until(
+      [&] {
+        for (auto& p : procs)
+          if (harness::slurp(dir + "/" + p.name + ".log").find("\"ready\"") == std::string::npos)
+            return false;
+        return true;
+      },
+      std::chrono::seconds(30));
+  }
+
+  void go() {
+    std::ofstream{dir + "/go"} << "go\n";
+  }
+
+  /// Waits for every process not killed to exit, within `limit`.
+  bool wait_all(std::chrono::seconds limit) {
+    return harness::wait_until(
+      [&] {
+        for (auto& p : procs) {
+          if (p.exited || p.pid <= 0)
+            continue;
+          int status = 0;
+          if (::waitpid(p.pid, &status, WNOHANG) == p.pid)
+            p.exited = true;
+          else
+            return false;
+        }
+        return true;
+      },
+      limit);
+  }
+
+  void kill_all() {
+    for (auto& p : procs)
+      if (p.pid > 0 && !p.exited) {
+        ::kill(p.pid, SIGKILL);
+        ::waitpid(p.pid, nullptr, 0);
+        p.exited = true;
+      }
+  }
+};
+
+} // namespace
+
+int bench_processes(int argc, char** argv) {
+  process_config cfg;
+  if (auto rc = parse(cfg, argc, argv); rc >= 0)
+    return rc;
+  auto exe = find_kvroom(cfg.kvroom);
+  if (exe.empty()) {
+    std::fprintf(stderr, "kvroom command not found: pass --kvroom=PATH\n");
+    return 2;
+  }
+  auto conc = parse_list(cfg.concurrency);
+  auto tps = parse_list(cfg.tps);
+  std::printf("kvroom-bench processes: one `kvroom serve` per rank (%s), prefill and decode in "
+              "different processes on this host, tiny rooms (1 layer x K/V, one 256 B page, "
+              "64 B aux), %lld rooms per point; control through CAF's middleman, data over shm\n",
+              exe.c_str(), static_cast<long long>(cfg.rooms));
+  std::printf("%-8s %12s %10s %10s %8s\n", "groups", "concurrency", "rooms/s", "succeeded",
+              "failed");
+  std::vector<std::string> rows;
+  for (auto tp : tps) {
+    for (auto c : conc) {
+      deployment d{exe, static_cast<int>(tp)};
+      if (d.dir.empty() || !d.start({"--rooms=" + std::to_string(cfg.rooms),
+                                     "--concurrency=" + std::to_string(c), "--layers=1",
+                                     "--page-bytes=256", "--pages-per-room=1",
+                                     "--timeout-ms=10000"})) {
+        std::printf("%lldP x %lldD: ranks did not start (see %s)\n", static_cast<long long>(tp),
+                    static_cast<long long>(tp), d.dir.c_str());
+        return 1;
+      }
+      d.go();
+      if (!d.wait_all(std::chrono::seconds(120))) {
+        std::printf("%lldP x %lldD at %lld: did not finish in 120 s (see %s)\n",
+                    static_cast<long long>(tp), static_cast<long long>(tp),
+                    static_cast<long long>(c), d.dir.c_str());
+        return 1;
+      }
+      int64_t first = INT64_MAX, last = 0;
+      uint64_t ok = 0, failed = 0;
+      for (auto& p : d.procs) {
+        for (auto& [room, r] : harness::read_report(d.report_of(p))) {
+          first = std::min(first, r.opened_ms);
+          last = std::max(last, r.at_ms);
+          // A room counts once: on decode tp0, which verified its bytes.
+          if (p.name == "d0")
+            (r.state == kv_poll::success && r.data_error.empty() ? ok : failed) += 1;
+        }
+      }
+      auto secs = std::max<double>(1, static_cast<double>(last - first)) / 1000.0;
+      auto rate = static_cast<double>(ok) / secs;
+      char groups[32];
+      std::snprintf(groups, sizeof(groups), "%lldPx%lldD", static_cast<long long>(tp),
+                    static_cast<long long>(tp));
+      std::printf("%-8s %12lld %10.0f %10llu %8llu\n", groups, static_cast<long long>(c), rate,
+                  static_cast<unsigned long long>(ok), static_cast<unsigned long long>(failed));
+      std::fflush(stdout);
+      rows.push_back(json_object{}
+                       .num("tp", static_cast<double>(tp))
+                       .num("concurrency", static_cast<double>(c))
+                       .num("rooms_per_s", rate)
+                       .num("succeeded", static_cast<double>(ok))
+                       .num("failed", static_cast<double>(failed))
+                       .dump(6));
+      ::system(("rm -rf " + d.dir).c_str());
+    }
+  }
+  auto out = json_object{}.str("bench", "processes").raw("points", json_array(rows)).dump();
+  std::printf("%s\n", out.c_str());
+  return cfg.json.empty() || write_file(cfg.json, out) ? 0 : 1;
+}
+
+int bench_detect(int argc, char** argv) {
+  process_config cfg;
+  cfg.rooms = 200;
+  if (auto rc = parse(cfg, argc, argv); rc >= 0)
+    return rc;
+  auto exe = find_kvroom(cfg.kvroom);
+  if (exe.empty()) {
+    std::fprintf(stderr, "kvroom command not found: pass --kvroom=PATH\n");
+    return 2;
+  }
+  constexpr int tp = 2;
+  std::printf("kvroom-bench detect: 2P x 2D, one `kvroom serve` per rank; %lld rooms per trial "
+              "opened over ~2 s, 16 in flight (decode admits each 100 ms after it is ready); decode tp1 is signalled 700 ms in; heartbeats "
+              "100 ms, connection timeout 1 s, room timeouts 10 s (so failures come from "
+              "detection, not timeouts); %lld trials per signal\n",
+              static_cast<long long>(cfg.rooms), static_cast<long long>(cfg.trials));
+  std::printf("%-8s %8s %12s %12s %12s %14s\n", "signal", "rooms", "p50 ms", "p99 ms", "max ms",
+              "after-loss ms");
+  std::vector<std::string> rows;
+  for (auto& sig : split(cfg.signals)) {
+    if (sig != "sigkill" && sig != "sigstop") {
+      std::fprintf(stderr, "unknown signal '%s'\n", sig.c_str());
+      return 2;
+    }
+    // Per room in flight at the signal: until it is Failed on every survivor.
+    std::vector<double> in_flight;
+    // Per room opened after the loss: from its open to Failed everywhere.
+    std::vector<double> after;
+    for (int64_t t = 0; t < cfg.trials; ++t) {
+      deployment d{exe, tp};
+      auto pace = std::max<int64_t>(1, 2'000'000 / std::max<int64_t>(1, cfg.rooms));
+      // Decode admits each room 100 ms after it is ready, so 16 rooms are
+      // in flight on every rank when the signal arrives.
+      if (d.dir.empty() || !d.start({"--rooms=" + std::to_string(cfg.rooms), "--concurrency=16",
+                                     "--pace-us=" + std::to_string(pace), "--timeout-ms=10000",
+                                     "--layers=2", "--pages-per-room=2", "--init-delay-ms=100"})) {
+        std::printf("detect: ranks did not start (see %s)\n", d.dir.c_str());
+        return 1;
+      }
+      d.go();
+      std::this_thread::sleep_for(std::chrono::milliseconds(700));
+      auto& victim = d.procs[static_cast<size_t>(tp + 1)];  // decode tp1
+      ::kill(victim.pid, sig == "sigkill" ? SIGKILL : SIGSTOP);
+      auto hit = harness::wall_ms();
+      if (sig == "sigstop") {
+        // Frozen past the connection timeout, then gone.
+        std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+        ::kill(victim.pid, SIGKILL);
+      }
+      ::waitpid(victim.pid, nullptr, 0);
+      victim.exited = true;
+      if (!d.wait_all(std::chrono::seconds(60))) {
+        std::printf("detect: survivors did not finish (see %s)\n", d.dir.c_str());
+        return 1;
+      }
+      // room -> (latest Failed among survivors, opened earliest, count)
+      struct seen {
+        int64_t opened = INT64_MAX;
+        int64_t failed_at = 0;
+        int survivors = 0;
+      };
+      std::map<room_id, seen> rooms;
+      for (auto& p : d.procs) {
+        if (&p == &victim)
+          continue;
+        for (auto& [room, r] : harness::read_report(d.report_of(p))) {
+          if (r.state != kv_poll::failed || !r.error || r.error->origin_rank != victim.rank.id)
+            continue;
+          auto& s = rooms[room];
+          s.opened = std::min(s.opened, r.opened_ms);
+          s.failed_at = std::max(s.failed_at, r.at_ms);
+          ++s.survivors;
+        }
+      }
+      for (auto& [room, s] : rooms) {
+        if (s.survivors != 2 * tp - 1)
+          continue;  // failed on some survivors only: not "every survivor"
+        if (s.opened <= hit)
+          in_flight.push_back(static_cast<double>(s.failed_at - hit));
+        else
+          after.push_back(static_cast<double>(s.failed_at - s.opened));
+      }
+      ::system(("rm -rf " + d.dir).c_str());
+    }
+    auto p50 = percentile(in_flight, 50), p99 = percentile(in_flight, 99),
+         mx = percentile(in_flight, 100), after_p50 = percentile(after, 50);
+    std::printf("%-8s %8zu %12.0f %12.0f %12.0f %14.0f\n", sig.c_str(), in_flight.size(), p50, p99,
+                mx, after_p50);
+    std::fflush(stdout);
+    rows.push_back(json_object{}
+                     .str("signal", sig)
+                     .num("rooms_in_flight", static_cast<double>(in_flight.size()))
+                     .num("detect_ms_p50", p50)
+                     .num("detect_ms_p99", p99)
+                     .num("detect_ms_max", mx)
+                     .num("rooms_after_loss", static_cast<double>(after.size()))
+                     .num("after_loss_ms_p50", after_p50)
+                     .dump(6));
+  }
+  auto out = json_object{}.str("bench", "detect").raw("signals", json_array(rows)).dump();
+  std::printf("%s\n", out.c_str());
+  return cfg.json.empty() || write_file(cfg.json, out) ? 0 : 1;
+}
+
+} // namespace kvroom::bench

@@ -1,0 +1,63 @@
+#pragma once
+
+// Running `kvroom serve` processes and reading their reports: shared by
+// `kvroom stress --processes` and the multi-process benchmarks.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/kvroom.hpp"
+
+namespace kvroom::harness {
+
+/// System clock, milliseconds: comparable across processes on one host.
+int64_t wall_ms();
+
+/// The whole file, or "" when it cannot be read.
+std::string slurp(const std::string& path);
+
+/// Starts `exe args...` with stdout and stderr in `log`.
+pid_t spawn(const std::string& exe, const std::vector<std::string>& args,
+            const std::string& log);
+
+/// This program's path (/proc/self/exe), or "" on failure.
+std::string self_exe();
+
+/// A fresh directory under /tmp named `prefix`-XXXXXX, or "" on failure.
+std::string make_temp_dir(const std::string& prefix);
+
+/// Waits until `pred` holds or `limit` passes, checking every 10 ms.
+template <class Pred>
+bool wait_until(Pred pred, std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred())
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
+/// One room of one `serve --report` file.
+struct report_line {
+  kv_poll state = kv_poll::bootstrapping;
+  std::optional<kv_transfer_error> error;
+  int64_t opened_ms = 0;
+  int64_t at_ms = 0;  ///< concluded
+  std::string data_error;
+};
+
+/// room -> outcome, from one `serve --report` file (one room per line).
+std::map<room_id, report_line> read_report(const std::string& path);
+
+/// Value of `"key": ...` in a one-line JSON object ("" when absent).
+std::string field(const std::string& line, const std::string& key);
+
+} // namespace kvroom::harness
