@@ -11,7 +11,7 @@ namespace kvroom {
 
 namespace {
 
-using self_ptr = caf::stateful_actor<bootstrap_registry_state>*;
+using self_ptr = counted_actor<bootstrap_registry_state>*;
 
 directory_update broadcast(self_ptr self) {
   directory_update msg{self->state.ranks};
@@ -23,7 +23,7 @@ directory_update broadcast(self_ptr self) {
 } // namespace
 
 caf::behavior
-bootstrap_registry(caf::stateful_actor<bootstrap_registry_state>* self,
+bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
                    uint32_t max_ranks) {
   self->state.max_ranks = max_ranks;
   self->set_down_handler([=](caf::down_msg& msg) {

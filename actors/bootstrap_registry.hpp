@@ -4,6 +4,8 @@
 
 #include "caf/stateful_actor.hpp"
 
+#include "actors/counted_actor.hpp"
+
 #include "messages/room_messages.hpp"
 
 namespace kvroom {
@@ -24,7 +26,7 @@ struct bootstrap_registry_state {
 /// goes down is removed. At most `max_ranks` ranks register; more are
 /// refused with an error.
 caf::behavior
-bootstrap_registry(caf::stateful_actor<bootstrap_registry_state>* self,
+bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
                    uint32_t max_ranks);
 
 } // namespace kvroom

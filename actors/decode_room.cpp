@@ -8,7 +8,7 @@ namespace kvroom {
 
 namespace {
 
-using self_ptr = caf::stateful_actor<decode_room_state>*;
+using self_ptr = counted_actor<decode_room_state>*;
 
 void maybe_send_dst(self_ptr self) {
   auto& st = self->state;
@@ -85,7 +85,7 @@ std::string check_init(const memory_layout& layout, const receiver_init& msg) {
 
 } // namespace
 
-caf::behavior decode_room(caf::stateful_actor<decode_room_state>* self,
+caf::behavior decode_room(counted_actor<decode_room_state>* self,
                           room_params params) {
   auto& core = self->state.core;
   core.init(self, std::move(params));

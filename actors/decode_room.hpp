@@ -5,6 +5,8 @@
 
 #include "caf/stateful_actor.hpp"
 
+#include "actors/counted_actor.hpp"
+
 #include "actors/room_core.hpp"
 
 namespace kvroom {
@@ -26,7 +28,7 @@ struct decode_room_state {
 /// The receiver room actor: resolves the prefill ranks of its room through
 /// the manager's copy of the bootstrap registry, sends them its destination
 /// pages, and concludes Success once every required prefill rank confirmed.
-caf::behavior decode_room(caf::stateful_actor<decode_room_state>* self,
+caf::behavior decode_room(counted_actor<decode_room_state>* self,
                           room_params params);
 
 } // namespace kvroom

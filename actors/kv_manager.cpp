@@ -11,7 +11,7 @@ namespace kvroom {
 
 namespace {
 
-using self_ptr = caf::stateful_actor<kv_manager_state>*;
+using self_ptr = counted_actor<kv_manager_state>*;
 using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
 
 const rank_ref& me(self_ptr self) {
@@ -506,7 +506,7 @@ void sweep(self_ptr self) {
 
 } // namespace
 
-caf::behavior kv_manager(caf::stateful_actor<kv_manager_state>* self,
+caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
                          kv_manager_params params) {
   auto& st = self->state;
   st.self_entry = std::make_shared<const rank_entry>(

@@ -9,6 +9,8 @@
 #include "caf/actor_addr.hpp"
 #include "caf/stateful_actor.hpp"
 
+#include "actors/counted_actor.hpp"
+
 #include "actors/config.hpp"
 #include "actors/local_messages.hpp"
 
@@ -120,7 +122,7 @@ struct kv_manager_params {
 /// records failures for the scheduler, fans origin failures out to every
 /// other rank of the room as `room_failed{propagated=true}`, and fails the
 /// rooms that depend on a rank that went down.
-caf::behavior kv_manager(caf::stateful_actor<kv_manager_state>* self,
+caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
                          kv_manager_params params);
 
 } // namespace kvroom

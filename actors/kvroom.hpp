@@ -4,6 +4,7 @@
 /// the per-room sender/receiver handles (installed as <kvroom/kvroom.hpp>).
 
 #include "actors/config.hpp"
+#include "actors/counted_actor.hpp"
 #include "actors/host_kv_cache.hpp"
 #include "actors/local_group.hpp"
 #include "actors/logging.hpp"

@@ -11,7 +11,7 @@ namespace kvroom {
 
 namespace {
 
-using self_ptr = caf::stateful_actor<prefill_room_state>*;
+using self_ptr = counted_actor<prefill_room_state>*;
 
 /// Checks that the declared pages and the decode allocation agree; fails the
 /// room otherwise (a decode rank with fewer pages would read garbage).
@@ -215,7 +215,7 @@ void on_result(self_ptr self, const transfer_result& res) {
 
 } // namespace
 
-caf::behavior prefill_room(caf::stateful_actor<prefill_room_state>* self,
+caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
                            room_params params) {
   self->state.core.init(self, std::move(params));
   auto& p = self->state.core.params();

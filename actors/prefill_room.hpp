@@ -5,6 +5,8 @@
 
 #include "caf/stateful_actor.hpp"
 
+#include "actors/counted_actor.hpp"
+
 #include "actors/room_core.hpp"
 
 namespace kvroom {
@@ -39,7 +41,7 @@ struct prefill_room_state {
 /// The sender room actor: plans each chunk into one write batch per decode
 /// destination, hands it to the rank's transfer worker, sends aux data with
 /// the last chunk and confirms to the decode room once every byte landed.
-caf::behavior prefill_room(caf::stateful_actor<prefill_room_state>* self,
+caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
                            room_params params);
 
 } // namespace kvroom

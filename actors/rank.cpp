@@ -7,6 +7,7 @@
 #include "actors/logging.hpp"
 #include "actors/prefill_room.hpp"
 #include "actors/runtime.hpp"
+#include "actors/counted_actor.hpp"
 #include "actors/transfer_worker.hpp"
 #include "messages/error.hpp"
 #include "transport/factory.hpp"
@@ -201,6 +202,7 @@ void rank::apply(const room_event& ev) {
 void rank::drain() {
   auto& self = *inbox_;
   while (!self->mailbox().empty()) {
+    detail::handled_messages.fetch_add(1, std::memory_order_relaxed);
     self->receive([&](const room_event& ev) { apply(ev); },
                   caf::others >> [](caf::message_view&) -> caf::result<caf::message> {
                     return caf::message{};

@@ -1,5 +1,7 @@
 #include "actors/runtime.hpp"
 
+#include "actors/counted_actor.hpp"
+
 #include <algorithm>
 #include <thread>
 
@@ -14,6 +16,8 @@
 #include "messages/registration.hpp"
 
 namespace kvroom {
+
+std::atomic<uint64_t> detail::handled_messages{0};
 
 void prepare_config(caf::actor_system_config& cfg,
                     const runtime_options& opts) {

@@ -13,7 +13,7 @@ namespace kvroom {
 
 namespace {
 
-using self_ptr = caf::stateful_actor<transfer_worker_state>*;
+using self_ptr = counted_actor<transfer_worker_state>*;
 using poll_atom = caf::atom_constant<caf::atom("poll")>;
 /// From the backend's completion thread: something completed.
 using wake_atom = caf::atom_constant<caf::atom("wake")>;
@@ -106,7 +106,7 @@ void progress(self_ptr self) {
 
 } // namespace
 
-caf::behavior transfer_worker(caf::stateful_actor<transfer_worker_state>* self,
+caf::behavior transfer_worker(counted_actor<transfer_worker_state>* self,
                               std::shared_ptr<backend> data_plane,
                               uint32_t max_jobs, uint32_t job_timeout_ms) {
   self->state.data_plane = std::move(data_plane);

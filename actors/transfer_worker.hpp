@@ -6,6 +6,8 @@
 
 #include "caf/stateful_actor.hpp"
 
+#include "actors/counted_actor.hpp"
+
 #include "messages/room_messages.hpp"
 #include "transport/backend.hpp"
 
@@ -48,7 +50,7 @@ struct transfer_worker_state {
 /// own wakes the worker by message; the others are polled on a short timer.
 /// Connection messages a backend produces (verbs queue-pair data) go to the
 /// rank's manager, which carries them to the peer rank's worker.
-caf::behavior transfer_worker(caf::stateful_actor<transfer_worker_state>* self,
+caf::behavior transfer_worker(counted_actor<transfer_worker_state>* self,
                               std::shared_ptr<backend> data_plane,
                               uint32_t max_jobs, uint32_t job_timeout_ms);
 

@@ -163,7 +163,8 @@ int bench_rooms(int argc, char** argv) {
     msg_rate = caf_message_rate(sys, std::min(1.0, cfg.seconds));
     std::printf("CAF ceiling on this machine: %.0f spawn+terminate/s, %.0f messages/s (1->1)\n",
                 spawn_rate, msg_rate);
-    std::printf("%12s %12s %12s %12s %12s\n", "concurrency", "rooms/s", "p50 us", "p99 us", "failed");
+    std::printf("%12s %12s %12s %12s %12s %10s %12s\n", "concurrency", "rooms/s", "p50 us",
+                "p99 us", "failed", "msgs/room", "CAF bound/s");
     bench_group g{rt, tp, tiny_shape(max_c, cfg.layers), 1};
     room_id first = 1;
     for (auto c : points) {
@@ -173,17 +174,25 @@ int bench_rooms(int argc, char** argv) {
         d.step();
       d.succeeded = d.failed = 0;
       d.latencies_us.clear();
+      auto msgs0 = handled_messages();
       auto t0 = clock_type::now();
       while (since(t0) < cfg.seconds)
         if (!d.step())
           std::this_thread::yield();
       auto secs = since(t0);
-      auto rate = (d.succeeded + d.failed) / secs;
+      auto concluded = d.succeeded + d.failed;
+      auto msgs = handled_messages() - msgs0;
+      auto rate = concluded / secs;
       d.finish();
       first = d.next_room();
       auto p50 = percentile(d.latencies_us, 50), p99 = percentile(d.latencies_us, 99);
-      std::printf("%12lld %12.0f %12.1f %12.1f %12llu\n", static_cast<long long>(c), rate, p50,
-                  p99, static_cast<unsigned long long>(d.failed));
+      // Every message kvroom's actors handled, over the rooms concluded; the
+      // bound is what CAF alone allows at that count (one room actor per
+      // rank spawned and terminated per room), if nothing else cost time.
+      auto per_room = concluded ? static_cast<double>(msgs) / static_cast<double>(concluded) : 0.0;
+      auto bound = per_room > 0 ? 1.0 / (per_room / msg_rate + 2.0 * tp / spawn_rate) : 0.0;
+      std::printf("%12lld %12.0f %12.1f %12.1f %12llu %10.1f %12.0f\n", static_cast<long long>(c),
+                  rate, p50, p99, static_cast<unsigned long long>(d.failed), per_room, bound);
       std::fflush(stdout);
       rows.push_back(json_object{}
                        .num("concurrency", static_cast<double>(c))
@@ -191,6 +200,8 @@ int bench_rooms(int argc, char** argv) {
                        .num("latency_us_p50", p50)
                        .num("latency_us_p99", p99)
                        .num("failed", static_cast<double>(d.failed))
+                       .num("messages_per_room", per_room)
+                       .num("caf_bound_rooms_per_s", bound)
                        .dump(6));
     }
   }
