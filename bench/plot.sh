@@ -54,10 +54,12 @@ points $out/processes.json tp concurrency rooms_per_s | awk '$1 == 1 {print $2 "
 points $out/processes.json tp concurrency rooms_per_s | awk '$1 == 2 {print $2 "\t" $3}' > $tmp/proc_2p2d.tsv
 
 plots=""
+color=1
 for t in local shm tcp verbs cuda; do
   [ -s $tmp/bw_$t.tsv ] || continue
-  plots="$plots '$tmp/bw_$t.tsv' using (\$2/1024):3 with linespoints lw 2 title '$t',"
-  plots="$plots '$tmp/bw_$t.tsv' using (\$2/1024):4 with lines dt 2 title '$t baseline',"
+  plots="$plots '$tmp/bw_$t.tsv' using (\$2/1024):3 with linespoints lw 2 lc $color title '$t',"
+  plots="$plots '$tmp/bw_$t.tsv' using (\$2/1024):4 with lines dt 2 lw 2 lc $color title '$t baseline',"
+  color=$((color + 1))
 done
 
 gnuplot <<GP
@@ -65,9 +67,10 @@ set terminal pngcairo size 1400,560 font ",11"
 set output '$out/performance.png'
 set multiplot layout 1,2 title "kvroom on this machine (2 cores): same-run baselines dashed"
 set logscale x 2
+set logscale y
 set xlabel "block size (KiB), 8 writes per batch"
 set ylabel "GB/s"
-set key top left
+set key bottom left
 set grid
 set title "bandwidth per transport vs baseline (memcpy; plain socket for tcp)"
 plot ${plots%,}
