@@ -29,6 +29,9 @@ struct rank_limits {
   uint32_t max_queued_jobs = 65'536;
   /// Bound on the scheduler thread's blocking queries (failure(), stats()).
   uint32_t query_timeout_ms = 2'000;
+  /// Batches up to this size move on the room's own thread when the data
+  /// plane allows (same-process memcpy); 0 sends every batch to the worker.
+  uint32_t inline_copy_bytes = 64 * 1024;
 };
 
 /// Faults in the control plane, for stress runs: the manager delays some of

@@ -29,7 +29,10 @@ bool check_counts(self_ptr self) {
   return false;
 }
 
-/// Hands the next queued chunk to the worker when nothing is in flight.
+void on_result(self_ptr self, const transfer_result& res);
+
+/// Hands the next queued chunk to the worker when nothing is in flight (or
+/// moves it right here when it is small and the data plane allows).
 void pump(self_ptr self) {
   auto& st = self->state;
   auto& core = st.core;
@@ -76,6 +79,15 @@ void pump(self_ptr self) {
     core.advance(kv_poll::transferring);
     self->send(st.dst.decode_room,
                transfer_started{core.params().room, core.params().self.id});
+  }
+  if (auto& shortcut = core.params().shortcut) {
+    if (auto res = shortcut->try_copy(batch)) {
+      auto bytes = batch.total_bytes();
+      on_result(self, transfer_result{core.params().room, st.job_in_flight, !*res,
+                                      *res ? describe(*res) : std::string{},
+                                      *res ? 0 : bytes});
+      return;
+    }
   }
   self->send(core.params().worker,
              transfer_job{core.params().room, st.job_in_flight,

@@ -40,6 +40,7 @@ caf::error rank::start() {
   if (!made)
     return std::move(made.error());
   data_plane_ = std::shared_ptr<backend>{std::move(*made)};
+  shortcut_ = std::make_shared<inline_path>(data_plane_, cfg_.limits.inline_copy_bytes);
   for (auto* buffers : {&cfg_.memory.kv, &cfg_.memory.aux})
     for (auto& b : *buffers)
       if (auto id = data_plane_->register_memory(b.mem); !id)
@@ -89,6 +90,9 @@ caf::error rank::start() {
 rank::~rank() {
   for (auto& kvp : rooms_)
     kvp.second->cleared = true;
+  // No room copies from (or into) this rank's memory after this.
+  if (shortcut_)
+    shortcut_->close();
   if (inbox_) {
     auto& self = *inbox_;
     // Room actors follow their manager. Waiting for the worker guarantees no
@@ -136,6 +140,7 @@ caf::expected<Handle> rank::open(room_id room, role side, int32_t peer_dp,
   p.timeouts = cfg_.timeouts;
   p.self_entry = entry_;
   p.worker = worker_;
+  p.shortcut = shortcut_;
   p.peer_dp_rank = peer_dp;
   p.max_queued_chunks = cfg_.limits.max_queued_chunks;
   p.transport = cfg_.transport == "local" ? "auto" : cfg_.transport;

@@ -8,6 +8,7 @@
 #include "caf/scoped_actor.hpp"
 
 #include "actors/config.hpp"
+#include "actors/inline_path.hpp"
 #include "actors/room_handles.hpp"
 #include "messages/room_messages.hpp"
 
@@ -107,6 +108,7 @@ private:
   std::shared_ptr<const rank_entry> entry_;
   caf::actor manager_;
   caf::actor worker_;
+  std::shared_ptr<inline_path> shortcut_;
   std::unique_ptr<caf::scoped_actor> inbox_;
   std::unordered_map<room_id, std::shared_ptr<detail::room_slot>> rooms_;
 };

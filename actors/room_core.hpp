@@ -10,6 +10,7 @@
 #include "caf/event_based_actor.hpp"
 
 #include "actors/local_messages.hpp"
+#include "actors/inline_path.hpp"
 #include "actors/room_fsm.hpp"
 
 namespace kvroom {
@@ -28,6 +29,8 @@ struct room_params {
   std::shared_ptr<const rank_entry> self_entry;
   /// Prefill rooms: the rank's transfer worker.
   caf::actor worker;
+  /// Prefill rooms: small batches moved without the worker (may be null).
+  std::shared_ptr<inline_path> shortcut;
   /// Decode rooms: the prefill data-parallel group serving this room.
   int32_t peer_dp_rank = 0;
   uint32_t max_queued_chunks = 1024;

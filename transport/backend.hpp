@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,16 @@ public:
 
   /// Forgets a batch that reached `done` or `failed`.
   virtual void release(xfer_id id) = 0;
+
+  /// Moves `batch` on the calling thread, now, when this backend can do so
+  /// from any thread at once (its copies finish inside the call and touch
+  /// only tables it locks itself): returns the outcome (no error: every byte
+  /// landed). `nullopt`: it cannot, post through its owner instead. Rooms use
+  /// this for small batches to skip the transfer worker's thread hop.
+  virtual std::optional<caf::error> copy_inline(const write_batch& batch) {
+    static_cast<void>(batch);
+    return std::nullopt;
+  }
 
   // -- connection set-up and completion (backends that need them) -----------
 

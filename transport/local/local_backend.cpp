@@ -192,6 +192,16 @@ caf::error local_backend::deregister_memory(region_id id) {
 }
 
 caf::expected<xfer_id> local_backend::post(const write_batch& batch) {
+  if (auto err = *copy_inline(batch))
+    return err;
+  auto id = next_xfer_++;
+  posted_.emplace(id, xfer_status::done);
+  return id;
+}
+
+// Thread-safe: reads only this instance's immutable fields and the domain,
+// which locks its own table.
+std::optional<caf::error> local_backend::copy_inline(const write_batch& batch) {
   if (batch.peer.transport != "local")
     return make_error(errc::invalid_argument,
                       "local backend cannot reach a '" + batch.peer.transport
@@ -211,12 +221,9 @@ caf::expected<xfer_id> local_backend::post(const write_batch& batch) {
                       "malformed local endpoint address '" + batch.peer.address
                         + "'");
   }
-  if (auto err = local_domain::get().copy(instance_, peer_instance, batch))
-    return err;
-  auto id = next_xfer_++;
-  posted_.emplace(id, xfer_status::done);
-  return id;
+  return local_domain::get().copy(instance_, peer_instance, batch);
 }
+
 
 xfer_status local_backend::poll(xfer_id id, std::string& reason) {
   auto i = posted_.find(id);

@@ -20,6 +20,7 @@ public:
   caf::expected<region_id> register_memory(const mem_desc& mem) override;
   caf::error deregister_memory(region_id id) override;
   caf::expected<xfer_id> post(const write_batch& batch) override;
+  std::optional<caf::error> copy_inline(const write_batch& batch) override;
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
 

@@ -109,6 +109,14 @@ void router_backend::release(xfer_id id) {
     parts_[i]->release(id & ((xfer_id{1} << shift) - 1));
 }
 
+// Reads only what registration set up before any room runs.
+std::optional<caf::error> router_backend::copy_inline(const write_batch& batch) {
+  for (size_t i = 0; i < parts_.size(); ++i)
+    if (!disabled_[i] && parts_[i]->name() == batch.peer.transport)
+      return parts_[i]->copy_inline(batch);
+  return std::nullopt;
+}
+
 std::vector<transport_control> router_backend::take_control() {
   std::vector<transport_control> out;
   for (size_t i = 0; i < parts_.size(); ++i)

@@ -25,6 +25,7 @@ public:
   caf::expected<xfer_id> post(const write_batch& batch) override;
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
+  std::optional<caf::error> copy_inline(const write_batch& batch) override;
   std::vector<transport_control> take_control() override;
   caf::error on_control(const transport_control& msg) override;
   void set_notifier(std::function<void()> notify) override;

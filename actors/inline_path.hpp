@@ -1,0 +1,60 @@
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "caf/error.hpp"
+
+#include "transport/backend.hpp"
+
+namespace kvroom {
+
+/// A rank's shortcut for small batches: a prefill room moves them itself,
+/// on its own scheduler thread, through `backend::copy_inline`, instead of a
+/// round trip through the transfer worker's thread (two messages and a
+/// cross-thread wake-up per room). Only backends that can copy from any
+/// thread at once accept; anything else, and anything larger than the limit,
+/// takes the worker.
+///
+/// The rank closes it before its memory goes away: `close` waits for copies
+/// in progress and refuses new ones, so no room reads or writes memory of a
+/// rank that is gone. Rooms hold it weakly through the backend, so it never
+/// keeps a backend (and its registrations) alive.
+class inline_path {
+public:
+  inline_path(std::weak_ptr<backend> data_plane, uint64_t max_bytes)
+    : data_plane_(std::move(data_plane)), max_bytes_(max_bytes) {
+  }
+
+  /// The outcome of a copy done now, or nullopt: post through the worker.
+  std::optional<caf::error> try_copy(const write_batch& batch) {
+    if (max_bytes_ == 0 || batch.total_bytes() > max_bytes_)
+      return std::nullopt;
+    busy_.fetch_add(1);
+    std::optional<caf::error> result;
+    if (open_.load())
+      if (auto be = data_plane_.lock())
+        result = be->copy_inline(batch);
+    busy_.fetch_sub(1);
+    return result;
+  }
+
+  /// No copy starts after this returns, and none is still running.
+  void close() {
+    open_.store(false);
+    while (busy_.load() != 0)
+      std::this_thread::yield();
+  }
+
+private:
+  std::weak_ptr<backend> data_plane_;
+  uint64_t max_bytes_;
+  // Sequentially consistent on purpose: `try_copy` raises busy then reads
+  // open, `close` clears open then reads busy; one of them sees the other.
+  std::atomic<bool> open_{true};
+  std::atomic<int> busy_{0};
+};
+
+} // namespace kvroom
