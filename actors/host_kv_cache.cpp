@@ -1,5 +1,7 @@
 #include "actors/host_kv_cache.hpp"
 
+#include <cerrno>
+
 #include <cstdlib>
 #include <algorithm>
 #include <atomic>
@@ -72,6 +74,12 @@ uint8_t* allocate_shared(uint64_t bytes, std::vector<std::string>& names) {
   static std::atomic<int> counter{0};
   auto name = "/kvroom-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    // The name carries this process's id, so whoever made it is dead (a
+    // killed process cannot unlink its segments): it is stale, replace it.
+    ::shm_unlink(name.c_str());
+    fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  }
   KVROOM_ASSERT(fd >= 0);
   KVROOM_ASSERT(::ftruncate(fd, static_cast<off_t>(round_up(bytes))) == 0);
   void* ptr = ::mmap(nullptr, round_up(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

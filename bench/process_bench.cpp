@@ -159,6 +159,7 @@ struct deployment {
       if (p.pid > 0 && !p.exited) {
         ::kill(p.pid, SIGKILL);
         ::waitpid(p.pid, nullptr, 0);
+        harness::remove_segments(p.pid);
         p.exited = true;
       }
   }
@@ -287,6 +288,8 @@ int bench_detect(int argc, char** argv) {
       }
       ::waitpid(victim.pid, nullptr, 0);
       victim.exited = true;
+      // A killed process cannot unlink its shared-memory segments.
+      harness::remove_segments(victim.pid);
       if (!d.wait_all(std::chrono::seconds(60))) {
         std::printf("detect: survivors did not finish (see %s)\n", d.dir.c_str());
         return 1;

@@ -1,6 +1,8 @@
 #include "harness.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -45,6 +47,18 @@ std::string self_exe() {
   char buf[4096];
   auto n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   return n <= 0 ? std::string{} : std::string(buf, static_cast<size_t>(n));
+}
+
+void remove_segments(pid_t pid) {
+  auto prefix = "kvroom-" + std::to_string(pid) + "-";
+  if (auto* dir = ::opendir("/dev/shm")) {
+    while (auto* e = ::readdir(dir)) {
+      std::string name = e->d_name;
+      if (name.compare(0, prefix.size(), prefix) == 0)
+        ::shm_unlink(("/" + name).c_str());
+    }
+    ::closedir(dir);
+  }
 }
 
 std::string make_temp_dir(const std::string& prefix) {

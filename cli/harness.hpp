@@ -30,6 +30,9 @@ pid_t spawn(const std::string& exe, const std::vector<std::string>& args,
 /// This program's path (/proc/self/exe), or "" on failure.
 std::string self_exe();
 
+/// Removes the /dev/shm segments of process `pid` (a killed rank cannot).
+void remove_segments(pid_t pid);
+
 /// A fresh directory under /tmp named `prefix`-XXXXXX, or "" on failure.
 std::string make_temp_dir(const std::string& prefix);
 

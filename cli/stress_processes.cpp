@@ -125,8 +125,10 @@ int run_processes(const process_options& opt) {
       if (c.pid > 0 && !c.exited)
         ::kill(c.pid, SIGKILL);
     for (auto& c : ranks)
-      if (c.pid > 0 && !c.exited)
+      if (c.pid > 0 && !c.exited) {
         ::waitpid(c.pid, &c.status, 0);
+        harness::remove_segments(c.pid);
+      }
   };
   for (auto& c : ranks)
     c.pid = spawn(exe, args_for(c, 1, phase1, phase2), log_of(c));
@@ -158,6 +160,7 @@ int run_processes(const process_options& opt) {
     ::kill(victim.pid, SIGKILL);
   }
   ::waitpid(victim.pid, &victim.status, 0);
+  harness::remove_segments(victim.pid);
   victim.exited = true;
   bool phase1_done = wait_until([&] {
     for (auto& c : ranks)

@@ -1,0 +1,49 @@
+// Shared host KV memory over segments a killed process left behind.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "actors/host_kv_cache.hpp"
+
+using namespace kvroom;
+
+TEST_CASE("shared KV memory replaces stale segments that carry this process's id") {
+  // In a fresh process, so the segment counter starts at 0: plant the names
+  // a dead process with the same id would have left, then allocate.
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    for (int i = 0; i < 4; ++i) {
+      auto name = "/kvroom-" + std::to_string(::getpid()) + "-" + std::to_string(i);
+      int fd = ::shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+      if (fd < 0)
+        ::_exit(2);
+      ::close(fd);
+    }
+    kv_shape shape;
+    shape.num_buffers = 2;
+    shape.num_pages = 4;
+    shape.page_size_bytes = 256;
+    shape.num_aux = 1;
+    shape.aux_slots = 4;
+    shape.aux_item_bytes = 64;
+    {
+      host_kv_cache cache{shape, true};
+      cache.write_room(7, {0, 1}, 0);
+      if (!cache.check_room(7, {0, 1}, 0, nullptr))
+        ::_exit(3);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  for (int i = 0; i < 4; ++i)
+    ::shm_unlink(("/kvroom-" + std::to_string(pid) + "-" + std::to_string(i)).c_str());
+}
