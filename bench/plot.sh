@@ -14,7 +14,7 @@ mkdir -p "$out"
 command -v gnuplot >/dev/null || { echo "plot.sh: gnuplot not found (apt install gnuplot-nox)"; exit 1; }
 
 if [ -z "${SKIP_RUN:-}" ]; then
-  "$bench" bandwidth --seconds=3 --transports=local,shm,tcp,verbs,cuda --batches=8 \
+  "$bench" bandwidth --seconds=10 --transports=local,shm,tcp,verbs,cuda --batches=8 \
     --blocks=4096,16384,65536,262144,1048576,4194304 --json=$out/bandwidth.json
   "$bench" rooms --seconds=1.5 --concurrency=1,4,16,64,256,1024,4096 --json=$out/rooms_1p1d.json
   "$bench" rooms --seconds=1.5 --tp=2 --concurrency=1,4,16,64,256,1024,4096 --json=$out/rooms_2p2d.json
