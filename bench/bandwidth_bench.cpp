@@ -306,17 +306,6 @@ point measure(const std::string& name, int64_t block, int64_t batch, double seco
   return out;
 }
 
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> out;
-  size_t p = 0;
-  for (;;) {
-    auto c = text.find(',', p);
-    out.push_back(text.substr(p, c == std::string::npos ? std::string::npos : c - p));
-    if (c == std::string::npos)
-      return out;
-    p = c + 1;
-  }
-}
 
 } // namespace
 
@@ -330,7 +319,7 @@ int bench_bandwidth(int argc, char** argv) {
     std::fprintf(stderr, "bad --blocks or --batches list\n");
     return 2;
   }
-  auto names = split(cfg.transports);
+  auto names = split_list(cfg.transports);
   constexpr uint64_t max_batch_bytes = 64ull << 20;
   auto per_point = cfg.seconds / 10;
   std::printf("kvroom-bench bandwidth: transports %s; each point %.2f s and its baseline %.2f s, "

@@ -30,6 +30,9 @@ public:
 /// Parses the options; returns -1 to go on, else the exit code.
 int parse(bench_config& cfg, int argc, char** argv);
 
+/// "a,b" -> {"a", "b"}.
+std::vector<std::string> split_list(const std::string& text);
+
 /// "1,4,16" -> {1, 4, 16}; empty on a malformed list.
 std::vector<int64_t> parse_list(const std::string& text);
 

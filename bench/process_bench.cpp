@@ -55,17 +55,6 @@ std::string find_kvroom(const std::string& given) {
   return {};
 }
 
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> out;
-  size_t p = 0;
-  for (;;) {
-    auto c = text.find(',', p);
-    out.push_back(text.substr(p, c == std::string::npos ? std::string::npos : c - p));
-    if (c == std::string::npos)
-      return out;
-    p = c + 1;
-  }
-}
 
 /// One deployment of 2 x tp serve processes on this host.
 struct deployment {
@@ -256,7 +245,7 @@ int bench_detect(int argc, char** argv) {
   std::printf("%-8s %8s %12s %12s %12s %14s\n", "signal", "rooms", "p50 ms", "p99 ms", "max ms",
               "after-loss ms");
   std::vector<std::string> rows;
-  for (auto& sig : split(cfg.signals)) {
+  for (auto& sig : split_list(cfg.signals)) {
     if (sig != "sigkill" && sig != "sigstop") {
       std::fprintf(stderr, "unknown signal '%s'\n", sig.c_str());
       return 2;

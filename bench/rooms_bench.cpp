@@ -12,27 +12,11 @@
 #include "benches.hpp"
 #include "report.hpp"
 #include "room_driver.hpp"
+#include "shapes.hpp"
 
 namespace kvroom::bench {
 
 namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-double since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-kv_shape tiny_shape(int64_t slots, int64_t layers) {
-  kv_shape s;
-  s.num_buffers = static_cast<uint32_t>(2 * layers);
-  s.page_size_bytes = 256;
-  s.num_pages = static_cast<uint64_t>(slots);
-  s.num_aux = 1;
-  s.aux_slots = static_cast<uint64_t>(slots);
-  s.aux_item_bytes = 64;
-  return s;
-}
 
 /// CAF's spawn rate: spawn-and-terminate of trivial actors, per second.
 double caf_spawn_rate(caf::actor_system& sys, double seconds) {
@@ -106,20 +90,26 @@ int parse(bench_config& cfg, int argc, char** argv) {
   return -1;
 }
 
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  for (;;) {
+    auto comma = text.find(',', pos);
+    out.push_back(text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    if (comma == std::string::npos)
+      return out;
+    pos = comma + 1;
+  }
+}
+
 std::vector<int64_t> parse_list(const std::string& text) {
   std::vector<int64_t> out;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    auto comma = text.find(',', pos);
-    auto item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+  for (auto& item : split_list(text)) {
     try {
       out.push_back(std::stoll(item));
     } catch (...) {
       return {};
     }
-    if (comma == std::string::npos)
-      break;
-    pos = comma + 1;
   }
   return out;
 }

@@ -21,9 +21,9 @@ kv_shape realistic_shape(int tp, int64_t slots, int64_t pages_per_room) {
   return s;
 }
 
-kv_shape tiny_shape(int64_t slots) {
+kv_shape tiny_shape(int64_t slots, int64_t layers) {
   kv_shape s;
-  s.num_buffers = 2;
+  s.num_buffers = static_cast<uint32_t>(2 * layers);
   s.page_size_bytes = 256;
   s.num_pages = static_cast<uint64_t>(slots);
   s.num_aux = 1;

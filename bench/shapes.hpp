@@ -16,8 +16,8 @@ double since(clock_type::time_point t0);
 /// 128 dims x bf16; `slots` rooms of `pages_per_room` pages.
 kv_shape realistic_shape(int tp, int64_t slots, int64_t pages_per_room);
 
-/// Two buffers of 256-byte pages, one page per room.
-kv_shape tiny_shape(int64_t slots);
+/// `layers` x K/V buffers of 256-byte pages, one page per room, 64 B aux.
+kv_shape tiny_shape(int64_t slots, int64_t layers = 1);
 
 /// Mean seconds of one single-thread memcpy of `ops`' bytes, repeated for
 /// `seconds` (the same method the transports are measured with).
