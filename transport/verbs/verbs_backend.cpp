@@ -486,7 +486,16 @@ caf::error verbs_backend::connect_qp(link& l, const verbs::qp_address& remote) {
   return caf::none;
 }
 
-void verbs_backend::destroy_qp(rank_id peer, link& l, const std::string&) {
+void verbs_backend::destroy_qp(rank_id peer, link& l, const std::string& why) {
+  // Work already posted on this queue pair may have been flushed: it can
+  // never count as done (the window's credits are reset below).
+  for (auto xid : l.queue)
+    if (auto i = xfers_.find(xid);
+        i != xfers_.end() && i->second.status == xfer_status::in_progress && i->second.next_wr > 0) {
+      i->second.status = xfer_status::failed;
+      i->second.reason = "verbs queue pair to rank " + std::to_string(peer) + " was replaced with "
+                         + "writes in flight" + (why.empty() ? std::string{} : ": " + why);
+    }
   if (l.qp != nullptr)
     ibv_destroy_qp(l.qp);
   l.qp = nullptr;
@@ -574,9 +583,10 @@ void verbs_backend::drive(rank_id peer, link& l) {
   for (auto xid : l.queue) {
     if (room == 0)
       break;
-    auto& x = xfers_[xid];
-    if (x.status != xfer_status::in_progress)
-      continue;
+    auto xi = xfers_.find(xid);
+    if (xi == xfers_.end() || xi->second.status != xfer_status::in_progress)
+      continue;  // released early, or failed before posting
+    auto& x = xi->second;
     if (x.wrs.empty() && !x.ops.empty()) {
       if (auto err = plan(l, x)) {
         x.status = xfer_status::failed;
