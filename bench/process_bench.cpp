@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -218,7 +219,7 @@ int bench_processes(int argc, char** argv) {
                        .num("succeeded", static_cast<double>(ok))
                        .num("failed", static_cast<double>(failed))
                        .dump(6));
-      ::system(("rm -rf " + d.dir).c_str());
+      std::filesystem::remove_all(d.dir);
     }
   }
   auto out = json_object{}.str("bench", "processes").raw("points", json_array(rows)).dump();
@@ -310,7 +311,7 @@ int bench_detect(int argc, char** argv) {
         else
           after.push_back(static_cast<double>(s.failed_at - s.opened));
       }
-      ::system(("rm -rf " + d.dir).c_str());
+      std::filesystem::remove_all(d.dir);
     }
     auto p50 = percentile(in_flight, 50), p99 = percentile(in_flight, 99),
          mx = percentile(in_flight, 100), after_p50 = percentile(after, 50);
