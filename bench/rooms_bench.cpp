@@ -158,9 +158,8 @@ int bench_rooms(int argc, char** argv) {
     room_id first = 1;
     for (auto c : points) {
       // A fresh group per point: every point starts from the same state.
-      // (One group driven through every point slows down 2P x 2D by up to
-      // 4x after ~15,000 rooms while its managers' tables are empty between
-      // points; see the README's Performance notes.)
+      // KVROOM_BENCH_TRACE=1 prints rooms/s every 0.25 s (how a slowdown
+      // over time was found).
       bench_group g{rt, tp, tiny_shape(max_c, cfg.layers), 1};
       room_driver d{g, static_cast<size_t>(c), first};
       auto warm = clock_type::now();
@@ -170,9 +169,20 @@ int bench_rooms(int argc, char** argv) {
       d.latencies_us.clear();
       auto msgs0 = handled_messages();
       auto t0 = clock_type::now();
-      while (since(t0) < cfg.seconds)
+      auto window = clock_type::now();
+      uint64_t at_window = 0;
+      while (since(t0) < cfg.seconds) {
         if (!d.step())
           std::this_thread::yield();
+        if (std::getenv("KVROOM_BENCH_TRACE") && since(window) >= 0.25) {
+          auto n = d.succeeded + d.failed;
+          std::fprintf(stderr, "  t=%.2f s: %.0f rooms/s, %llu kvroom messages so far\n",
+                       since(t0), (n - at_window) / since(window),
+                       static_cast<unsigned long long>(handled_messages() - msgs0));
+          at_window = n;
+          window = clock_type::now();
+        }
+      }
       auto secs = since(t0);
       auto concluded = d.succeeded + d.failed;
       auto msgs = handled_messages() - msgs0;
