@@ -189,14 +189,6 @@ int bench_rooms(int argc, char** argv) {
       auto rate = concluded / secs;
       d.finish();
       first = d.next_room();
-      if (std::getenv("KVROOM_BENCH_STATS"))
-        for (auto* ranks : {&g.prefill, &g.decode})
-          for (auto& r : *ranks)
-            if (auto st = r->stats())
-              std::fprintf(stderr, "  %s: live %llu parked %llu early %llu tombstones %llu open %zu\n",
-                           to_string(r->ref()).c_str(), (unsigned long long) st->live_rooms,
-                           (unsigned long long) st->parked, (unsigned long long) st->early_failures,
-                           (unsigned long long) st->tombstones, r->open_rooms());
       auto p50 = percentile(d.latencies_us, 50), p99 = percentile(d.latencies_us, 99);
       // Every message kvroom's actors handled, over the rooms concluded; the
       // bound is what CAF alone allows at that count (one room actor per

@@ -11,12 +11,6 @@ function(kvroom_detect_verbs)
     if(IBVERBS_INCLUDE_DIR AND IBVERBS_LIBRARY)
       set(have ON)
       set(reason "${IBVERBS_LIBRARY}")
-      if(NOT TARGET kvroom_ibverbs)
-        add_library(kvroom_ibverbs UNKNOWN IMPORTED GLOBAL)
-        set_target_properties(kvroom_ibverbs PROPERTIES
-          IMPORTED_LOCATION "${IBVERBS_LIBRARY}"
-          INTERFACE_INCLUDE_DIRECTORIES "${IBVERBS_INCLUDE_DIR}")
-      endif()
     else()
       set(reason "libibverbs-dev not found")
       if(KVROOM_WITH_VERBS STREQUAL "ON")
