@@ -13,23 +13,28 @@ using self_ptr = counted_actor<decode_room_state>*;
 void maybe_send_dst(self_ptr self) {
   auto& st = self->state;
   auto& core = st.core;
-  if (core.fsm().concluded() || !st.source || !st.initialized || st.dst_sent)
+  if (core.concluded() || !st.source || !st.initialized || st.dst_sent)
     return;
   st.dst_sent = true;
+  // From here the prefill rank may write into these pages until it is done,
+  // fenced or lost: the protocol holds a terminal state until then.
+  core.dst_sent(st.source->rank.id);
   dst_info info;
   info.room = core.params().room;
   info.decode_rank = core.params().self;
   info.decode_room = caf::actor_cast<caf::actor>(self);
   info.kv_indices = st.init.kv_indices;
   info.aux_index = st.init.aux_index;
-  self->send(st.source->manager, std::move(info));
+  // Through this rank's manager, which remembers where the pages went in
+  // case this actor dies before the fence.
+  self->send(core.params().manager, route_dst{st.source->rank.id, std::move(info)});
 }
 
 void on_group(self_ptr self, group_reply& reply) {
   auto& st = self->state;
   auto& core = st.core;
   st.resolving = false;
-  if (core.fsm().concluded() || st.source || reply.ranks.empty())
+  if (core.concluded() || st.source || reply.ranks.empty())
     return; // not registered yet: the next tick asks again
   auto& me = core.params().self;
   for (auto& entry : reply.ranks) {
@@ -47,14 +52,14 @@ void on_group(self_ptr self, group_reply& reply) {
   }
   if (!st.source)
     return; // that tp slot has not registered yet
-  core.counterparts().assign(1, st.source->rank);
+  core.set_counterparts({st.source->rank});
   core.advance(kv_poll::waiting_for_input);
   maybe_send_dst(self);
 }
 
 void resolve(self_ptr self) {
   auto& st = self->state;
-  if (st.resolving || st.source || st.core.fsm().concluded())
+  if (st.resolving || st.source || st.core.concluded())
     return;
   st.resolving = true;
   auto& p = st.core.params();
@@ -96,7 +101,7 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
   group.side = role::prefill;
   group.dp_rank = p.peer_dp_rank;
   group.id = -1;
-  core.counterparts().assign(1, group);
+  core.set_counterparts({group});
   self->monitor(p.manager);
   self->set_down_handler([=](caf::down_msg&) { self->quit(); });
   resolve(self);
@@ -104,7 +109,7 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
     [=](group_reply& reply) { on_group(self, reply); },
     [=](receiver_init& msg) {
       auto& st = self->state;
-      if (st.core.fsm().concluded() || st.initialized) {
+      if (st.core.concluded() || st.initialized) {
         logger()->debug("room {}: receiver init ignored", msg.room);
         return;
       }
@@ -125,7 +130,9 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
     [=](const transfer_done& msg) {
       auto& st = self->state;
       auto& core = st.core;
-      if (core.fsm().concluded())
+      // That sender wrote its last byte: nothing more lands from it.
+      core.source_done(msg.src_rank);
+      if (core.concluded())
         return;
       if (!st.source || msg.src_rank != st.source->rank.id || !st.dst_sent) {
         core.fail_local("unexpected transfer confirmation from rank "
@@ -143,25 +150,21 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
       part_done part{core.params().room, me.tp_rank, me.id,
                      caf::actor_cast<caf::actor>(self), msg.src_rank,
                      caf::actor_cast<caf::actor>(self->current_sender())};
-      if (core.is_coordinator()) {
+      if (is_coordinator(me)) {
         core.on_part(part);
       } else {
         self->send(core.params().manager,
-                   to_coordinator{me.dp_rank, caf::make_message(part)});
-        core.prepare(me.dp_rank);
+                   to_decider{role::decode, me.dp_rank, caf::make_message(part)});
+        core.prepare();
       }
     },
     [=](const part_done& msg) {
-      if (self->state.core.is_coordinator())
+      if (is_coordinator(self->state.core.params().self))
         self->state.core.on_part(msg);
     },
-    [=](const room_committed&) {
-      if (self->state.core.prepared())
-        self->state.core.on_committed();
-    },
-    [=](const room_failed& msg) {
-      self->state.core.fail_remote(msg.error, !msg.propagated);
-    },
+    [=](const room_committed&) { self->state.core.on_committed(); },
+    [=](const room_failed& msg) { self->state.core.on_failed(msg); },
+    [=](const room_fenced& msg) { self->state.core.fenced(msg.prefill_rank); },
     [=](const room_abort& msg) {
       self->state.core.fail_local("aborted by decode scheduler: " + msg.reason,
                                   true);
@@ -169,7 +172,7 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
     [=](const peer_lost& msg) { self->state.core.on_peer_lost(msg); },
     [=](const room_clear&) { self->state.core.clear(); },
     [=](tick_atom) {
-      self->state.core.check_deadline();
+      self->state.core.on_tick();
       resolve(self);
     },
   };

@@ -6,6 +6,7 @@
 
 #include "actors/logging.hpp"
 #include "actors/room_core.hpp"
+#include "caf/default_attachable.hpp"
 
 namespace kvroom {
 
@@ -88,6 +89,63 @@ void fan_out(self_ptr self, const kv_transfer_error& err,
   }
 }
 
+/// Tells decode rank `decode` that this prefill rank writes nothing more of
+/// `room` into its pages.
+void send_fenced(self_ptr self, room_id room, rank_id decode) {
+  if (auto peer = find_rank(self, decode))
+    self->send(peer->manager, room_fenced{room, me(self).id, decode});
+}
+
+/// Prefill: room `room` failed or its actor died; once the worker moves
+/// nothing of it, every decode rank in `targets` hears so.
+void start_fence(self_ptr self, room_id room, std::vector<rank_id> targets) {
+  auto& st = self->state;
+  auto& xs = st.fencing[room];
+  for (auto t : targets)
+    if (std::find(xs.begin(), xs.end(), t) == xs.end())
+      xs.push_back(t);
+  self->send(st.worker, fence_room{room});
+}
+
+/// The worker's answer to `fence_room`.
+void on_worker_fenced(self_ptr self, room_id room) {
+  auto& st = self->state;
+  auto i = st.fencing.find(room);
+  if (i == st.fencing.end())
+    return;
+  for (auto t : i->second)
+    send_fenced(self, room, t);
+  st.fencing.erase(i);
+  if (auto r = st.rooms.find(room); r != st.rooms.end())
+    r->second.fence_done = true;
+}
+
+/// Decode: publishes a dead room's Failed state once no prefill rank may
+/// still write into its pages.
+void try_release_dead(self_ptr self, room_id room) {
+  auto& st = self->state;
+  auto i = st.fence_waits.find(room);
+  if (i == st.fence_waits.end() || !i->second.writers.empty())
+    return;
+  if (st.inbox)
+    self->send(st.inbox, room_event{room, kv_poll::failed, i->second.error});
+  st.fence_waits.erase(i);
+}
+
+/// Decode: a fence arrived (or a writer was lost) for a dead room.
+void release_dead_writer(self_ptr self, room_id room, rank_id writer) {
+  auto& st = self->state;
+  auto drop = [&](std::vector<rank_id>& xs) {
+    xs.erase(std::remove(xs.begin(), xs.end(), writer), xs.end());
+  };
+  if (auto a = st.awaiting_decision.find(room); a != st.awaiting_decision.end())
+    drop(a->second.writers);
+  if (auto w = st.fence_waits.find(room); w != st.fence_waits.end()) {
+    drop(w->second.writers);
+    try_release_dead(self, room);
+  }
+}
+
 void on_concluded(self_ptr self, room_concluded& msg) {
   auto& st = self->state;
   auto i = st.rooms.find(msg.room);
@@ -99,6 +157,11 @@ void on_concluded(self_ptr self, room_concluded& msg) {
     ++st.counters.successes;
     return;
   }
+  // A failed sender stops: its queued batches go, and the decode ranks that
+  // gave it pages hear once nothing of it still moves.
+  if (me(self).side == role::prefill)
+    start_fence(self, msg.room,
+                i != st.rooms.end() ? i->second.dst_ranks : std::vector<rank_id>{});
   auto& err = msg.error;
   st.failure_records[msg.room] = err;
   auto& mine = me(self);
@@ -140,14 +203,30 @@ void on_dst(self_ptr self, dst_info& info) {
   auto i = st.rooms.find(room);
   auto peer = find_rank(self, info.decode_rank.id);
   if (i != st.rooms.end() && peer) {
-    i->second.decode_dp = info.decode_rank.dp_rank;
-    self->send(i->second.actor, dst_ready{std::move(info), std::move(peer)});
-    tell_lost(self, i->second.actor);
+    auto& entry = i->second;
+    entry.decode_dp = info.decode_rank.dp_rank;
+    auto decode = info.decode_rank.id;
+    if (std::find(entry.dst_ranks.begin(), entry.dst_ranks.end(), decode)
+        == entry.dst_ranks.end())
+      entry.dst_ranks.push_back(decode);
+    // A Failed room posts nothing for a late destination: fence it now, or
+    // with the fence in progress.
+    if (entry.state == kv_poll::failed) {
+      if (auto f = st.fencing.find(room); f != st.fencing.end())
+        f->second.push_back(decode);
+      else
+        send_fenced(self, room, decode);
+    }
+    self->send(entry.actor, dst_ready{std::move(info), std::move(peer)});
+    tell_lost(self, entry.actor);
     return;
   }
+  // Every answer below means this rank never writes for that destination.
   auto reply_failure = [&](kv_transfer_error err) {
     if (info.decode_room)
-      self->send(info.decode_room, room_failed{room, std::move(err), true});
+      self->send(info.decode_room, room_failed{room, std::move(err), true,
+                                               me(self).id});
+    send_fenced(self, room, info.decode_rank.id);
   };
   if (auto t = st.tombstones.find(room); t != st.tombstones.end()) {
     reply_failure(t->second.failed
@@ -158,8 +237,9 @@ void on_dst(self_ptr self, dst_info& info) {
                                         true, me(self).id});
     return;
   }
-  if (auto e = st.early_failures.find(room); e != st.early_failures.end()) {
-    reply_failure(e->second.error);
+  if (auto e = st.early_failures.find(room);
+      e != st.early_failures.end() && e->second.msg.propagated) {
+    reply_failure(e->second.msg.error);
     return;
   }
   if (st.parked_count >= st.limits.max_parked) {
@@ -188,14 +268,14 @@ void on_failed(self_ptr self, room_failed& msg) {
     return;
   if (auto t = st.tombstones.find(msg.room); t != st.tombstones.end()) {
     if (!msg.propagated) {
-      // A prepared rank asks the coordinator of a room cleared here: answer
-      // with what the room concluded.
-      if (auto origin = find_rank(self, msg.error.origin_rank)) {
+      // A rank asks the decider of a room cleared here: answer with what the
+      // room concluded.
+      if (auto asker = find_rank(self, msg.from)) {
         if (t->second.failed)
-          self->send(origin->manager,
-                     room_failed{msg.room, t->second.error, true});
+          self->send(asker->manager,
+                     room_failed{msg.room, t->second.error, true, me(self).id});
         else
-          self->send(origin->manager, room_committed{msg.room});
+          self->send(asker->manager, room_committed{msg.room});
       }
       return;
     }
@@ -203,14 +283,34 @@ void on_failed(self_ptr self, room_failed& msg) {
                     to_string(me(self)), msg.room);
     return;
   }
+  if (!msg.propagated) {
+    // A proposal for a room this decider has not opened (yet, or ever): it
+    // decides here, for the room, so the asking rank is not left waiting:
+    // the first failure it heard of is the decision, fanned out to this
+    // group and the whole other side, and kept for the room should it open.
+    auto e = st.early_failures.find(msg.room);
+    if (e != st.early_failures.end() && e->second.msg.propagated) {
+      if (auto asker = find_rank(self, msg.from))
+        send_ctrl(self, asker->manager, e->second.msg);
+      return;
+    }
+    room_failed decision = e != st.early_failures.end() ? e->second.msg : msg;
+    decision.propagated = true;
+    decision.from = me(self).id;
+    decision.error.is_from_another_rank = true;
+    fan_out(self, decision.error, {});
+    st.early_failures[msg.room] = {std::move(decision), room_core::now_ms()};
+    return;
+  }
   if (st.early_failures.size() >= st.limits.max_parked) {
     logger()->debug("{}: early failure for room {} dropped (limit {})",
                     to_string(me(self)), msg.room, st.limits.max_parked);
     return;
   }
+  // Kept whole: a proposal stays a proposal for the decider once it opens.
+  auto room = msg.room;
   st.early_failures.emplace(
-    msg.room,
-    kv_manager_state::early_failure{std::move(msg.error), room_core::now_ms()});
+    room, kv_manager_state::early_failure{std::move(msg), room_core::now_ms()});
 }
 
 void deliver_parked(self_ptr self, room_id room);
@@ -237,7 +337,7 @@ void on_opened(self_ptr self, room_opened& msg) {
     st.parked_parts.erase(p);
   }
   if (auto e = st.early_failures.find(room); e != st.early_failures.end()) {
-    self->send(msg.room_actor, room_failed{room, e->second.error, true});
+    self->send(msg.room_actor, std::move(e->second.msg));
     st.early_failures.erase(e);
   }
 }
@@ -282,12 +382,16 @@ void on_part(self_ptr self, part_done& part) {
   ++st.parked_count;
 }
 
-/// Sends to the coordinator of `decode_dp`; false when the directory does
-/// not know it yet.
-bool send_to_coordinator(self_ptr self, int32_t decode_dp, caf::message& payload) {
+/// Sends to the decider of group (`side`, `dp`); false when the directory
+/// does not know it yet.
+bool send_to_decider(self_ptr self, role side, int32_t dp, caf::message& payload) {
+  decider_ref group{side, dp};
+  if (is_decider(me(self), group)) {
+    self->send(self, std::move(payload));
+    return true;
+  }
   for (auto& e : self->state.directory) {
-    auto& r = e->rank;
-    if (r.side == role::decode && r.dp_rank == decode_dp && r.tp_rank == 0) {
+    if (is_decider(e->rank, group)) {
       send_ctrl(self, e->manager, std::move(payload));
       return true;
     }
@@ -295,36 +399,41 @@ bool send_to_coordinator(self_ptr self, int32_t decode_dp, caf::message& payload
   return false;
 }
 
-void on_to_coordinator(self_ptr self, to_coordinator& msg) {
+void on_to_decider(self_ptr self, to_decider& msg) {
   auto& st = self->state;
-  if (send_to_coordinator(self, msg.decode_dp, msg.payload))
+  if (send_to_decider(self, msg.side, msg.dp_rank, msg.payload))
     return;
   // Not registered yet (or gone): keep it for the next directory update; the
   // sweep drops it after a bootstrap timeout, and the waiting room's own
   // deadline fails the room.
   if (st.coordinator_backlog.size() >= st.limits.max_parked) {
-    logger()->debug("{}: message for coordinator dp{} dropped (backlog full)",
-                    to_string(me(self)), msg.decode_dp);
+    logger()->debug("{}: message for the decider of {} dp{} dropped (backlog full)",
+                    to_string(me(self)), to_string(msg.side), msg.dp_rank);
     return;
   }
-  st.coordinator_backlog.push_back({msg.decode_dp, std::move(msg.payload), room_core::now_ms()});
+  st.coordinator_backlog.push_back(
+    {msg.side, msg.dp_rank, std::move(msg.payload), room_core::now_ms()});
 }
 
 void flush_coordinator_backlog(self_ptr self) {
   auto& xs = self->state.coordinator_backlog;
   xs.erase(std::remove_if(xs.begin(), xs.end(),
-                          [&](auto& x) { return send_to_coordinator(self, x.decode_dp, x.payload); }),
+                          [&](auto& x) { return send_to_decider(self, x.side, x.dp_rank, x.payload); }),
            xs.end());
 }
 
-/// Concludes a room whose actor is gone, on the scheduler's behalf.
+/// Concludes a room whose actor is gone, on the scheduler's behalf; the
+/// scheduler sees Failed once no prefill rank in `writers` may still write.
 void conclude_dead(self_ptr self, room_id room, const kv_transfer_error& err,
-                   bool fan) {
+                   bool fan, std::vector<rank_id> writers) {
   auto& st = self->state;
   room_concluded msg{room, kv_poll::failed, err, {}, fan};
   on_concluded(self, msg);
-  if (st.inbox)
-    self->send(st.inbox, room_event{room, kv_poll::failed});
+  // No room is left to clear: the event carries the cause, the tombstone
+  // keeps it for late peers, and no record outlives the room.
+  st.failure_records.erase(room);
+  st.fence_waits[room] = {err, std::move(writers), room_core::now_ms()};
+  try_release_dead(self, room);
   add_tombstone(self, room, true, err);
 }
 
@@ -335,16 +444,17 @@ bool settle_dead(self_ptr self, room_id room, const kv_transfer_error* err) {
   auto i = st.awaiting_decision.find(room);
   if (i == st.awaiting_decision.end())
     return false;
-  st.awaiting_decision.erase(i);
   if (err) {
     auto copy = *err;
     copy.is_from_another_rank = copy.origin_rank != me(self).id;
-    conclude_dead(self, room, copy, false);
+    conclude_dead(self, room, copy, false, std::move(i->second.writers));
+    st.awaiting_decision.erase(i);
     return true;
   }
+  st.awaiting_decision.erase(i);
   ++st.counters.successes;
   if (st.inbox)
-    self->send(st.inbox, room_event{room, kv_poll::success});
+    self->send(st.inbox, room_event{room, kv_poll::success, {}});
   add_tombstone(self, room, false, {});
   return true;
 }
@@ -358,25 +468,43 @@ void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
   bool failed = i->second.state == kv_poll::failed;
   auto root_cause = i->second.error;
   auto decode_dp = i->second.decode_dp;
+  auto& mine = me(self);
+  // Decode: the prefill ranks that got this room's pages and did not confirm
+  // a fence yet. Prefill: the decode ranks this room may have written to.
+  std::vector<rank_id> writers;
+  for (auto r : i->second.dst_ranks)
+    if (std::find(i->second.fences.begin(), i->second.fences.end(), r)
+        == i->second.fences.end())
+      writers.push_back(r);
+  auto dst_ranks = i->second.dst_ranks;
+  // The room monitored this manager; CAF 0.17 keeps that monitor (and with
+  // it the dead room's storage) until this manager exits unless removed.
+  self->detach(caf::default_attachable::observe_token{
+    i->second.actor.address(), caf::default_attachable::monitor});
   st.room_by_actor.erase(i->second.actor.address());
   st.rooms.erase(i);
   if (!concluded && reason != caf::exit_reason::normal) {
     // A room actor killed mid-room: this rank is the origin of the failure.
     kv_transfer_error err{room,
-                          "room actor on " + to_string(me(self))
+                          "room actor on " + to_string(mine)
                             + " exited: " + caf::to_string(reason),
-                          false, me(self).id};
-    auto& mine = me(self);
-    bool coordinator = mine.side == role::decode && mine.tp_rank == 0;
-    if (!coordinator && decode_dp >= 0) {
+                          false, mine.id};
+    if (mine.side == role::prefill) {
+      // Its worker may still hold batches of it: stop them before decode
+      // reuses the pages.
+      start_fence(self, room, dst_ranks);
+      writers.clear();
+    }
+    if (!is_coordinator(mine) && decode_dp >= 0) {
       // Its part may have been done and committed already: the coordinator
-      // decides, exactly as for a prepared room that must fail.
-      st.awaiting_decision[room] = {err, room_core::now_ms()};
-      self->send(self, to_coordinator{decode_dp, caf::make_message(room_failed{
-                                                   room, err, false})});
+      // decides, exactly as for a live room that must fail.
+      st.awaiting_decision[room] = {err, room_core::now_ms(), std::move(writers)};
+      self->send(self, to_decider{role::decode, decode_dp,
+                                  caf::make_message(room_failed{room, err, false,
+                                                                mine.id})});
       return;
     }
-    conclude_dead(self, room, err, true);
+    conclude_dead(self, room, err, true, std::move(writers));
     return;
   }
   // Cleared: the scheduler is done with the room, with or without taking its
@@ -407,9 +535,17 @@ void on_peer_down(self_ptr self, const rank_entry& lost,
                    text, open);
   st.lost_ranks[peer.id] = kv_manager_state::lost_rank{peer_lost{peer, text},
                                                        room_core::now_ms()};
+  // Concluded rooms hear too: a decode room holding Failed for this rank's
+  // fence is fenced by its loss.
   for (auto& kvp : st.rooms)
-    if (!is_terminal(kvp.second.state))
-      self->send(kvp.second.actor, peer_lost{peer, text});
+    self->send(kvp.second.actor, peer_lost{peer, text});
+  std::vector<room_id> dead;
+  for (auto& kvp : st.awaiting_decision)
+    dead.push_back(kvp.first);
+  for (auto& kvp : st.fence_waits)
+    dead.push_back(kvp.first);
+  for (auto room : dead)
+    release_dead_writer(self, room, peer.id);
   st.directory.erase(std::remove_if(st.directory.begin(), st.directory.end(),
                                     [&](const auto& e) {
                                       return e->rank.id == peer.id;
@@ -464,7 +600,8 @@ void sweep(self_ptr self) {
       logger()->warn("{}: destination for room {} from {} expired unused",
                      to_string(me(self)), i->first,
                      to_string(x.info.decode_rank));
-      self->send(x.info.decode_room, room_failed{i->first, err, true});
+      self->send(x.info.decode_room, room_failed{i->first, err, true, me(self).id});
+      send_fenced(self, i->first, x.info.decode_rank.id);
       return true;
     });
     st.parked_count -= static_cast<size_t>(xs.end() - keep);
@@ -486,9 +623,24 @@ void sweep(self_ptr self) {
     }
     auto room = i->first;
     auto err = i->second.error;
+    auto writers = std::move(i->second.writers);
     err.failure_reason += " (the room's coordinator gave no decision)";
     i = st.awaiting_decision.erase(i);
-    conclude_dead(self, room, err, true);
+    conclude_dead(self, room, err, true, std::move(writers));
+  }
+  for (auto i = st.fence_waits.begin(); i != st.fence_waits.end();) {
+    if (now - i->second.since_ms < 2ull * st.timeouts.transferring_ms) {
+      ++i;
+      continue;
+    }
+    logger()->error("{}: room {} published Failed without the fence of {} "
+                    "prefill rank(s) after {} ms; its pages may still be written",
+                    to_string(me(self)), i->first, i->second.writers.size(),
+                    2ull * st.timeouts.transferring_ms);
+    i->second.writers.clear();
+    auto room = i->first;
+    ++i;
+    try_release_dead(self, room);
   }
   for (auto i = st.parked_parts.begin(); i != st.parked_parts.end();) {
     auto& xs = i->second;
@@ -543,7 +695,31 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
     [=](dst_info& msg) { on_dst(self, msg); },
     [=](room_failed& msg) { on_failed(self, msg); },
     [=](part_done& msg) { on_part(self, msg); },
-    [=](to_coordinator& msg) { on_to_coordinator(self, msg); },
+    [=](to_decider& msg) { on_to_decider(self, msg); },
+    [=](route_dst& msg) {
+      // Decode: remember where the room's pages went, then hand them over.
+      auto& st = self->state;
+      if (auto i = st.rooms.find(msg.info.room); i != st.rooms.end()) {
+        auto& xs = i->second.dst_ranks;
+        if (std::find(xs.begin(), xs.end(), msg.prefill_rank) == xs.end())
+          xs.push_back(msg.prefill_rank);
+      }
+      if (auto peer = find_rank(self, msg.prefill_rank))
+        send_ctrl(self, peer->manager, std::move(msg.info));
+    },
+    [=](room_fenced& msg) {
+      auto& st = self->state;
+      if (msg.prefill_rank < 0) {
+        on_worker_fenced(self, msg.room);
+        return;
+      }
+      if (auto i = st.rooms.find(msg.room); i != st.rooms.end()) {
+        i->second.fences.push_back(msg.prefill_rank);
+        self->send(i->second.actor, msg);
+        return;
+      }
+      release_dead_writer(self, msg.room, msg.prefill_rank);
+    },
     [=](to_rank& msg) {
       if (auto target = find_rank(self, msg.rank))
         send_ctrl(self, target->manager, std::move(msg.payload));
@@ -609,7 +785,9 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
       auto out = st.counters;
       out.live_rooms = st.rooms.size();
       out.failure_records = st.failure_records.size();
-      out.parked = st.parked_count;
+      out.parked = st.parked_count + st.coordinator_backlog.size()
+                   + st.awaiting_decision.size() + st.fence_waits.size()
+                   + st.fencing.size();
       out.early_failures = st.early_failures.size();
       out.tombstones = st.tombstones.size();
       return out;

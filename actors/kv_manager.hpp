@@ -28,9 +28,25 @@ struct kv_manager_state {
     /// The root cause once concluded Failed; kept after the scheduler took
     /// the record, so the tombstone can still answer late peers with it.
     kv_transfer_error error;
+    /// Prefill: decode ranks that handed this room a destination. Decode:
+    /// prefill ranks this room handed its destination to.
+    std::vector<rank_id> dst_ranks;
+    /// Decode: prefill ranks that confirmed their fence. Prefill: the fence
+    /// of a Failed room completed (its worker moves nothing of it).
+    std::vector<rank_id> fences;
+    bool fence_done = false;
   };
   struct awaiting {
     kv_transfer_error error;
+    uint64_t since_ms = 0;
+    /// Prefill ranks that may still write into the dead room's pages.
+    std::vector<rank_id> writers;
+  };
+  /// A decode room whose actor died: its Failed state waits for the fence of
+  /// every prefill rank that got its destination (or that rank's loss).
+  struct fence_wait {
+    kv_transfer_error error;
+    std::vector<rank_id> writers;
     uint64_t since_ms = 0;
   };
   struct parked_dst {
@@ -38,7 +54,7 @@ struct kv_manager_state {
     uint64_t since_ms = 0;
   };
   struct early_failure {
-    kv_transfer_error error;
+    room_failed msg;
     uint64_t since_ms = 0;
   };
   struct tombstone {
@@ -83,10 +99,11 @@ struct kv_manager_state {
     uint64_t since_ms = 0;
   };
   std::unordered_map<rank_id, lost_rank> lost_ranks;
-  /// Messages for a coordinator this rank has not seen in the directory yet
+  /// Messages for a decider this rank has not seen in the directory yet
   /// (ranks start in any order); delivered on the next directory update.
   struct pending_coord {
-    int32_t decode_dp = 0;
+    role side = role::decode;
+    int32_t dp_rank = 0;
     caf::message payload;
     uint64_t since_ms = 0;
   };
@@ -94,6 +111,10 @@ struct kv_manager_state {
   /// Rooms whose actor died unconcluded, waiting for the coordinator's word:
   /// the room may have been committed already.
   std::unordered_map<room_id, awaiting> awaiting_decision;
+  std::unordered_map<room_id, fence_wait> fence_waits;
+  /// Prefill: rooms whose worker fence is pending, with the decode ranks to
+  /// tell once it completes.
+  std::unordered_map<room_id, std::vector<rank_id>> fencing;
   /// Recently cleared rooms: late messages for them change nothing.
   std::unordered_map<room_id, tombstone> tombstones;
   std::deque<room_id> tombstone_order;

@@ -30,6 +30,13 @@ struct dst_ready {
   std::shared_ptr<const rank_entry> peer;
 };
 
+/// Decode room -> its manager: send `info` to prefill rank `prefill_rank`
+/// and remember that rank may now write into the room's pages.
+struct route_dst {
+  rank_id prefill_rank = -1;
+  dst_info info;
+};
+
 /// Decode room -> its manager: which ranks serve prefill group `dp_rank`.
 struct resolve_group {
   role side = role::prefill;
@@ -43,10 +50,18 @@ struct group_reply {
 };
 
 /// Room -> its manager: deliver `payload` to the manager of the room's
-/// coordinator, decode TP rank 0 of decode group `decode_dp`.
-struct to_coordinator {
-  int32_t decode_dp = 0;
+/// decider, TP rank 0 of group (`side`, `dp_rank`) (see `is_decider`).
+struct to_decider {
+  role side = role::decode;
+  int32_t dp_rank = 0;
   caf::message payload;
+};
+
+/// Manager -> its rank's transfer worker: room `room` concluded Failed (or
+/// its actor died); drop its queued jobs and answer `room_fenced` once none
+/// of its posted batches is still moving.
+struct fence_room {
+  room_id room = 0;
 };
 
 /// Room -> its manager: deliver `payload` to the manager of rank `rank`
@@ -65,8 +80,10 @@ struct peer_lost {
 } // namespace kvroom
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::dst_ready)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::route_dst)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::resolve_group)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::group_reply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::peer_lost)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::to_coordinator)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::to_decider)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::fence_room)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::to_rank)

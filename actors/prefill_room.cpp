@@ -36,7 +36,7 @@ void on_result(self_ptr self, const transfer_result& res);
 void pump(self_ptr self) {
   auto& st = self->state;
   auto& core = st.core;
-  if (core.fsm().concluded() || !st.initialized || !st.has_dst
+  if (core.concluded() || !st.initialized || !st.has_dst
       || st.job_in_flight != 0 || st.queued.empty())
     return;
   auto chunk = std::move(st.queued.front());
@@ -97,7 +97,7 @@ void pump(self_ptr self) {
 void on_chunk(self_ptr self, sender_chunk& chunk) {
   auto& st = self->state;
   auto& core = st.core;
-  if (core.fsm().concluded()) {
+  if (core.concluded()) {
     logger()->debug("room {} on {}: chunk after conclusion ignored",
                     core.params().room, to_string(core.params().self));
     return;
@@ -141,12 +141,14 @@ void on_dst(self_ptr self, dst_ready& msg) {
   auto& st = self->state;
   auto& core = st.core;
   auto& me = core.params().self;
-  if (core.fsm().concluded()) {
+  if (core.concluded()) {
     // The decode rank may not have been known when this room failed: tell
     // it now, with the original root cause.
-    if (core.fsm().state() == kv_poll::failed && msg.peer)
+    // (Its manager fences the destination: this room posts nothing more.)
+    if (core.protocol().state() == kv_poll::failed && msg.peer)
       self->send(msg.peer->manager,
-                 room_failed{core.params().room, core.fsm().failure(), true});
+                 room_failed{core.params().room, core.protocol().failure(), true,
+                             me.id});
     return;
   }
   if (!msg.peer) {
@@ -154,6 +156,8 @@ void on_dst(self_ptr self, dst_ready& msg) {
                     + to_string(msg.info.decode_rank));
     return;
   }
+  // From now on the coordinator of this decode group decides the room.
+  core.bind(msg.info.decode_rank.dp_rank);
   if (st.has_dst) {
     if (st.dst.decode_rank.id == msg.info.decode_rank.id) {
       logger()->debug("room {} on {}: duplicate destination ignored",
@@ -190,7 +194,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
   st.has_dst = true;
   st.dst = std::move(msg.info);
   st.peer = std::move(msg.peer);
-  core.counterparts().assign(1, st.dst.decode_rank);
+  core.set_counterparts({st.dst.decode_rank});
   if (!check_counts(self))
     return;
   core.advance(kv_poll::waiting_for_input);
@@ -216,13 +220,13 @@ void on_result(self_ptr self, const transfer_result& res) {
     pump(self);
     return;
   }
-  if (core.fsm().concluded())
+  if (core.concluded())
     return;
   self->send(st.dst.decode_room,
              transfer_done{core.params().room, core.params().self.id,
                            st.bytes_moved, st.planned_pages});
   // Every byte landed; Success waits for the room's coordinator.
-  core.prepare(st.dst.decode_rank.dp_rank);
+  core.prepare();
 }
 
 } // namespace
@@ -232,15 +236,17 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
   self->state.core.init(self, std::move(params));
   auto& p = self->state.core.params();
   // The room dies with its rank: a manager that is gone cannot route it.
+  // (The manager removes this monitor when the room exits: CAF 0.17 keeps a
+  // dead monitor's actor alive until the monitored actor exits.)
   self->monitor(p.manager);
   self->set_down_handler([=](caf::down_msg&) { self->quit(); });
   return {
     [=](sender_init& msg) {
       auto& st = self->state;
       auto& core = st.core;
-      if (core.fsm().concluded() || st.initialized) {
+      if (core.concluded() || st.initialized) {
         logger()->debug("room {}: init ignored (initialized={}, state={})",
-                        msg.room, st.initialized, to_string(core.fsm().state()));
+                        msg.room, st.initialized, to_string(core.protocol().state()));
         return;
       }
       auto& aux = core.params().self_entry->layout.aux;
@@ -263,23 +269,15 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
     [=](sender_chunk& msg) { on_chunk(self, msg); },
     [=](dst_ready& msg) { on_dst(self, msg); },
     [=](const transfer_result& msg) { on_result(self, msg); },
-    [=](const room_failed& msg) {
-      self->state.core.fail_remote(msg.error, !msg.propagated);
-    },
-    [=](const room_committed& msg) {
-      if (self->state.core.prepared())
-        self->state.core.on_committed();
-      else
-        logger()->debug("room {}: commit before this rank's part was done "
-                        "ignored", msg.room);
-    },
+    [=](const room_failed& msg) { self->state.core.on_failed(msg); },
+    [=](const room_committed&) { self->state.core.on_committed(); },
     [=](const room_abort& msg) {
       self->state.core.fail_local("aborted by prefill scheduler: " + msg.reason,
                                   true);
     },
     [=](const peer_lost& msg) { self->state.core.on_peer_lost(msg); },
     [=](const room_clear&) { self->state.core.clear(); },
-    [=](tick_atom) { self->state.core.check_deadline(); },
+    [=](tick_atom) { self->state.core.on_tick(); },
   };
 }
 

@@ -206,8 +206,12 @@ caf::actor rank::room_actor(room_id room) const {
 
 void rank::apply(const room_event& ev) {
   auto i = rooms_.find(ev.room);
-  if (i != rooms_.end())
-    i->second->state = ev.state;
+  if (i == rooms_.end())
+    return;
+  auto& slot = *i->second;
+  slot.state = ev.state;
+  if (ev.state == kv_poll::failed && !slot.failure)
+    slot.failure = ev.error;
 }
 
 void rank::drain() {
@@ -220,30 +224,6 @@ void rank::drain() {
                   },
                   caf::after(std::chrono::seconds(0)) >> [] {});
   }
-}
-
-caf::expected<kv_transfer_error> rank::pop_failure(room_id room) {
-  caf::scoped_actor tmp{rt_.system()};
-  caf::expected<kv_transfer_error> result{
-    make_error(errc::unknown_room, "no failure record")};
-  tmp
-    ->request(manager_, std::chrono::milliseconds(cfg_.limits.query_timeout_ms),
-              kvroom::take_failure{room})
-    .receive(
-      [&](failure_reply& reply) {
-        if (reply.found)
-          result = std::move(reply.error);
-        else
-          result = make_error(errc::unknown_room,
-                              to_string(ref_) + " holds no failure record for "
-                                + room_text(room));
-      },
-      [&](caf::error& err) {
-        result = make_error(errc::timeout,
-                            "failure query to " + to_string(ref_)
-                              + " manager: " + caf::to_string(err));
-      });
-  return result;
 }
 
 caf::expected<manager_stats> rank::stats() {

@@ -97,7 +97,6 @@ private:
   caf::expected<Handle> open(room_id room, role side, int32_t peer_dp,
                              const caf::actor& listener);
 
-  caf::expected<kv_transfer_error> pop_failure(room_id room);
   void forget(room_id room);
   void apply(const room_event& ev);
 

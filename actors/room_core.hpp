@@ -9,9 +9,9 @@
 #include "caf/actor.hpp"
 #include "caf/event_based_actor.hpp"
 
-#include "actors/local_messages.hpp"
 #include "actors/inline_path.hpp"
-#include "actors/room_fsm.hpp"
+#include "actors/local_messages.hpp"
+#include "actors/room_protocol.hpp"
 
 namespace kvroom {
 
@@ -38,16 +38,10 @@ struct room_params {
   std::string transport = "auto";
 };
 
-/// The part every room actor shares: the state machine and its timer, state
-/// changes to the scheduler, the conclusion to the manager, and agreement.
-///
-/// Agreement (no all-reduce, no lock): decode TP rank 0 of the room's decode
-/// group coordinates. A rank whose part is done is *prepared*: it concludes
-/// Success only on the coordinator's `room_committed`, which the coordinator
-/// sends once every TP slot is done. A prepared rank that must fail asks the
-/// coordinator instead of concluding, so no rank reports Success while
-/// another reports Failed. Ranks that are not prepared fail on their own and
-/// fan out; the coordinator then can never commit, as their part is missing.
+/// The part every room actor shares: a shell around `room_protocol` that
+/// feeds it what arrives and carries out the effects it returns (state
+/// changes to the scheduler, conclusions to the manager, proposals, answers
+/// and commits through the managers). It decides nothing itself.
 class room_core {
 public:
   void init(caf::event_based_actor* self, room_params params);
@@ -56,53 +50,31 @@ public:
     return params_;
   }
 
-  const room_fsm& fsm() const noexcept {
-    return *fsm_;
+  const room_protocol& protocol() const noexcept {
+    return *protocol_;
   }
 
-  /// The other side's ranks this room talks to; the manager fans failures out
-  /// to them (expanded to their whole TP group; empty: the whole other side).
-  std::vector<rank_ref>& counterparts() noexcept {
-    return counterparts_;
+  bool concluded() const noexcept {
+    return protocol_->concluded();
   }
 
-  bool is_coordinator() const noexcept {
-    return coordinator_;
-  }
-
-  bool prepared() const noexcept {
-    return prepared_;
+  void set_counterparts(std::vector<rank_ref> xs) {
+    protocol_->set_counterparts(std::move(xs));
   }
 
   void advance(kv_poll next);
-
-  /// This rank's part is done: wait for the coordinator of decode group
-  /// `decode_dp` (never called on the coordinator itself).
-  void prepare(int32_t decode_dp);
-
-  /// Coordinator: TP slot `slot` is done; both of its room actors are kept to
-  /// be committed. Commits once every slot is done.
-  void on_part(const part_done& part);
-
-  /// The coordinator committed the room.
-  void on_committed();
-
-  /// A failure identified on this rank (or a request to fail it);
-  /// `requested` when the scheduler asked for it (abort, clear).
+  void bind(int32_t decode_dp);
   void fail_local(std::string reason, bool requested = false);
-
-  /// A failure from elsewhere; `decision_request` marks a prepared rank
-  /// asking this coordinator to decide.
-  void fail_remote(const kv_transfer_error& err, bool decision_request);
-
-  /// Acts on the state's deadline (and on an overdue decision).
-  void check_deadline();
-
-  /// True when losing `rank` breaks this room: a rank of this room's TP group
-  /// or of a counterpart group.
-  bool depends_on(const rank_ref& rank) const noexcept;
-
+  void on_failed(const room_failed& msg);
+  void prepare();
+  /// Coordinator: a TP slot is done; its room actors are kept for the commit.
+  void on_part(const part_done& part);
+  void on_committed();
   void on_peer_lost(const peer_lost& msg);
+  void on_tick();
+  void dst_sent(rank_id prefill);
+  void source_done(rank_id prefill);
+  void fenced(rank_id prefill);
 
   /// The scheduler released the room: stop for good.
   void clear();
@@ -115,30 +87,12 @@ public:
   static uint64_t now_ms() noexcept;
 
 private:
-  void request_decision(kv_transfer_error err);
-  void publish(kv_poll state);
-  void conclude(bool fan_out, bool requested = false);
-  void conclude_failed(const kv_transfer_error& err, bool fan_out,
-                       bool requested = false);
+  void run(room_effects effects);
 
   caf::event_based_actor* self_ = nullptr;
   room_params params_;
-  std::unique_ptr<room_fsm> fsm_;
-  std::vector<rank_ref> counterparts_;
-  bool coordinator_ = false;
-  // Prepared rank: where the coordinator is, and an outstanding request.
-  bool prepared_ = false;
-  int32_t decode_dp_ = 0;
-  /// A prepared rank waits for the slowest part of the room, not its own:
-  /// two transferring timeouts from the moment it prepared, so the rank that
-  /// really hangs times out first and is the one origin.
-  uint64_t prepared_deadline_ms_ = 0;
-  bool decision_requested_ = false;
-  uint64_t decision_deadline_ms_ = 0;
-  /// What a prepared rank asked the coordinator to decide on.
-  kv_transfer_error pending_error_;
-  // Coordinator: slots done and the room actors to commit, by rank id.
-  std::vector<bool> slots_done_;
+  std::unique_ptr<room_protocol> protocol_;
+  // Coordinator: the room actors to commit, by rank id.
   std::unordered_map<rank_id, caf::actor> participants_;
 };
 

@@ -34,21 +34,8 @@ caf::error room_handle::check_live(const char* op) const {
 std::optional<kv_transfer_error> room_handle::failure() {
   if (!slot_)
     return std::nullopt;
-  if (slot_->failure)
-    return slot_->failure;
-  if (slot_->cleared)
-    return std::nullopt;
   owner_->pump();
-  if (slot_->state != kv_poll::failed)
-    return std::nullopt;
-  auto taken = owner_->pop_failure(slot_->room);
-  if (taken)
-    slot_->failure = std::move(*taken);
-  else
-    slot_->failure = kv_transfer_error{slot_->room,
-                                       "failure record unavailable: "
-                                         + describe(taken.error()),
-                                       false, owner_->ref().id};
+  // The Failed event carried the root cause: no round trip to the manager.
   return slot_->failure;
 }
 

@@ -56,9 +56,9 @@ public:
   /// when something arrived since the last drain.
   kv_poll poll();
 
-  /// The root cause once the room is Failed: popped from the rank's
-  /// `failure_records` through its manager (once; later calls return the
-  /// same value). Empty while the room is not Failed.
+  /// The root cause once `poll()` returned Failed (it travels with the Failed
+  /// state, so this costs about what `poll()` does). Empty while the room is
+  /// not Failed. Kept after `clear()`.
   std::optional<kv_transfer_error> failure();
 
   /// Fails the room here and, propagated, on every other rank of the room.

@@ -1,11 +1,13 @@
 #include "actors/transfer_worker.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "caf/all.hpp"
 
 #include "actors/local_messages.hpp"
 #include "actors/logging.hpp"
+#include "actors/local_messages.hpp"
 #include "actors/room_core.hpp"
 #include "messages/error.hpp"
 
@@ -75,6 +77,25 @@ void schedule_poll(self_ptr self) {
   self->delayed_send(self, poll_interval, poll_atom::value);
 }
 
+bool has_active(const transfer_worker_state& st, room_id room) {
+  return std::any_of(st.active.begin(), st.active.end(),
+                     [&](const auto& x) { return x.room_id_ == room; });
+}
+
+/// Answers every fence whose room has no batch moving any more.
+void settle_fences(self_ptr self) {
+  auto& st = self->state;
+  auto& xs = st.fences;
+  xs.erase(std::remove_if(xs.begin(), xs.end(),
+                          [&](room_id room) {
+                            if (has_active(st, room))
+                              return false;
+                            self->send(st.manager, room_fenced{room, -1, -1});
+                            return true;
+                          }),
+           xs.end());
+}
+
 void progress(self_ptr self) {
   auto& st = self->state;
   auto now = room_core::now_ms();
@@ -101,6 +122,7 @@ void progress(self_ptr self) {
   }
   while (!st.waiting.empty() && post(self, st.waiting.front()))
     st.waiting.pop_front();
+  settle_fences(self);
   flush_control(self);
 }
 
@@ -137,6 +159,18 @@ caf::behavior transfer_worker(counted_actor<transfer_worker_state>* self,
         st.waiting.push_back(std::move(j));
       flush_control(self);
       schedule_poll(self);
+    },
+    [=](const fence_room& msg) {
+      // The room concluded Failed or died: nothing of it is posted from now
+      // on, and the manager hears once nothing of it is moving.
+      auto& st = self->state;
+      auto& ws = st.waiting;
+      ws.erase(std::remove_if(ws.begin(), ws.end(),
+                              [&](const auto& j) { return j.work.room == msg.room; }),
+               ws.end());
+      if (std::find(st.fences.begin(), st.fences.end(), msg.room) == st.fences.end())
+        st.fences.push_back(msg.room);
+      settle_fences(self);
     },
     [=](attach_atom, caf::actor& manager) {
       self->state.manager = std::move(manager);

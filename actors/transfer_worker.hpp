@@ -13,7 +13,8 @@
 
 namespace kvroom {
 
-/// State of a rank's transfer worker: the only user of the rank's backend.
+/// State of a rank's transfer worker: the user of the rank's backend for
+/// everything but the small batches rooms move inline (`inline_path`).
 struct transfer_worker_state {
   struct job {
     caf::actor room;
@@ -31,6 +32,9 @@ struct transfer_worker_state {
   /// Jobs the backend pushed back on (would_block), retried in order.
   std::deque<job> waiting;
   std::vector<in_flight> active;
+  /// Rooms the manager asked to fence that still have batches moving; each
+  /// is answered once its last one completes. Bounded by `active`.
+  std::vector<room_id> fences;
   uint32_t max_jobs = 0;
   /// A batch still in progress after this long is released and failed, so a
   /// hung backend cannot pin a job (or its room) forever.

@@ -38,6 +38,7 @@ void add_message_types(caf::actor_system_config& cfg) {
     .add_message_type<transfer_started>("kvroom.transfer_started")
     .add_message_type<transfer_done>("kvroom.transfer_done")
     .add_message_type<room_failed>("kvroom.room_failed")
+    .add_message_type<room_fenced>("kvroom.room_fenced")
     .add_message_type<room_concluded>("kvroom.room_concluded")
     .add_message_type<room_opened>("kvroom.room_opened")
     .add_message_type<take_failure>("kvroom.take_failure")

@@ -87,15 +87,18 @@ typename Inspector::result_type inspect(Inspector& f, room_clear& x) {
 // -- room -> scheduler ---------------------------------------------------------
 
 /// A room's new state, pushed to the scheduler's inbox; drained once per
-/// scheduler iteration so `poll()` is a plain read.
+/// scheduler iteration so `poll()` is a plain read. A Failed event carries
+/// the root cause, so `failure()` is a plain read too.
 struct room_event {
   room_id room = 0;
   kv_poll state = kv_poll::bootstrapping;
+  kv_transfer_error error;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, room_event& x) {
-  return f(caf::meta::type_name("kvroom.room_event"), x.room, x.state);
+  return f(caf::meta::type_name("kvroom.room_event"), x.room, x.state,
+           x.error);
 }
 
 // -- decode room <-> prefill room ----------------------------------------------
@@ -176,22 +179,40 @@ typename Inspector::result_type inspect(Inspector& f, room_committed& x) {
 
 // -- failure fan-out -----------------------------------------------------------
 
-/// A room failed. `propagated` is true when sent to another rank: the receiver
-/// concludes the room as Failed with the origin's reason and rank, logs at
-/// debug, and never fans it out again. `propagated` is false only on the way
-/// from a prepared rank to the room's coordinator, which decides: Failed for
-/// everyone (and fans it out), or, when it committed already, a
-/// `room_committed` back.
+/// A room failed. `propagated` is true for a decision: the receiver concludes
+/// the room as Failed with the origin's reason and rank, logs at debug (the
+/// origin itself at error/warning), and never fans it out again.
+/// `propagated` is false for a proposal from rank `from` to the room's
+/// decider (room_protocol), which decides: Failed for everyone (and fans it
+/// out), or, when the room concluded already, its outcome back to `from`.
 struct room_failed {
   room_id room = 0;
   kv_transfer_error error;
   bool propagated = false;
+  rank_id from = -1;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, room_failed& x) {
   return f(caf::meta::type_name("kvroom.room_failed"), x.room, x.error,
-           x.propagated);
+           x.propagated, x.from);
+}
+
+/// Prefill rank `prefill_rank` -> decode rank `decode_rank` (manager to
+/// manager): it posts nothing more for this room and nothing it posted is
+/// still moving. The decode room holds a Failed state from its scheduler
+/// until this arrives (or the prefill rank is lost), so pages the scheduler
+/// reuses after `poll()` returned Failed are never written again.
+struct room_fenced {
+  room_id room = 0;
+  rank_id prefill_rank = -1;
+  rank_id decode_rank = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_fenced& x) {
+  return f(caf::meta::type_name("kvroom.room_fenced"), x.room,
+           x.prefill_rank, x.decode_rank);
 }
 
 /// Room -> its manager: the room reached a terminal state. `error` is set

@@ -381,15 +381,20 @@ TEST_CASE("a failure injected on one rank of a 2P x 2D room has one origin and r
   }
   CHECK(origins == 1);
   CHECK_FALSE(errors[0].is_from_another_rank);
-  // failure() popped every record; a second call returns the same value.
-  for (auto* r : g.all())
-    CHECK(eventually([&] { return stats_of(*r).failure_records == 0; }));
+  // The root cause came with the Failed state; a second call returns the
+  // same value, and the manager's records go with the rooms.
   CHECK(h.receivers[1].failure()->failure_reason == errors[3].failure_reason);
   CHECK(stats_of(*g.prefill[0]).origin_failures == 1);
   CHECK(stats_of(*g.decode[1]).propagated_failures == 1);
   // Success is never reported over the failed part: the decode side of the
   // healthy prefill rank failed too.
   CHECK(h.receivers[1].poll() == kv_poll::failed);
+  for (auto& x : h.senders)
+    REQUIRE_FALSE(x.clear());
+  for (auto& x : h.receivers)
+    REQUIRE_FALSE(x.clear());
+  for (auto* r : g.all())
+    CHECK(eventually([&] { return stats_of(*r).failure_records == 0; }));
 }
 
 TEST_CASE("a failure of the aux data fails the room even though every KV page landed") {

@@ -134,11 +134,13 @@ TEST_CASE("every message type round-trips through CAF's binary serializer") {
   check_roundtrip(*sys, receiver_init{77, {4, 5, 6}, 2});
   check_roundtrip(*sys, room_abort{77, "client went away"});
   check_roundtrip(*sys, room_clear{77});
-  check_roundtrip(*sys, room_event{77, kv_poll::transferring});
+  check_roundtrip(*sys, room_event{77, kv_poll::transferring, {}});
+  check_roundtrip(*sys, room_event{77, kv_poll::failed, err});
   check_roundtrip(*sys, dst_info{77, some_rank(), actor, {8, 9}, 1});
   check_roundtrip(*sys, transfer_started{77, 1});
   check_roundtrip(*sys, transfer_done{77, 1, 1 << 20, 16});
-  check_roundtrip(*sys, room_failed{77, err, true});
+  check_roundtrip(*sys, room_failed{77, err, true, 4});
+  check_roundtrip(*sys, room_fenced{77, 1, 65536});
   check_roundtrip(*sys, room_concluded{77, kv_poll::failed, err, {some_rank()}, true, true});
   check_roundtrip(*sys, room_opened{77, actor});
   check_roundtrip(*sys, take_failure{77});
