@@ -42,6 +42,13 @@ struct control_chaos {
   uint32_t max_delay_ms = 0;
   uint64_t seed = 1;
   bool drop_fan_out = false;
+  /// Sabotage: decode publishes terminal states without the senders' fence.
+  bool no_fence = false;
+  /// Sabotage: every rank concludes its own failures (no decider).
+  bool local_decisions = false;
+  /// Sabotage: the manager leaves dead rooms' monitors in place (the CAF
+  /// 0.17 monitor leak, ~1.9 KB per room).
+  bool keep_room_monitors = false;
 };
 
 /// Everything one rank needs: where it sits, the memory it registers, its data

@@ -147,20 +147,13 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
         return;
       }
       auto& me = core.params().self;
-      part_done part{core.params().room, me.tp_rank, me.id,
+      part_done part{core.params().room, me.tp_rank, me.tp_size, me.id,
                      caf::actor_cast<caf::actor>(self), msg.src_rank,
                      caf::actor_cast<caf::actor>(self->current_sender())};
-      if (is_coordinator(me)) {
-        core.on_part(part);
-      } else {
-        self->send(core.params().manager,
-                   to_decider{role::decode, me.dp_rank, caf::make_message(part)});
-        core.prepare();
-      }
-    },
-    [=](const part_done& msg) {
-      if (is_coordinator(self->state.core.params().self))
-        self->state.core.on_part(msg);
+      auto& decider = core.protocol().decider();
+      self->send(core.params().manager,
+                 to_decider{decider.side, decider.dp_rank, caf::make_message(part)});
+      core.prepare();
     },
     [=](const room_committed&) { self->state.core.on_committed(); },
     [=](const room_failed& msg) { self->state.core.on_failed(msg); },

@@ -204,7 +204,6 @@ void on_dst(self_ptr self, dst_info& info) {
   auto peer = find_rank(self, info.decode_rank.id);
   if (i != st.rooms.end() && peer) {
     auto& entry = i->second;
-    entry.decode_dp = info.decode_rank.dp_rank;
     auto decode = info.decode_rank.id;
     if (std::find(entry.dst_ranks.begin(), entry.dst_ranks.end(), decode)
         == entry.dst_ranks.end())
@@ -324,10 +323,11 @@ void on_opened(self_ptr self, room_opened& msg) {
                                        st.tombstone_order.end(), room));
   self->monitor(msg.room_actor);
   st.room_by_actor[msg.room_actor.address()] = room;
-  auto& mine = me(self);
-  st.rooms[room] = kv_manager_state::room_entry{
-    msg.room_actor, kv_poll::bootstrapping,
-    mine.side == role::decode ? mine.dp_rank : -1, room_core::now_ms(), {}};
+  kv_manager_state::room_entry entry;
+  entry.actor = msg.room_actor;
+  entry.prefill_dp = msg.prefill_dp;
+  entry.opened_ms = room_core::now_ms();
+  st.rooms[room] = std::move(entry);
   deliver_parked(self, room);
   tell_lost(self, msg.room_actor);
   if (auto p = st.parked_parts.find(room); p != st.parked_parts.end()) {
@@ -355,7 +355,6 @@ void deliver_parked(self_ptr self, room_id room) {
     auto peer = find_rank(self, x.info.decode_rank.id);
     if (!peer)
       return false;
-    r->second.decode_dp = x.info.decode_rank.dp_rank;
     self->send(r->second.actor, dst_ready{x.info, std::move(peer)});
     tell_lost(self, r->second.actor);
     return true;
@@ -467,7 +466,7 @@ void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
   bool concluded = is_terminal(i->second.state);
   bool failed = i->second.state == kv_poll::failed;
   auto root_cause = i->second.error;
-  auto decode_dp = i->second.decode_dp;
+  decider_ref decider{role::prefill, i->second.prefill_dp};
   auto& mine = me(self);
   // Decode: the prefill ranks that got this room's pages and did not confirm
   // a fence yet. Prefill: the decode ranks this room may have written to.
@@ -479,8 +478,11 @@ void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
   auto dst_ranks = i->second.dst_ranks;
   // The room monitored this manager; CAF 0.17 keeps that monitor (and with
   // it the dead room's storage) until this manager exits unless removed.
-  self->detach(caf::default_attachable::observe_token{
-    i->second.actor.address(), caf::default_attachable::monitor});
+  if (!st.chaos.keep_room_monitors)
+    self->detach(caf::default_attachable::observe_token{
+      i->second.actor.address(), caf::default_attachable::monitor});
+  if (st.chaos.no_fence)
+    writers.clear();
   st.room_by_actor.erase(i->second.actor.address());
   st.rooms.erase(i);
   if (!concluded && reason != caf::exit_reason::normal) {
@@ -495,11 +497,11 @@ void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
       start_fence(self, room, dst_ranks);
       writers.clear();
     }
-    if (!is_coordinator(mine) && decode_dp >= 0) {
-      // Its part may have been done and committed already: the coordinator
+    if (!is_decider(mine, decider)) {
+      // Its part may have been done and committed already: the decider
       // decides, exactly as for a live room that must fail.
       st.awaiting_decision[room] = {err, room_core::now_ms(), std::move(writers)};
-      self->send(self, to_decider{role::decode, decode_dp,
+      self->send(self, to_decider{decider.side, decider.dp_rank,
                                   caf::make_message(room_failed{room, err, false,
                                                                 mine.id})});
       return;

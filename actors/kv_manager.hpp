@@ -22,8 +22,8 @@ struct kv_manager_state {
   struct room_entry {
     caf::actor actor;
     kv_poll state = kv_poll::bootstrapping;
-    /// The room's decode group (its coordinator), once known here; -1 before.
-    int32_t decode_dp = -1;
+    /// The room's prefill group, whose TP rank 0 decides it.
+    int32_t prefill_dp = 0;
     uint64_t opened_ms = 0;
     /// The root cause once concluded Failed; kept after the scheduler took
     /// the record, so the tombstone can still answer late peers with it.

@@ -156,8 +156,6 @@ void on_dst(self_ptr self, dst_ready& msg) {
                     + to_string(msg.info.decode_rank));
     return;
   }
-  // From now on the coordinator of this decode group decides the room.
-  core.bind(msg.info.decode_rank.dp_rank);
   if (st.has_dst) {
     if (st.dst.decode_rank.id == msg.info.decode_rank.id) {
       logger()->debug("room {} on {}: duplicate destination ignored",
@@ -225,7 +223,7 @@ void on_result(self_ptr self, const transfer_result& res) {
   self->send(st.dst.decode_room,
              transfer_done{core.params().room, core.params().self.id,
                            st.bytes_moved, st.planned_pages});
-  // Every byte landed; Success waits for the room's coordinator.
+  // Every byte landed; Success waits for the room's decider.
   core.prepare();
 }
 
@@ -271,6 +269,7 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
     [=](const transfer_result& msg) { on_result(self, msg); },
     [=](const room_failed& msg) { self->state.core.on_failed(msg); },
     [=](const room_committed&) { self->state.core.on_committed(); },
+    [=](const part_done& msg) { self->state.core.on_part(msg); },
     [=](const room_abort& msg) {
       self->state.core.fail_local("aborted by prefill scheduler: " + msg.reason,
                                   true);

@@ -25,10 +25,14 @@ std::chrono::milliseconds room_core::tick_interval(const room_timeouts& t) {
 void room_core::init(caf::event_based_actor* self, room_params params) {
   self_ = self;
   params_ = std::move(params);
+  auto prefill_dp = params_.self.side == role::prefill ? params_.self.dp_rank
+                                                       : params_.peer_dp_rank;
   protocol_ = std::make_unique<room_protocol>(params_.room, params_.self,
-                                              params_.timeouts, now_ms());
+                                              prefill_dp, params_.timeouts,
+                                              now_ms(), params_.protocol);
   self_->send(params_.manager,
-              room_opened{params_.room, caf::actor_cast<caf::actor>(self_)});
+              room_opened{params_.room, caf::actor_cast<caf::actor>(self_),
+                          prefill_dp});
 }
 
 void room_core::run(room_effects effects) {
@@ -87,10 +91,6 @@ void room_core::advance(kv_poll next) {
   run(protocol_->advance(next, now_ms()));
 }
 
-void room_core::bind(int32_t decode_dp) {
-  run(protocol_->bind(decode_dp, now_ms()));
-}
-
 void room_core::fail_local(std::string reason, bool requested) {
   if (protocol_->concluded()) {
     logger()->debug("room {} on {}: local failure after conclusion ignored: {}",
@@ -114,11 +114,11 @@ void room_core::prepare() {
 }
 
 void room_core::on_part(const part_done& part) {
-  if (part.decode_room && part.decode_rank != params_.self.id)
+  if (part.decode_room)
     participants_[part.decode_rank] = part.decode_room;
-  if (part.prefill_room)
+  if (part.prefill_room && part.prefill_rank != params_.self.id)
     participants_[part.prefill_rank] = part.prefill_room;
-  run(protocol_->part_done(part.slot, now_ms()));
+  run(protocol_->part_done(part.slot, part.slots, now_ms()));
 }
 
 void room_core::on_committed() {

@@ -36,6 +36,7 @@ struct room_params {
   uint32_t max_queued_chunks = 1024;
   /// Prefill rooms: the transport to reach decode with, or "auto".
   std::string transport = "auto";
+  room_protocol::options protocol;
 };
 
 /// The part every room actor shares: a shell around `room_protocol` that
@@ -63,11 +64,11 @@ public:
   }
 
   void advance(kv_poll next);
-  void bind(int32_t decode_dp);
   void fail_local(std::string reason, bool requested = false);
   void on_failed(const room_failed& msg);
   void prepare();
-  /// Coordinator: a TP slot is done; its room actors are kept for the commit.
+  /// Decider: a decode TP slot is done; its room actors are kept for the
+  /// commit.
   void on_part(const part_done& part);
   void on_committed();
   void on_peer_lost(const peer_lost& msg);

@@ -19,24 +19,18 @@ room_effect make_effect(room_effect::kind what, kv_poll state,
 
 } // namespace
 
-bool is_coordinator(const rank_ref& rank) noexcept {
-  return rank.side == role::decode && rank.tp_rank == 0;
-}
-
 bool is_decider(const rank_ref& rank, const decider_ref& group) noexcept {
   return rank.side == group.side && rank.dp_rank == group.dp_rank
          && rank.tp_rank == 0;
 }
 
-room_protocol::room_protocol(room_id room, rank_ref self,
-                             room_timeouts timeouts, uint64_t now_ms)
-  : self_(self), timeouts_(timeouts), fsm_(room, self, timeouts, now_ms) {
-  // A decode room knows its coordinator from the start (its own group); a
-  // prefill room learns it with its first destination.
-  decider_ = decider_ref{self.side, self.dp_rank};
-  bound_ = self.side == role::decode;
-  if (is_coordinator(self))
-    slots_done_.assign(static_cast<size_t>(std::max(self.tp_size, 1)), false);
+room_protocol::room_protocol(room_id room, rank_ref self, int32_t prefill_dp,
+                             room_timeouts timeouts, uint64_t now_ms,
+                             options opts)
+  : self_(self), timeouts_(timeouts), opts_(opts),
+    fsm_(room, self, timeouts, now_ms),
+    decider_{role::prefill, self.side == role::prefill ? self.dp_rank : prefill_dp} {
+  // nop
 }
 
 room_effects room_protocol::advance(kv_poll next, uint64_t now_ms) {
@@ -48,16 +42,8 @@ room_effects room_protocol::advance(kv_poll next, uint64_t now_ms) {
   return out;
 }
 
-room_effects room_protocol::bind(int32_t decode_dp, uint64_t) {
-  if (!bound_) {
-    bound_ = true;
-    decider_ = decider_ref{role::decode, decode_dp};
-  }
-  return {};
-}
-
 void room_protocol::publish_terminal(room_effects& out) {
-  if (self_.side == role::decode && !writers_.empty()) {
+  if (opts_.fence && self_.side == role::decode && !writers_.empty()) {
     // A sender may still be writing into the pages: the scheduler must not
     // see the room terminal (and reuse them) before it stopped.
     held_ = true;
@@ -157,8 +143,7 @@ room_effects room_protocol::on_failure(const kv_transfer_error& err,
     conclude_failed(std::move(copy), true, false, now_ms, out);
     return out;
   }
-  // Asked as prefill TP rank 0 while this room already knows its decode
-  // group: the coordinator decides; its fan-out reaches the asking rank.
+  // Asked while not deciding (a misrouted request): hand it on.
   auto ev = make_effect(room_effect::kind::propose, fsm_.state(), err);
   ev.decider = decider_;
   ev.rank = from;
@@ -167,7 +152,6 @@ room_effects room_protocol::on_failure(const kv_transfer_error& err,
 }
 
 room_effects room_protocol::prepare(uint64_t now_ms) {
-  KVROOM_ASSERT(!is_coordinator(self_));
   room_effects out;
   if (fsm_.concluded())
     return out;
@@ -176,16 +160,29 @@ room_effects room_protocol::prepare(uint64_t now_ms) {
   return out;
 }
 
-room_effects room_protocol::part_done(int32_t slot, uint64_t now_ms) {
-  KVROOM_ASSERT(is_coordinator(self_));
+room_effects room_protocol::part_done(int32_t slot, int32_t slots,
+                                      uint64_t now_ms) {
   room_effects out;
   if (fsm_.concluded() || fsm_.cleared())
     return out;
-  if (slot < 0 || static_cast<size_t>(slot) >= slots_done_.size()) {
+  if (!deciding()) {
     raise(kv_transfer_error{fsm_.room(),
-                            "part confirmation for TP slot "
-                              + std::to_string(slot) + " outside [0, "
-                              + std::to_string(slots_done_.size()) + ")",
+                            "part confirmation sent to a rank that does not "
+                            "decide the room",
+                            false, self_.id},
+          false, now_ms, out);
+    return out;
+  }
+  if (slots_done_.empty() && slots > 0 && slots <= 4096)
+    slots_done_.assign(static_cast<size_t>(slots), false);
+  if (slot < 0 || static_cast<size_t>(slot) >= slots_done_.size()
+      || static_cast<size_t>(slots) != slots_done_.size()) {
+    raise(kv_transfer_error{fsm_.room(),
+                            "part confirmation for decode TP slot "
+                              + std::to_string(slot) + " of "
+                              + std::to_string(slots) + " (room has "
+                              + std::to_string(slots_done_.size())
+                              + " slots)",
                             false, self_.id},
           false, now_ms, out);
     return out;
@@ -274,7 +271,7 @@ room_effects room_protocol::tick(uint64_t now_ms) {
   if (prepared_) {
     if (now_ms >= prepared_deadline_ms_)
       raise(kv_transfer_error{fsm_.room(),
-                              "no commit from the room's coordinator within "
+                              "no commit from the room's decider within "
                                 + std::to_string(2ull
                                                  * timeouts_.transferring_ms)
                                 + " ms after this rank's part was done",

@@ -8,21 +8,20 @@
 
 namespace kvroom {
 
-/// The group whose TP rank 0 decides a room's outcome on failure.
+/// The group whose TP rank 0 decides a room.
 struct decider_ref {
-  role side = role::decode;
+  role side = role::prefill;
   int32_t dp_rank = 0;
 };
 
-/// The one rule for who decides: decode TP rank 0 of the room's decode group
-/// (the *coordinator*) once a rank knows that group; before that (a prefill
-/// room that has no decode destination yet) prefill TP rank 0 of its own
-/// group, which hands the question on to the coordinator as soon as it knows
-/// it.
+/// The one rule for who decides: prefill TP rank 0 of the room's prefill
+/// data-parallel group. Every rank of the room knows it before any message
+/// moves (prefill ranks: their own group; decode ranks: the group the
+/// scheduler named in `make_receiver`), so two sides failing before their
+/// handshake still meet at one decision point. It decides both ways: it
+/// commits once every decode TP slot's part is done, and it picks the one
+/// origin of a failure.
 bool is_decider(const rank_ref& rank, const decider_ref& group) noexcept;
-
-/// True for decode TP rank 0: it collects every TP slot's part and commits.
-bool is_coordinator(const rank_ref& rank) noexcept;
 
 /// One thing a room actor must do; the protocol never does anything itself.
 struct room_effect {
@@ -71,8 +70,9 @@ using room_effects = std::vector<room_effect>;
 ///   origin. Only a lost decider, or one that does not answer within the
 ///   decision window, lets a rank conclude alone.
 /// - **Agreement.** A rank whose part is done is *prepared* and concludes
-///   Success only on the coordinator's commit, which comes once every TP slot
-///   is done; no rank reports Success while another reports Failed.
+///   Success only on the decider's commit, which comes once every decode TP
+///   slot is done; one point decides commit and failure, so no rank reports
+///   Success while another reports Failed.
 /// - **Fenced pages.** A decode room that handed its destination to a prefill
 ///   rank publishes a terminal state only once that rank wrote its last byte
 ///   (`source_done`), confirmed it stopped (`fenced`), or was lost; after
@@ -80,8 +80,24 @@ using room_effects = std::vector<room_effect>;
 ///   reuse them. The fence waits at most `fence_ms()`.
 class room_protocol {
 public:
-  room_protocol(room_id room, rank_ref self, room_timeouts timeouts,
-                uint64_t now_ms);
+  /// Switches that exist only so a stress run can prove its checker catches
+  /// the defects they bring back; both stay on in any real deployment.
+  struct options {
+    /// Hold a decode room's terminal state until every sender fenced.
+    bool fence = true;
+    /// Route failures through the room's one decider.
+    bool one_decider = true;
+  };
+
+  /// `prefill_dp`: the room's prefill data-parallel group (a prefill rank's
+  /// own; for a decode rank, the group serving the room).
+  room_protocol(room_id room, rank_ref self, int32_t prefill_dp,
+                room_timeouts timeouts, uint64_t now_ms, options opts);
+  room_protocol(room_id room, rank_ref self, int32_t prefill_dp,
+                room_timeouts timeouts, uint64_t now_ms)
+    : room_protocol(room, self, prefill_dp, timeouts, now_ms, options{}) {
+    // nop
+  }
 
   room_id room() const noexcept {
     return fsm_.room();
@@ -111,19 +127,14 @@ public:
     return fsm_.failure();
   }
 
-  /// Whose TP rank 0 decides this room now.
+  /// Whose TP rank 0 decides this room.
   const decider_ref& decider() const noexcept {
     return decider_;
   }
 
   /// This rank decides the room.
   bool deciding() const noexcept {
-    return is_decider(self_, decider_);
-  }
-
-  /// A prefill room knows the decode group of the room.
-  bool bound() const noexcept {
-    return bound_;
+    return !opts_.one_decider || is_decider(self_, decider_);
   }
 
   bool prepared() const noexcept {
@@ -160,10 +171,6 @@ public:
   /// Moves forward to a non-terminal state.
   room_effects advance(kv_poll next, uint64_t now_ms);
 
-  /// Prefill: a destination of decode group `decode_dp` arrived; from now on
-  /// its coordinator decides.
-  room_effects bind(int32_t decode_dp, uint64_t now_ms);
-
   /// A failure identified on this rank; `requested` when the scheduler asked
   /// for it (abort).
   room_effects fail_local(std::string reason, uint64_t now_ms,
@@ -175,14 +182,15 @@ public:
                           rank_id from, uint64_t now_ms);
 
   /// This rank's part is done (prefill: every byte landed and the decode rank
-  /// was told; decode: its part was sent to the coordinator). Not on the
-  /// coordinator, which counts its own part with `part_done`.
+  /// was told; decode: its part went to the decider). From now on it waits
+  /// for the commit, at most two transferring timeouts.
   room_effects prepare(uint64_t now_ms);
 
-  /// Coordinator: TP slot `slot` is done. Commits once every slot is.
-  room_effects part_done(int32_t slot, uint64_t now_ms);
+  /// Decider: decode TP slot `slot` of `slots` received all of its part.
+  /// Commits once every slot did.
+  room_effects part_done(int32_t slot, int32_t slots, uint64_t now_ms);
 
-  /// The coordinator committed the room.
+  /// The decider committed the room.
   room_effects committed(uint64_t now_ms);
 
   /// A rank of the deployment is gone; the room fails if it depends on it.
@@ -231,10 +239,10 @@ private:
 
   rank_ref self_;
   room_timeouts timeouts_;
+  options opts_;
   room_fsm fsm_;
   kv_poll published_ = kv_poll::bootstrapping;
   decider_ref decider_;
-  bool bound_ = false;
   std::vector<rank_ref> counterparts_;
   // Prepared: part done, waiting for the commit until prepared_deadline_ms_
   // (two transferring timeouts: the rank that really hangs times out first).
@@ -245,7 +253,7 @@ private:
   bool awaiting_requested_ = false;
   uint64_t decision_deadline_ms_ = 0;
   kv_transfer_error proposed_;
-  // Coordinator: which TP slots are done.
+  // Decider: which decode TP slots are done.
   std::vector<bool> slots_done_;
   // Decode: senders that may still write, and a held terminal state.
   std::vector<rank_id> writers_;

@@ -6,6 +6,7 @@
 // invariant breaks.
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <map>
@@ -44,7 +45,11 @@ public:
   double p_transfer = 0.05;
   double p_abort = 0.05;
   double p_kill = 0.02;
+  double p_multi = 0.0;
+  double p_late = 0.0;
   double p_delay = 0.05;
+  int64_t max_bytes_per_room = 256;
+  int64_t max_tombstones = 1024;
   int64_t max_delay_ms = 20;
   int64_t timeout_ms = 5000;
   int64_t max_seconds = 600;
@@ -68,12 +73,22 @@ public:
       .add(p_transfer, "p-transfer", "probability a room gets a data-plane fault")
       .add(p_abort, "p-abort", "probability a room is aborted by a scheduler")
       .add(p_kill, "p-kill", "probability a room actor is killed mid-room")
+      .add(p_multi, "p-multi", "probability of the same fault on every rank of a side "
+                               "(bad indices on every decode rank, every prefill rank "
+                               "stalling, aborts on both sides)")
+      .add(p_late, "p-late", "probability of slow batches on every prefill rank and a "
+                             "decode abort while they move (the fence)")
+      .add(max_bytes_per_room, "max-bytes-per-room",
+           "resident memory growth allowed per room after the first tenth (runs of "
+           "10,000 rooms or more)")
+      .add(max_tombstones, "max-tombstones", "cleared room ids each rank remembers")
       .add(p_delay, "p-delay", "probability a manager delays a control message")
       .add(max_delay_ms, "max-delay-ms", "longest control-message delay")
       .add(timeout_ms, "timeout-ms", "prefill room timeouts (decode: twice that)")
       .add(max_seconds, "max-seconds", "bound on the whole run")
       .add(json, "json", "write the summary as JSON to this file")
-      .add(sabotage, "sabotage", "none, or drop-fan-out (proves the checker fails)")
+      .add(sabotage, "sabotage", "none, drop-fan-out, no-fence, local-decisions or "
+                                 "keep-monitors (each proves a check can fail)")
       .add(log_level, "log-level", "trace, debug, info, warn, error, off")
       .add(processes, "processes", "one kvroom serve process per rank; a rank is killed and restarted")
       .add(signal, "signal", "with --processes: sigkill, sigstop or seeded")
@@ -91,7 +106,48 @@ struct live_room {
   std::vector<kv_receiver> receivers;
   std::vector<bool> sender_started;
   std::vector<bool> receiver_started;
+  /// Decode pages and aux slot, taken from the FIFO free lists.
+  std::vector<int64_t> dst_pages;
+  int64_t dst_aux = 0;
+  /// abort_both: which of the two aborts fired.
+  bool prefill_aborted = false;
+  bool decode_aborted = false;
 };
+
+/// Freed decode pages and aux slots hold a canary until reused: a byte that
+/// lands in them meanwhile is a late write of an earlier room.
+uint8_t canary_of(int64_t index) {
+  return static_cast<uint8_t>(0xA5 ^ (index * 31));
+}
+
+void write_canary(host_kv_cache& mem, int64_t page, int64_t aux) {
+  auto& sh = mem.shape();
+  if (page >= 0)
+    for (uint32_t b = 0; b < sh.num_buffers; ++b)
+      std::memset(mem.page(b, static_cast<uint64_t>(page)), canary_of(page),
+                  sh.page_size_bytes);
+  if (aux >= 0)
+    for (uint32_t b = 0; b < sh.num_aux; ++b)
+      std::memset(mem.aux(b, static_cast<uint64_t>(aux)), canary_of(aux),
+                  sh.aux_item_bytes);
+}
+
+/// Bytes of a page (or aux slot, `page < 0`) that differ from its canary.
+uint64_t canary_damage(host_kv_cache& mem, int64_t page, int64_t aux) {
+  auto& sh = mem.shape();
+  uint64_t n = 0;
+  auto count = [&](const uint8_t* p, uint64_t len, uint8_t c) {
+    for (uint64_t i = 0; i < len; ++i)
+      n += p[i] != c ? 1 : 0;
+  };
+  if (page >= 0)
+    for (uint32_t b = 0; b < sh.num_buffers; ++b)
+      count(mem.page(b, static_cast<uint64_t>(page)), sh.page_size_bytes, canary_of(page));
+  if (aux >= 0)
+    for (uint32_t b = 0; b < sh.num_aux; ++b)
+      count(mem.aux(b, static_cast<uint64_t>(aux)), sh.aux_item_bytes, canary_of(aux));
+  return n;
+}
 
 uint64_t rss_bytes() {
   std::ifstream statm{"/proc/self/statm"};
@@ -126,12 +182,16 @@ int run_stress(int argc, char** argv) {
       || cfg.page_bytes < 8 || cfg.pages_per_room < 2 || cfg.timeout_ms < 10
       || cfg.max_seconds < 1)
     return bad("sizes must be positive (pages-per-room at least 2)");
-  for (double p : {cfg.p_transfer, cfg.p_abort, cfg.p_kill, cfg.p_delay})
+  for (double p : {cfg.p_transfer, cfg.p_abort, cfg.p_kill, cfg.p_multi, cfg.p_late,
+                   cfg.p_delay})
     if (p < 0.0 || p > 1.0)
       return bad("probabilities must lie in [0, 1]");
-  if (cfg.p_transfer + cfg.p_abort + cfg.p_kill > 1.0)
-    return bad("p-transfer + p-abort + p-kill must not exceed 1");
-  if (cfg.sabotage != "none" && cfg.sabotage != "drop-fan-out")
+  if (cfg.p_transfer + cfg.p_abort + cfg.p_kill + cfg.p_multi + cfg.p_late > 1.0)
+    return bad("p-transfer + p-abort + p-kill + p-multi + p-late must not exceed 1");
+  if (cfg.max_tombstones < 1 || cfg.max_bytes_per_room < 0)
+    return bad("max-tombstones must be positive, max-bytes-per-room not negative");
+  if (cfg.sabotage != "none" && cfg.sabotage != "drop-fan-out" && cfg.sabotage != "no-fence"
+      && cfg.sabotage != "local-decisions" && cfg.sabotage != "keep-monitors")
     return bad("unknown sabotage '" + cfg.sabotage + "'");
   auto seed = cfg.seed != 0
                 ? static_cast<uint64_t>(cfg.seed)
@@ -156,11 +216,12 @@ int run_stress(int argc, char** argv) {
   }
   std::printf("kvroom stress: seed %llu, %d prefill x %d decode ranks in one process, "
               "%lld rooms at concurrency %lld\n"
-              "  faults: transfer %.3f, abort %.3f, kill %.3f per room; control delay %.3f "
+              "  faults: transfer %.3f, abort %.3f, kill %.3f, same-on-every-rank %.3f, "
+              "late write %.3f per room; control delay %.3f "
               "(up to %lld ms); timeouts %lld ms; sabotage %s\n",
               static_cast<unsigned long long>(seed), tp, tp,
               static_cast<long long>(cfg.rooms), static_cast<long long>(cfg.concurrency),
-              cfg.p_transfer, cfg.p_abort, cfg.p_kill, cfg.p_delay,
+              cfg.p_transfer, cfg.p_abort, cfg.p_kill, cfg.p_multi, cfg.p_late, cfg.p_delay,
               static_cast<long long>(cfg.max_delay_ms), static_cast<long long>(cfg.timeout_ms),
               cfg.sabotage.c_str());
   std::fflush(stdout);
@@ -168,18 +229,22 @@ int run_stress(int argc, char** argv) {
   kv_shape shape;
   shape.num_buffers = static_cast<uint32_t>(2 * cfg.layers);
   shape.page_size_bytes = static_cast<uint64_t>(cfg.page_bytes);
-  shape.num_pages = static_cast<uint64_t>(cfg.concurrency * cfg.pages_per_room);
+  // Twice what is in flight: freed pages wait in a FIFO before reuse.
+  shape.num_pages = static_cast<uint64_t>(2 * cfg.concurrency * cfg.pages_per_room);
   shape.num_aux = 1;
-  shape.aux_slots = static_cast<uint64_t>(cfg.concurrency);
+  shape.aux_slots = static_cast<uint64_t>(2 * cfg.concurrency);
   shape.aux_item_bytes = 64;
   std::vector<room_plan> plans(static_cast<size_t>(cfg.rooms) + 1);
   std::vector<fault_plan> prefill_faults(static_cast<size_t>(tp));
-  fault_odds odds{cfg.p_transfer, cfg.p_abort, cfg.p_kill};
+  fault_odds odds{cfg.p_transfer, cfg.p_abort, cfg.p_kill, cfg.p_multi, cfg.p_late};
   for (room_id r = 1; r <= static_cast<room_id>(cfg.rooms); ++r) {
     plans[r] = plan_for(seed, r, odds, tp);
     if (plans[r].kind == fault_kind::transfer)
       prefill_faults[static_cast<size_t>(plans[r].tp)].targeted.push_back(
         {r, plans[r].point});
+    if (plans[r].kind == fault_kind::stall_all || plans[r].kind == fault_kind::late_write)
+      for (auto& f : prefill_faults)
+        f.targeted.push_back({r, plans[r].point});
   }
 
   caf::actor_system sys{cfg};
@@ -187,7 +252,8 @@ int run_stress(int argc, char** argv) {
   std::map<std::string, std::pair<uint64_t, uint64_t>> by_fault; // success, failed
   uint64_t concluded = 0, failed_rooms = 0;
   double secs = 0;
-  uint64_t rss_start = 0, rss_early = 0, rss_end = 0;
+  uint64_t rss_start = 0, rss_early = 0, rss_end = 0, rooms_early = 0;
+  double bytes_per_room = 0;
   {
     runtime rt{sys};
     auto ms = static_cast<uint32_t>(cfg.timeout_ms);
@@ -202,6 +268,10 @@ int run_stress(int argc, char** argv) {
       rc.chaos.max_delay_ms = static_cast<uint32_t>(cfg.max_delay_ms);
       rc.chaos.seed = seed;
       rc.chaos.drop_fan_out = cfg.sabotage == "drop-fan-out";
+      rc.chaos.no_fence = cfg.sabotage == "no-fence";
+      rc.chaos.local_decisions = cfg.sabotage == "local-decisions";
+      rc.chaos.keep_room_monitors = cfg.sabotage == "keep-monitors";
+      rc.limits.max_tombstones = static_cast<uint32_t>(cfg.max_tombstones);
     });
     if (!group)
       return bad(describe(group.error()));
@@ -222,6 +292,41 @@ int run_stress(int argc, char** argv) {
     std::vector<size_t> free_slots;
     for (size_t s = static_cast<size_t>(cfg.concurrency); s-- > 0;)
       free_slots.push_back(s);
+    // Decode pages and aux slots come from FIFO free lists, as a scheduler's
+    // allocator hands them out; each free one holds its canary.
+    std::deque<int64_t> free_pages;
+    std::deque<int64_t> free_aux;
+    std::vector<room_id> page_owner(shape.num_pages, 0);
+    std::vector<room_id> aux_owner(shape.aux_slots, 0);
+    for (int64_t p = 0; p < static_cast<int64_t>(shape.num_pages); ++p)
+      free_pages.push_back(p);
+    for (int64_t a = 0; a < static_cast<int64_t>(shape.aux_slots); ++a)
+      free_aux.push_back(a);
+    for (auto& mem : decode_mem) {
+      for (auto p : free_pages)
+        write_canary(*mem, p, -1);
+      for (auto a : free_aux)
+        write_canary(*mem, -1, a);
+    }
+    uint64_t canaries_checked = 0;
+    /// A freed page or slot that changed while free: a late write.
+    auto check_free = [&](int64_t page, int64_t aux, const char* when) {
+      for (int t = 0; t < tp; ++t) {
+        auto n = canary_damage(*decode_mem[static_cast<size_t>(t)], page, aux);
+        ++canaries_checked;
+        if (n == 0)
+          continue;
+        auto owner = page >= 0 ? page_owner[static_cast<size_t>(page)]
+                               : aux_owner[static_cast<size_t>(aux)];
+        violations.push_back(
+          {owner, decode[static_cast<size_t>(t)]->ref().id,
+           std::string{page >= 0 ? "page " + std::to_string(page)
+                                 : "aux slot " + std::to_string(aux)}
+             + " changed in " + std::to_string(n) + " bytes " + when
+             + " after room " + std::to_string(owner)
+             + " was terminal and released it (a late write)"});
+      }
+    };
     std::deque<live_room> in_flight;
     room_id next = 1;
     auto room_bound = std::chrono::milliseconds(7 * cfg.timeout_ms + 2000);
@@ -254,6 +359,21 @@ int run_stress(int argc, char** argv) {
                            ? to_string(r.plan.point)
                            : "in " + to_string(r.plan.at);
         r.deadline = clock_type::now() + room_bound;
+        for (int64_t i = 0; i < cfg.pages_per_room; ++i) {
+          r.dst_pages.push_back(free_pages.front());
+          free_pages.pop_front();
+          check_free(r.dst_pages.back(), -1, "while free");
+        }
+        r.dst_aux = free_aux.front();
+        free_aux.pop_front();
+        check_free(-1, r.dst_aux, "while free");
+        if (r.plan.kind == fault_kind::bad_indices_all
+            || r.plan.kind == fault_kind::stall_all || r.plan.kind == fault_kind::abort_both) {
+          r.fault.rank = -1;
+          r.fault.fired = r.plan.kind != fault_kind::abort_both;
+          r.fault.detail = r.plan.kind == fault_kind::abort_both ? "in " + to_string(r.plan.at)
+                                                                  : "on every rank";
+        }
         for (int t = 0; t < tp; ++t) {
           auto recv = decode[t]->make_receiver(r.id);
           auto send = prefill[t]->make_sender(r.id);
@@ -272,13 +392,27 @@ int run_stress(int argc, char** argv) {
       auto now = clock_type::now();
       for (auto i = in_flight.begin(); i != in_flight.end();) {
         auto& r = *i;
+        // Both sides' schedulers abort once each side's rank reached the state.
+        if (r.plan.kind == fault_kind::abort_both) {
+          for (auto side : {role::prefill, role::decode}) {
+            auto& done = side == role::prefill ? r.prefill_aborted : r.decode_aborted;
+            auto& h = handle_of(r, side, r.plan.tp);
+            auto st = h.poll();
+            if (!done && !is_terminal(st) && st >= r.plan.at) {
+              (void) h.abort("stress abort of both sides in " + to_string(st));
+              done = true;
+              r.fault.fired = true;
+            }
+          }
+        }
         // The scheduled abort or kill, once its target reached its state.
-        if ((r.plan.kind == fault_kind::abort || r.plan.kind == fault_kind::kill_room)
+        if ((r.plan.kind == fault_kind::abort || r.plan.kind == fault_kind::kill_room
+             || r.plan.kind == fault_kind::late_write)
             && !r.fault.fired) {
           auto& h = handle_of(r, r.plan.side, r.plan.tp);
           auto st = h.poll();
           if (!is_terminal(st) && st >= r.plan.at) {
-            if (r.plan.kind == fault_kind::abort)
+            if (r.plan.kind != fault_kind::kill_room)
               (void) h.abort("stress abort in " + to_string(st));
             else
               caf::anon_send_exit(rank_of(r.plan.side, r.plan.tp).room_actor(r.id),
@@ -294,7 +428,12 @@ int run_stress(int argc, char** argv) {
           auto st = recv.poll();
           if (!r.receiver_started[ut] && st == kv_poll::waiting_for_input) {
             r.receiver_started[ut] = true;
-            (void) recv.init(pages_of(r.slot, true), static_cast<int64_t>(r.slot));
+            auto dst = r.dst_pages;
+            // The same bad index on every decode rank (they share one
+            // allocation, as TP ranks do).
+            if (r.plan.kind == fault_kind::bad_indices_all)
+              dst[0] = static_cast<int64_t>(shape.num_pages) + 3;
+            (void) recv.init(std::move(dst), r.dst_aux);
             progressed = true;
           }
           all_done = all_done && is_terminal(st);
@@ -333,8 +472,7 @@ int run_stress(int argc, char** argv) {
             if (side == role::decode && o.state == kv_poll::success) {
               std::string why;
               if (!decode_mem[static_cast<size_t>(t)]->check_room(
-                    key(r.id, t), pages_of(r.slot, true),
-                    static_cast<int64_t>(r.slot), &why))
+                    key(r.id, t), r.dst_pages, r.dst_aux, &why))
                 rec.data_error = why;
             }
             rec.outcomes.push_back(std::move(o));
@@ -358,9 +496,23 @@ int run_stress(int argc, char** argv) {
           (void) r.receivers[static_cast<size_t>(t)].clear();
         }
         free_slots.push_back(r.slot);
+        // Every decode rank's poll() was terminal: the pages are the
+        // scheduler's again, and no byte of this room may land in them.
+        for (auto p : r.dst_pages) {
+          for (auto& mem : decode_mem)
+            write_canary(*mem, p, -1);
+          page_owner[static_cast<size_t>(p)] = r.id;
+          free_pages.push_back(p);
+        }
+        for (auto& mem : decode_mem)
+          write_canary(*mem, -1, r.dst_aux);
+        aux_owner[static_cast<size_t>(r.dst_aux)] = r.id;
+        free_aux.push_back(r.dst_aux);
         ++concluded;
-        if (concluded == static_cast<uint64_t>(cfg.rooms) / 10)
+        if (concluded == static_cast<uint64_t>(cfg.rooms) / 10) {
           rss_early = rss_bytes();
+          rooms_early = concluded;
+        }
         i = in_flight.erase(i);
       }
       if (now - last_report >= std::chrono::seconds(1)) {
@@ -413,14 +565,26 @@ int run_stress(int argc, char** argv) {
                                 + " failure records, " + std::to_string(st->parked)
                                 + " parked messages remain"});
     }
+    // Late writes that land after the last room: every free page and slot.
+    for (auto p : free_pages)
+      check_free(p, -1, "by the end of the run");
+    for (auto a : free_aux)
+      check_free(-1, a, "by the end of the run");
     if (sys.registry().running() > actors_before)
       violations.push_back({0, -1, std::to_string(sys.registry().running() - actors_before)
                                      + " actors still running after every room was cleared"});
     rss_end = rss_bytes();
-    if (rss_early > 0 && rss_end > rss_early + (256ull << 20))
-      violations.push_back({0, -1, "resident memory grew by "
-                                     + std::to_string((rss_end - rss_early) >> 20)
-                                     + " MiB after the first 10% of rooms"});
+    // Memory is bounded by what is in flight: after the first tenth (caches
+    // warm, tombstones at their bound) it must not grow with rooms passed.
+    if (rss_early > 0 && concluded > rooms_early) {
+      auto grown = rss_end > rss_early ? rss_end - rss_early : 0;
+      bytes_per_room = static_cast<double>(grown) / static_cast<double>(concluded - rooms_early);
+      if (cfg.rooms >= 10'000 && bytes_per_room > static_cast<double>(cfg.max_bytes_per_room))
+        violations.push_back({0, -1, "resident memory grew by "
+                                       + std::to_string(static_cast<uint64_t>(bytes_per_room))
+                                       + " bytes per room after the first 10% of rooms (limit "
+                                       + std::to_string(cfg.max_bytes_per_room) + ")"});
+    }
   }
 
   std::printf("\nfault fired      rooms ok   rooms failed\n");
@@ -428,9 +592,10 @@ int run_stress(int argc, char** argv) {
     std::printf("  %-12s %10llu %14llu\n", kvp.first.c_str(),
                 static_cast<unsigned long long>(kvp.second.first),
                 static_cast<unsigned long long>(kvp.second.second));
-  std::printf("%llu rooms in %.2f s (%.0f rooms/s); resident memory %.1f -> %.1f MiB; seed %llu\n",
+  std::printf("%llu rooms in %.2f s (%.0f rooms/s); resident memory %.1f -> %.1f MiB "
+              "(%.1f bytes per room after the first tenth); seed %llu\n",
               static_cast<unsigned long long>(concluded), secs, concluded / secs,
-              rss_start / 1048576.0, rss_end / 1048576.0,
+              rss_start / 1048576.0, rss_end / 1048576.0, bytes_per_room,
               static_cast<unsigned long long>(seed));
   for (size_t i = 0; i < violations.size() && i < 20; ++i)
     std::printf("invariant violated: %s\n", to_string(violations[i]).c_str());
@@ -447,6 +612,7 @@ int run_stress(int argc, char** argv) {
         << "\",\n  \"concluded\": " << concluded << ",\n  \"failed_rooms\": " << failed_rooms
         << ",\n  \"seconds\": " << secs << ",\n  \"rooms_per_second\": " << concluded / secs
         << ",\n  \"rss_start_bytes\": " << rss_start << ",\n  \"rss_end_bytes\": " << rss_end
+        << ",\n  \"bytes_per_room\": " << bytes_per_room
         << ",\n  \"by_fault\": {";
     bool first = true;
     for (auto& kvp : by_fault) {

@@ -11,6 +11,10 @@ std::string to_string(fault_kind x) {
     case fault_kind::abort: return "abort";
     case fault_kind::kill_room: return "kill_room";
     case fault_kind::outage: return "outage";
+    case fault_kind::bad_indices_all: return "bad_indices_all";
+    case fault_kind::stall_all: return "stall_all";
+    case fault_kind::abort_both: return "abort_both";
+    case fault_kind::late_write: return "late_write";
   }
   return "fault_kind(?)";
 }

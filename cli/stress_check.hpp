@@ -17,6 +17,13 @@ enum class fault_kind : uint8_t {
   abort,      ///< a scheduler aborted the room in some state
   kill_room,  ///< a room actor was killed mid-room
   outage,     ///< a rank process was lost: any single origin is fine
+  // The same fault on every rank of a side at once: any single origin.
+  bad_indices_all,  ///< every decode rank hands the same out-of-range index
+  stall_all,        ///< every prefill rank's batches stall (timeouts together)
+  abort_both,       ///< a prefill and a decode scheduler abort together
+  /// Slow batches on every prefill rank and a decode abort while they move:
+  /// the fence must keep the late bytes out of pages reused after Failed.
+  late_write,
 };
 
 std::string to_string(fault_kind x);

@@ -46,6 +46,20 @@ room_plan plan_for(uint64_t seed, room_id room, const fault_odds& odds, int tp) 
     p.kind = fault_kind::abort;
   } else if (u < odds.transfer + odds.abort + odds.kill_room) {
     p.kind = fault_kind::kill_room;
+  } else if (u < odds.transfer + odds.abort + odds.kill_room + odds.multi) {
+    // Drawn after every earlier draw, so old seeds keep their schedules.
+    static constexpr fault_kind multi[] = {fault_kind::bad_indices_all,
+                                           fault_kind::stall_all,
+                                           fault_kind::abort_both};
+    p.kind = multi[d.below(3)];
+    if (p.kind == fault_kind::stall_all)
+      p.point = fault_point::stall;
+  } else if (u < odds.transfer + odds.abort + odds.kill_room + odds.multi
+                   + odds.late_write) {
+    p.kind = fault_kind::late_write;
+    p.side = role::decode;
+    p.at = kv_poll::transferring;
+    p.point = fault_point::slow;
   }
   return p;
 }
@@ -55,7 +69,8 @@ fault_plan transfer_faults(uint64_t seed, const fault_odds& odds, int tp_size, i
   fault_plan out;
   for (room_id r = first; r < first + count; ++r) {
     auto p = plan_for(seed, r, odds, tp_size);
-    if (p.kind == fault_kind::transfer && p.tp == tp)
+    if ((p.kind == fault_kind::transfer && p.tp == tp)
+        || p.kind == fault_kind::stall_all || p.kind == fault_kind::late_write)
       out.targeted.push_back({r, p.point});
   }
   return out;

@@ -18,6 +18,9 @@ struct fault_odds {
   double transfer = 0.0;
   double abort = 0.0;
   double kill_room = 0.0;
+  /// Split evenly among the same-fault-on-every-rank kinds.
+  double multi = 0.0;
+  double late_write = 0.0;
 };
 
 /// What the schedule does to one room: the kind, where (side, TP slot), in

@@ -147,12 +147,14 @@ typename Inspector::result_type inspect(Inspector& f, transfer_done& x) {
 
 // -- agreement: one coordinator per room ----------------------------------------
 
-/// Decode rank of TP slot `slot` received every byte of its part; sent to the
-/// room's coordinator (decode TP rank 0 of the room's decode group). Carries
-/// both room actors of the slot so the coordinator can commit them directly.
+/// Decode rank of TP slot `slot` (of `slots`) received every byte of its
+/// part; sent to the room's decider (prefill TP rank 0 of the room's prefill
+/// group). Carries both room actors of the slot so the decider can commit
+/// them directly.
 struct part_done {
   room_id room = 0;
   int32_t slot = 0;
+  int32_t slots = 1;
   rank_id decode_rank = -1;
   caf::actor decode_room;
   rank_id prefill_rank = -1;
@@ -161,11 +163,11 @@ struct part_done {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, part_done& x) {
-  return f(caf::meta::type_name("kvroom.part_done"), x.room, x.slot,
+  return f(caf::meta::type_name("kvroom.part_done"), x.room, x.slot, x.slots,
            x.decode_rank, x.decode_room, x.prefill_rank, x.prefill_room);
 }
 
-/// Coordinator -> every other rank of the room: every part is done, conclude
+/// Decider -> every other rank of the room: every part is done, conclude
 /// Success. A rank whose part is done waits for this instead of concluding on
 /// its own, so no rank reports Success while another reports Failed.
 struct room_committed {
@@ -244,11 +246,14 @@ typename Inspector::result_type inspect(Inspector& f, room_concluded& x) {
 struct room_opened {
   room_id room = 0;
   caf::actor room_actor;
+  /// The room's prefill data-parallel group, whose TP rank 0 decides it.
+  int32_t prefill_dp = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, room_opened& x) {
-  return f(caf::meta::type_name("kvroom.room_opened"), x.room, x.room_actor);
+  return f(caf::meta::type_name("kvroom.room_opened"), x.room, x.room_actor,
+           x.prefill_dp);
 }
 
 /// Pops the failure record of a room; answered with `failure_reply`.

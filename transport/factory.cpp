@@ -39,8 +39,8 @@ namespace {
 
 constexpr const char* fault_point_names[] = {"before_post", "after_post",
                                              "on_aux", "bad_completion",
-                                             "stall"};
-constexpr size_t num_fault_points = 5;
+                                             "stall", "slow"};
+constexpr size_t num_fault_points = 6;
 
 } // namespace
 

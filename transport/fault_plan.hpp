@@ -15,6 +15,8 @@ enum class fault_point : uint8_t {
   on_aux,       ///< only batches carrying aux data fail (before post)
   bad_completion,  ///< the bytes move, the completion carries an error
   stall,        ///< the batch never completes (a hung NIC or peer)
+  slow,         ///< no failure: the bytes move only `slow_ms` after post, then
+                ///< the batch completes (a slow link; exercises the fence)
 };
 
 std::string to_string(fault_point x);
@@ -36,6 +38,8 @@ struct fault_plan {
   double probability = 0.0;
   uint64_t seed = 1;
   fault_point point = fault_point::before_post;
+  /// How long a `slow` batch waits before its bytes move.
+  uint32_t slow_ms = 30;
 
   bool empty() const noexcept {
     return rooms.empty() && targeted.empty() && probability <= 0.0;

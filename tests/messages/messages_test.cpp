@@ -142,7 +142,7 @@ TEST_CASE("every message type round-trips through CAF's binary serializer") {
   check_roundtrip(*sys, room_failed{77, err, true, 4});
   check_roundtrip(*sys, room_fenced{77, 1, 65536});
   check_roundtrip(*sys, room_concluded{77, kv_poll::failed, err, {some_rank()}, true, true});
-  check_roundtrip(*sys, room_opened{77, actor});
+  check_roundtrip(*sys, room_opened{77, actor, 3});
   check_roundtrip(*sys, take_failure{77});
   check_roundtrip(*sys, failure_reply{true, err});
   check_roundtrip(*sys, get_stats{true});
@@ -153,7 +153,7 @@ TEST_CASE("every message type round-trips through CAF's binary serializer") {
   check_roundtrip(*sys, directory_update{{entry, entry}});
   check_roundtrip(*sys, transfer_job{77, 3, batch});
   check_roundtrip(*sys, transfer_result{77, 3, false, "peer gone", 0});
-  check_roundtrip(*sys, part_done{77, 1, 65537, actor, 1, actor});
+  check_roundtrip(*sys, part_done{77, 1, 2, 65537, actor, 1, actor});
   check_roundtrip(*sys, room_committed{77});
   SECTION("an actor handle survives the trip as the same actor") {
     auto back = roundtrip(*sys, room_opened{77, actor});

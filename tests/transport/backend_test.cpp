@@ -1,6 +1,9 @@
 // The conformance suite every compiled backend runs, plus the fault injector.
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <thread>
+
 #include <cstring>
 #include <random>
 #include <vector>
@@ -327,6 +330,31 @@ TEST_CASE("the fault injector fails the selected batches at each point") {
   CHECK(run(fault_point::bad_completion, 0, reason, posted) == xfer_status::failed);
   CHECK(reason.find("bad completion") != std::string::npos);
   CHECK(run(fault_point::stall, 0, reason, posted) == xfer_status::in_progress);
+  // slow: nothing has landed right after post; later it all lands and the
+  // batch completes without an error.
+  {
+    fault_plan plan;
+    plan.rooms = {7};
+    plan.point = fault_point::slow;
+    plan.slow_ms = 20;
+    pair_of_ranks p{"local", 256, plan};
+    std::memset(reinterpret_cast<void*>(pair_of_ranks::addr(p.src)), 0x11, 128);
+    std::memset(reinterpret_cast<void*>(pair_of_ranks::addr(p.dst)), 0x22, 128);
+    auto b = p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 128}}, 7);
+    auto id = p.sender->post(b);
+    REQUIRE(id);
+    CHECK(p.sender->poll(*id, reason) == xfer_status::in_progress);
+    CHECK(*reinterpret_cast<const uint8_t*>(pair_of_ranks::addr(p.dst)) == 0x22);
+    auto st = xfer_status::in_progress;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (st == xfer_status::in_progress && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      st = p.sender->poll(*id, reason);
+    }
+    CHECK(st == xfer_status::done);
+    CHECK(*reinterpret_cast<const uint8_t*>(pair_of_ranks::addr(p.dst)) == 0x11);
+    p.sender->release(*id);
+  }
   // on_aux leaves KV-only batches alone and fails those carrying aux data.
   CHECK(run(fault_point::on_aux, 0, reason, posted) == xfer_status::done);
   CHECK(run(fault_point::on_aux, 1, reason, posted) == xfer_status::failed);

@@ -1,8 +1,20 @@
 #include "transport/fault/fault_backend.hpp"
 
+#include <chrono>
+
 #include "messages/error.hpp"
 
 namespace kvroom::detail {
+
+namespace {
+
+uint64_t now_ms() {
+  using namespace std::chrono;
+  return static_cast<uint64_t>(
+    duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
+}
+
+} // namespace
 
 fault_backend::fault_backend(backend_ptr inner, fault_plan plan)
   : inner_(std::move(inner)),
@@ -80,6 +92,11 @@ caf::expected<xfer_id> fault_backend::post(const write_batch& batch) {
     case fault_point::on_aux:
       return make_error(errc::transport_error,
                         "injected fault on aux data (room " + room + ")");
+    case fault_point::slow: {
+      auto id = next_delayed_++;
+      delayed_.emplace(id, delayed{batch, now_ms() + plan_.slow_ms, std::nullopt});
+      return id;
+    }
     default: {
       auto id = inner_->post(batch);
       if (id)
@@ -90,6 +107,20 @@ caf::expected<xfer_id> fault_backend::post(const write_batch& batch) {
 }
 
 xfer_status fault_backend::poll(xfer_id id, std::string& reason) {
+  if (auto d = delayed_.find(id); d != delayed_.end()) {
+    auto& x = d->second;
+    if (!x.inner) {
+      if (now_ms() < x.due_ms)
+        return xfer_status::in_progress;
+      auto posted = inner_->post(x.batch);
+      if (!posted) {
+        reason = describe(posted.error());
+        return xfer_status::failed;
+      }
+      x.inner = *posted;
+    }
+    return inner_->poll(*x.inner, reason);
+  }
   auto st = inner_->poll(id, reason);
   auto i = doomed_.find(id);
   if (i == doomed_.end() || st == xfer_status::in_progress
@@ -110,6 +141,12 @@ xfer_status fault_backend::poll(xfer_id id, std::string& reason) {
 }
 
 void fault_backend::release(xfer_id id) {
+  if (auto d = delayed_.find(id); d != delayed_.end()) {
+    if (d->second.inner)
+      inner_->release(*d->second.inner);
+    delayed_.erase(d);
+    return;
+  }
   doomed_.erase(id);
   inner_->release(id);
 }

@@ -43,6 +43,15 @@ private:
     fault_point point;
   };
   std::unordered_map<xfer_id, doomed> doomed_;
+  /// `slow` batches: posted to the inner backend only once `due_ms` passed.
+  /// Their ids carry the top bit, which inner backends never hand out.
+  struct delayed {
+    write_batch batch;
+    uint64_t due_ms = 0;
+    std::optional<xfer_id> inner;
+  };
+  std::unordered_map<xfer_id, delayed> delayed_;
+  xfer_id next_delayed_ = xfer_id{1} << 63;
 };
 
 } // namespace kvroom::detail
