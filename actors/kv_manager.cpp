@@ -197,27 +197,35 @@ uint64_t lost_window_ms(self_ptr self) {
   return std::min<uint64_t>(self->state.timeouts.bootstrap_ms, 3000);
 }
 
+/// Hands an open prefill room a destination, remembering which decode rank
+/// it may now write to (the fence tells that rank once it stopped).
+void hand_dst(self_ptr self, kv_manager_state::room_entry& entry, dst_info info,
+              std::shared_ptr<const rank_entry> peer) {
+  auto& st = self->state;
+  auto room = info.room;
+  auto decode = info.decode_rank.id;
+  if (std::find(entry.dst_ranks.begin(), entry.dst_ranks.end(), decode)
+      == entry.dst_ranks.end())
+    entry.dst_ranks.push_back(decode);
+  // A Failed room posts nothing for a late destination: fence it now, or
+  // with the fence in progress.
+  if (entry.state == kv_poll::failed) {
+    if (auto f = st.fencing.find(room); f != st.fencing.end())
+      f->second.push_back(decode);
+    else
+      send_fenced(self, room, decode);
+  }
+  self->send(entry.actor, dst_ready{std::move(info), std::move(peer)});
+  tell_lost(self, entry.actor);
+}
+
 void on_dst(self_ptr self, dst_info& info) {
   auto& st = self->state;
   auto room = info.room;
   auto i = st.rooms.find(room);
   auto peer = find_rank(self, info.decode_rank.id);
   if (i != st.rooms.end() && peer) {
-    auto& entry = i->second;
-    auto decode = info.decode_rank.id;
-    if (std::find(entry.dst_ranks.begin(), entry.dst_ranks.end(), decode)
-        == entry.dst_ranks.end())
-      entry.dst_ranks.push_back(decode);
-    // A Failed room posts nothing for a late destination: fence it now, or
-    // with the fence in progress.
-    if (entry.state == kv_poll::failed) {
-      if (auto f = st.fencing.find(room); f != st.fencing.end())
-        f->second.push_back(decode);
-      else
-        send_fenced(self, room, decode);
-    }
-    self->send(entry.actor, dst_ready{std::move(info), std::move(peer)});
-    tell_lost(self, entry.actor);
+    hand_dst(self, i->second, std::move(info), std::move(peer));
     return;
   }
   // Every answer below means this rank never writes for that destination.
@@ -355,8 +363,7 @@ void deliver_parked(self_ptr self, room_id room) {
     auto peer = find_rank(self, x.info.decode_rank.id);
     if (!peer)
       return false;
-    self->send(r->second.actor, dst_ready{x.info, std::move(peer)});
-    tell_lost(self, r->second.actor);
+    hand_dst(self, r->second, x.info, std::move(peer));
     return true;
   });
   st.parked_count -= static_cast<size_t>(xs.end() - keep);
@@ -585,8 +592,10 @@ void sweep(self_ptr self) {
   // Rooms that conclude quickly never hear from the sweep; a room that has
   // lived a tick interval checks its deadline once per interval.
   auto tick = static_cast<uint64_t>(room_core::tick_interval(st.timeouts).count());
+  // Failed rooms too: a decode room may hold its Failed state for a fence,
+  // and only a tick ends that wait at its deadline.
   for (auto& kvp : st.rooms)
-    if (!is_terminal(kvp.second.state) && now - kvp.second.opened_ms >= tick)
+    if (kvp.second.state != kv_poll::success && now - kvp.second.opened_ms >= tick)
       self->send(kvp.second.actor, tick_atom::value);
   auto limit = st.timeouts.bootstrap_ms;
   for (auto i = st.parked.begin(); i != st.parked.end();) {
