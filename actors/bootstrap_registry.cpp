@@ -1,11 +1,11 @@
-#include "actors/bootstrap_registry.hpp"
+#include "kvroom/actors/bootstrap_registry.hpp"
 
 #include <algorithm>
 
 #include "caf/all.hpp"
 
-#include "actors/logging.hpp"
-#include "messages/error.hpp"
+#include "kvroom/actors/logging.hpp"
+#include "kvroom/messages/error.hpp"
 
 namespace kvroom {
 

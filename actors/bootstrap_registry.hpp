@@ -4,9 +4,9 @@
 
 #include "caf/stateful_actor.hpp"
 
-#include "actors/counted_actor.hpp"
+#include "kvroom/actors/counted_actor.hpp"
 
-#include "messages/room_messages.hpp"
+#include "kvroom/messages/room_messages.hpp"
 
 namespace kvroom {
 

@@ -1,9 +1,9 @@
-#include "actors/config.hpp"
+#include "kvroom/actors/config.hpp"
 
 #include <algorithm>
 #include <iterator>
 
-#include "messages/error.hpp"
+#include "kvroom/messages/error.hpp"
 
 namespace kvroom {
 

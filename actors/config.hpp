@@ -7,11 +7,11 @@
 
 #include "caf/error.hpp"
 
-#include "messages/descriptors.hpp"
-#include "messages/ids.hpp"
-#include "transport/factory.hpp"
-#include "transport/fault_plan.hpp"
-#include "actors/room_fsm.hpp"
+#include "kvroom/messages/descriptors.hpp"
+#include "kvroom/messages/ids.hpp"
+#include "kvroom/transport/factory.hpp"
+#include "kvroom/transport/fault_plan.hpp"
+#include "kvroom/actors/room_fsm.hpp"
 
 namespace kvroom {
 

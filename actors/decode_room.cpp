@@ -1,8 +1,8 @@
-#include "actors/decode_room.hpp"
+#include "kvroom/actors/decode_room.hpp"
 
 #include "caf/all.hpp"
 
-#include "actors/logging.hpp"
+#include "kvroom/actors/logging.hpp"
 
 namespace kvroom {
 

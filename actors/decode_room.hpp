@@ -5,9 +5,9 @@
 
 #include "caf/stateful_actor.hpp"
 
-#include "actors/counted_actor.hpp"
+#include "kvroom/actors/counted_actor.hpp"
 
-#include "actors/room_core.hpp"
+#include "kvroom/actors/room_core.hpp"
 
 namespace kvroom {
 

@@ -7,7 +7,7 @@
 
 #include "caf/error.hpp"
 
-#include "transport/backend.hpp"
+#include "kvroom/transport/backend.hpp"
 
 namespace kvroom {
 

@@ -1,11 +1,11 @@
-#include "actors/kv_manager.hpp"
+#include "kvroom/actors/kv_manager.hpp"
 
 #include <algorithm>
 
 #include "caf/all.hpp"
 
-#include "actors/logging.hpp"
-#include "actors/room_core.hpp"
+#include "kvroom/actors/logging.hpp"
+#include "kvroom/actors/room_core.hpp"
 #include "caf/default_attachable.hpp"
 
 namespace kvroom {

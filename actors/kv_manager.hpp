@@ -9,10 +9,10 @@
 #include "caf/actor_addr.hpp"
 #include "caf/stateful_actor.hpp"
 
-#include "actors/counted_actor.hpp"
+#include "kvroom/actors/counted_actor.hpp"
 
-#include "actors/config.hpp"
-#include "actors/local_messages.hpp"
+#include "kvroom/actors/config.hpp"
+#include "kvroom/actors/local_messages.hpp"
 
 namespace kvroom {
 

@@ -2,17 +2,16 @@
 
 /// kvroom's public API for an embedding scheduler: a runtime, its ranks, and
 /// the per-room sender/receiver handles (installed as <kvroom/kvroom.hpp>).
+/// Test and demo fixtures (host KV caches, local groups, the process harness)
+/// are in the testkit (`kvroom/kit/testkit.hpp`), which is not installed.
 
-#include "actors/config.hpp"
-#include "actors/counted_actor.hpp"
-#include "actors/host_kv_cache.hpp"
-#include "actors/local_group.hpp"
-#include "actors/logging.hpp"
-#include "actors/rank.hpp"
-#include "actors/room_handles.hpp"
-#include "actors/runtime.hpp"
-#include "messages/error.hpp"
-#include "messages/kv_poll.hpp"
-#include "messages/kv_transfer_error.hpp"
-#include "messages/registration.hpp"
-#include "transport/fault_plan.hpp"
+#include "kvroom/actors/config.hpp"
+#include "kvroom/actors/logging.hpp"
+#include "kvroom/actors/rank.hpp"
+#include "kvroom/actors/room_handles.hpp"
+#include "kvroom/actors/runtime.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/messages/kv_poll.hpp"
+#include "kvroom/messages/kv_transfer_error.hpp"
+#include "kvroom/messages/registration.hpp"
+#include "kvroom/transport/fault_plan.hpp"

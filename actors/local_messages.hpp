@@ -10,7 +10,7 @@
 #include "caf/atom.hpp"
 #include "caf/message.hpp"
 
-#include "messages/room_messages.hpp"
+#include "kvroom/messages/room_messages.hpp"
 
 namespace kvroom {
 

@@ -1,4 +1,4 @@
-#include "actors/logging.hpp"
+#include "kvroom/actors/logging.hpp"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 

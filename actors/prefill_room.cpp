@@ -1,11 +1,11 @@
-#include "actors/prefill_room.hpp"
+#include "kvroom/actors/prefill_room.hpp"
 
 #include "caf/all.hpp"
 
-#include "actors/logging.hpp"
-#include "messages/error.hpp"
-#include "transport/select.hpp"
-#include "transport/transfer_plan.hpp"
+#include "kvroom/actors/logging.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/select.hpp"
+#include "kvroom/transport/transfer_plan.hpp"
 
 namespace kvroom {
 

@@ -1,16 +1,16 @@
-#include "actors/rank.hpp"
+#include "kvroom/actors/rank.hpp"
 
 #include "caf/all.hpp"
 
-#include "actors/decode_room.hpp"
-#include "actors/kv_manager.hpp"
-#include "actors/logging.hpp"
-#include "actors/prefill_room.hpp"
-#include "actors/runtime.hpp"
-#include "actors/counted_actor.hpp"
-#include "actors/transfer_worker.hpp"
-#include "messages/error.hpp"
-#include "transport/factory.hpp"
+#include "kvroom/actors/decode_room.hpp"
+#include "kvroom/actors/kv_manager.hpp"
+#include "kvroom/actors/logging.hpp"
+#include "kvroom/actors/prefill_room.hpp"
+#include "kvroom/actors/runtime.hpp"
+#include "kvroom/actors/counted_actor.hpp"
+#include "kvroom/actors/transfer_worker.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/factory.hpp"
 
 namespace kvroom {
 

@@ -7,10 +7,10 @@
 #include "caf/expected.hpp"
 #include "caf/scoped_actor.hpp"
 
-#include "actors/config.hpp"
-#include "actors/inline_path.hpp"
-#include "actors/room_handles.hpp"
-#include "messages/room_messages.hpp"
+#include "kvroom/actors/config.hpp"
+#include "kvroom/actors/inline_path.hpp"
+#include "kvroom/actors/room_handles.hpp"
+#include "kvroom/messages/room_messages.hpp"
 
 namespace kvroom {
 

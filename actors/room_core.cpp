@@ -1,11 +1,11 @@
-#include "actors/room_core.hpp"
+#include "kvroom/actors/room_core.hpp"
 
 #include <algorithm>
 
 #include "caf/all.hpp"
 
-#include "actors/logging.hpp"
-#include "messages/assert.hpp"
+#include "kvroom/actors/logging.hpp"
+#include "kvroom/messages/assert.hpp"
 
 namespace kvroom {
 

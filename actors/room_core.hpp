@@ -9,9 +9,9 @@
 #include "caf/actor.hpp"
 #include "caf/event_based_actor.hpp"
 
-#include "actors/inline_path.hpp"
-#include "actors/local_messages.hpp"
-#include "actors/room_protocol.hpp"
+#include "kvroom/actors/inline_path.hpp"
+#include "kvroom/actors/local_messages.hpp"
+#include "kvroom/actors/room_protocol.hpp"
 
 namespace kvroom {
 

@@ -1,6 +1,6 @@
-#include "actors/room_fsm.hpp"
+#include "kvroom/actors/room_fsm.hpp"
 
-#include "messages/assert.hpp"
+#include "kvroom/messages/assert.hpp"
 
 namespace kvroom {
 

@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <string>
 
-#include "messages/ids.hpp"
-#include "messages/kv_poll.hpp"
-#include "messages/kv_transfer_error.hpp"
+#include "kvroom/messages/ids.hpp"
+#include "kvroom/messages/kv_poll.hpp"
+#include "kvroom/messages/kv_transfer_error.hpp"
 
 namespace kvroom {
 

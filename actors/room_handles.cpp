@@ -1,9 +1,9 @@
-#include "actors/room_handles.hpp"
+#include "kvroom/actors/room_handles.hpp"
 
 #include "caf/all.hpp"
 
-#include "actors/rank.hpp"
-#include "messages/error.hpp"
+#include "kvroom/actors/rank.hpp"
+#include "kvroom/messages/error.hpp"
 
 namespace kvroom {
 

@@ -1,8 +1,8 @@
-#include "actors/room_protocol.hpp"
+#include "kvroom/actors/room_protocol.hpp"
 
 #include <algorithm>
 
-#include "messages/assert.hpp"
+#include "kvroom/messages/assert.hpp"
 
 namespace kvroom {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/room_fsm.hpp"
+#include "kvroom/actors/room_fsm.hpp"
 
 namespace kvroom {
 

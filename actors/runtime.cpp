@@ -1,6 +1,6 @@
-#include "actors/runtime.hpp"
+#include "kvroom/actors/runtime.hpp"
 
-#include "actors/counted_actor.hpp"
+#include "kvroom/actors/counted_actor.hpp"
 
 #include <algorithm>
 #include <thread>
@@ -8,12 +8,12 @@
 #include "caf/all.hpp"
 #include "caf/io/all.hpp"
 
-#include "actors/bootstrap_registry.hpp"
-#include "actors/logging.hpp"
-#include "actors/rank.hpp"
-#include "messages/assert.hpp"
-#include "messages/error.hpp"
-#include "messages/registration.hpp"
+#include "kvroom/actors/bootstrap_registry.hpp"
+#include "kvroom/actors/logging.hpp"
+#include "kvroom/actors/rank.hpp"
+#include "kvroom/messages/assert.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/messages/registration.hpp"
 
 namespace kvroom {
 

@@ -8,7 +8,7 @@
 #include "caf/actor_system_config.hpp"
 #include "caf/expected.hpp"
 
-#include "actors/config.hpp"
+#include "kvroom/actors/config.hpp"
 
 namespace kvroom {
 

@@ -1,15 +1,15 @@
-#include "actors/transfer_worker.hpp"
+#include "kvroom/actors/transfer_worker.hpp"
 
 #include <algorithm>
 #include <chrono>
 
 #include "caf/all.hpp"
 
-#include "actors/local_messages.hpp"
-#include "actors/logging.hpp"
-#include "actors/local_messages.hpp"
-#include "actors/room_core.hpp"
-#include "messages/error.hpp"
+#include "kvroom/actors/local_messages.hpp"
+#include "kvroom/actors/logging.hpp"
+#include "kvroom/actors/local_messages.hpp"
+#include "kvroom/actors/room_core.hpp"
+#include "kvroom/messages/error.hpp"
 
 namespace kvroom {
 

@@ -6,10 +6,10 @@
 
 #include "caf/stateful_actor.hpp"
 
-#include "actors/counted_actor.hpp"
+#include "kvroom/actors/counted_actor.hpp"
 
-#include "messages/room_messages.hpp"
-#include "transport/backend.hpp"
+#include "kvroom/messages/room_messages.hpp"
+#include "kvroom/transport/backend.hpp"
 
 namespace kvroom {
 

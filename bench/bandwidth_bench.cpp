@@ -21,9 +21,9 @@
 
 #include "caf/all.hpp"
 
-#include "actors/kvroom.hpp"
-#include "transport/device_memory.hpp"
-#include "transport/factory.hpp"
+#include "kvroom/kit/testkit.hpp"
+#include "kvroom/transport/device_memory.hpp"
+#include "kvroom/transport/factory.hpp"
 
 #include "benches.hpp"
 #include "report.hpp"

@@ -8,8 +8,8 @@
 
 #include "caf/all.hpp"
 
-#include "actors/kvroom.hpp"
-#include "transport/factory.hpp"
+#include "kvroom/kit/testkit.hpp"
+#include "kvroom/transport/factory.hpp"
 
 #include "benches.hpp"
 #include "report.hpp"

@@ -15,7 +15,7 @@
 #include <fstream>
 #include <map>
 
-#include "harness.hpp"
+#include "kvroom/kit/harness.hpp"
 
 #include "benches.hpp"
 #include "report.hpp"

@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "actors/kvroom.hpp"
+#include "kvroom/kit/testkit.hpp"
 
 namespace kvroom::bench {
 

@@ -7,7 +7,7 @@
 
 #include "caf/all.hpp"
 
-#include "actors/kvroom.hpp"
+#include "kvroom/kit/testkit.hpp"
 
 #include "benches.hpp"
 #include "report.hpp"
@@ -281,7 +281,7 @@ int bench_poll(int argc, char** argv) {
   std::printf("kvroom-bench poll: %lld rooms in flight on %dP x %dD, poll() on every handle\n",
               static_cast<long long>(cfg.rooms), tp, tp);
   caf::actor_system sys{cfg};
-  double ns_poll = 0, ns_base = 0;
+  double ns_poll = 0, ns_base = 0, ns_first_failure = 0, ns_failure = 0;
   uint64_t polls = 0;
   {
     runtime rt{sys};
@@ -312,17 +312,41 @@ int bench_poll(int argc, char** argv) {
       base_n += plain.size();
     }
     ns_base = since(t0) * 1e9 / static_cast<double>(base_n);
+    // failure(): every room aborted, each handle polled until Failed; then
+    // the first call on each handle (where the root cause is fetched) and
+    // repeated calls.
+    for (auto& s : rooms.senders)
+      (void) s.abort("bench abort");
+    auto deadline = clock_type::now() + std::chrono::seconds(30);
+    for (auto* h : handles)
+      while (h->poll() != kv_poll::failed && clock_type::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    t0 = clock_type::now();
+    for (auto* h : handles)
+      sink += h->failure() ? 1 : 0;
+    ns_first_failure = since(t0) * 1e9 / static_cast<double>(handles.size());
+    uint64_t failure_n = 0;
+    t0 = clock_type::now();
+    while (since(t0) < cfg.seconds / 4) {
+      for (auto* h : handles)
+        sink += h->failure() ? 1 : 0;
+      failure_n += handles.size();
+    }
+    ns_failure = since(t0) * 1e9 / static_cast<double>(failure_n);
     if (sink == 42)
       std::puts("");
   }
-  std::printf("%20s %10s\n%20s %10.1f\n%20s %10.1f\n", "", "ns/call", "poll()", ns_poll,
-              "baseline load", ns_base);
+  std::printf("%20s %10s\n%20s %10.1f\n%20s %10.1f\n%20s %10.1f\n%20s %10.1f\n", "",
+              "ns/call", "poll()", ns_poll, "failure() first", ns_first_failure,
+              "failure() again", ns_failure, "baseline load", ns_base);
   auto out = json_object{}
                .str("bench", "poll")
                .num("rooms_in_flight", static_cast<double>(cfg.rooms))
                .num("handles", static_cast<double>(cfg.rooms * 2 * tp))
                .num("polls", static_cast<double>(polls))
                .num("poll_ns", ns_poll)
+               .num("failure_first_call_ns", ns_first_failure)
+               .num("failure_ns", ns_failure)
                .num("baseline_load_ns", ns_base)
                .dump();
   std::printf("%s\n", out.c_str());

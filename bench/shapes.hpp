@@ -3,7 +3,7 @@
 #include <chrono>
 #include <vector>
 
-#include "actors/kvroom.hpp"
+#include "kvroom/kit/testkit.hpp"
 
 namespace kvroom::bench {
 

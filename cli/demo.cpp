@@ -14,7 +14,7 @@
 
 #include "caf/all.hpp"
 
-#include "actors/kvroom.hpp"
+#include "kvroom/kit/testkit.hpp"
 
 #include "commands.hpp"
 

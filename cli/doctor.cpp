@@ -1,6 +1,6 @@
 #include <cstdio>
 
-#include "transport/factory.hpp"
+#include "kvroom/transport/factory.hpp"
 
 #include "commands.hpp"
 

@@ -17,7 +17,7 @@
 #include "caf/all.hpp"
 #include "caf/io/all.hpp"
 
-#include "actors/kvroom.hpp"
+#include "kvroom/kit/testkit.hpp"
 
 #include "commands.hpp"
 #include "stress_plan.hpp"

@@ -18,7 +18,7 @@
 
 #include "caf/all.hpp"
 
-#include "actors/kvroom.hpp"
+#include "kvroom/kit/testkit.hpp"
 
 #include "commands.hpp"
 #include "stress_check.hpp"

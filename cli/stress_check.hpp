@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "messages/ids.hpp"
-#include "messages/kv_poll.hpp"
-#include "messages/kv_transfer_error.hpp"
+#include "kvroom/messages/ids.hpp"
+#include "kvroom/messages/kv_poll.hpp"
+#include "kvroom/messages/kv_transfer_error.hpp"
 
 namespace kvroom::stress {
 

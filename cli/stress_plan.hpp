@@ -2,9 +2,9 @@
 
 #include <cstdint>
 
-#include "messages/ids.hpp"
-#include "messages/kv_poll.hpp"
-#include "transport/fault_plan.hpp"
+#include "kvroom/messages/ids.hpp"
+#include "kvroom/messages/kv_poll.hpp"
+#include "kvroom/transport/fault_plan.hpp"
 
 #include "stress_check.hpp"
 

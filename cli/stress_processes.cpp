@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "harness.hpp"
+#include "kvroom/kit/harness.hpp"
 #include "stress_check.hpp"
 #include "stress_plan.hpp"
 

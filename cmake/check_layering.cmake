@@ -2,7 +2,8 @@
 #   messages/  includes only the standard library, CAF core and messages/
 #   transport/ never includes actors/ and never names caf::actor
 #   actors/    never includes a backend's private header
-#   bench/, cli/ include public headers only (not backend folders)
+#   bench/, cli/, kit/ include public headers only (not backend folders)
+#   actors/ never includes the testkit; every project include is kvroom/...
 set(violations "")
 
 function(check_folder folder regex why)
@@ -17,13 +18,20 @@ function(check_folder folder regex why)
   set(violations "${violations}" PARENT_SCOPE)
 endfunction()
 
-check_folder(messages "#include \"(transport|actors)/" "messages/ depends on nothing above it")
+check_folder(messages "#include \"kvroom/(transport|actors|kit)/" "messages/ depends on nothing above it")
 check_folder(messages "#include [<\"]caf/io/" "messages/ uses CAF core only")
-check_folder(transport "#include \"actors/" "transport/ never includes actor headers")
+check_folder(transport "#include \"kvroom/(actors|kit)/" "transport/ never includes actor headers")
 check_folder(transport "caf::actor[^_]" "transport/ never holds an actor")
-check_folder(actors "#include \"transport/(local|fault|shm|tcp|verbs|cuda)/" "actors/ uses the transport interface only")
-check_folder(bench "#include \"transport/(local|fault|shm|tcp|verbs|cuda)/" "bench/ uses public headers only")
-check_folder(cli "#include \"transport/(local|fault|shm|tcp|verbs|cuda)/" "cli/ uses public headers only")
+check_folder(actors "#include \"kvroom/transport/(local|fault|shm|tcp|verbs|cuda)/" "actors/ uses the transport interface only")
+check_folder(actors "#include \"kvroom/kit/" "the product never includes the testkit")
+check_folder(kit "#include \"kvroom/transport/(local|fault|shm|tcp|verbs|cuda)/" "kit/ uses public headers only")
+# Any project include without the kvroom/ prefix would need a top-level
+# layer folder on the include path, which an embedder's own could shadow.
+foreach(folder messages transport actors kit cli bench)
+  check_folder(${folder} "#include \"(messages|transport|actors|kit)/" "project headers are included as kvroom/<layer>/...")
+endforeach()
+check_folder(bench "#include \"kvroom/transport/(local|fault|shm|tcp|verbs|cuda)/" "bench/ uses public headers only")
+check_folder(cli "#include \"kvroom/transport/(local|fault|shm|tcp|verbs|cuda)/" "cli/ uses public headers only")
 foreach(folder messages actors cli bench)
   check_folder(${folder} "KVROOM_HAVE_" "hardware #ifdefs live in transport/factory.cpp and the backends only")
 endforeach()

@@ -1,4 +1,4 @@
-#include "messages/descriptors.hpp"
+#include "kvroom/messages/descriptors.hpp"
 
 namespace kvroom {
 

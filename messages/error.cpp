@@ -1,4 +1,4 @@
-#include "messages/error.hpp"
+#include "kvroom/messages/error.hpp"
 
 #include "caf/message.hpp"
 
@@ -34,6 +34,11 @@ caf::error make_error(errc code, std::string context) {
 
 caf::error make_error(errc code) {
   return caf::error{static_cast<uint8_t>(code), kvroom_error_atom::value};
+}
+
+bool is(const caf::error& err, errc code) noexcept {
+  return err && err.category() == kvroom_error_atom::value
+         && err.code() == static_cast<uint8_t>(code);
 }
 
 std::string describe(const caf::error& err) {

@@ -45,4 +45,8 @@ caf::error make_error(errc code);
 /// The context text of an error made by `make_error`, or CAF's rendering.
 std::string describe(const caf::error& err);
 
+/// True when `err` is kvroom's `code` (e.g. `is(h.send(...), errc::room_concluded)`);
+/// false for no error and for errors of other categories.
+bool is(const caf::error& err, errc code) noexcept;
+
 } // namespace kvroom

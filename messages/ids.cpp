@@ -1,4 +1,4 @@
-#include "messages/ids.hpp"
+#include "kvroom/messages/ids.hpp"
 
 namespace kvroom {
 

@@ -1,4 +1,4 @@
-#include "messages/kv_poll.hpp"
+#include "kvroom/messages/kv_poll.hpp"
 
 namespace kvroom {
 

@@ -1,4 +1,4 @@
-#include "messages/kv_transfer_error.hpp"
+#include "kvroom/messages/kv_transfer_error.hpp"
 
 namespace kvroom {
 

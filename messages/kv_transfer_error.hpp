@@ -5,7 +5,7 @@
 
 #include "caf/meta/type_name.hpp"
 
-#include "messages/ids.hpp"
+#include "kvroom/messages/ids.hpp"
 
 namespace kvroom {
 

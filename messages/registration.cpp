@@ -1,7 +1,7 @@
-#include "messages/registration.hpp"
+#include "kvroom/messages/registration.hpp"
 
-#include "messages/error.hpp"
-#include "messages/room_messages.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/messages/room_messages.hpp"
 
 namespace kvroom {
 

@@ -12,10 +12,10 @@
 #include "caf/actor.hpp"
 #include "caf/meta/type_name.hpp"
 
-#include "messages/descriptors.hpp"
-#include "messages/ids.hpp"
-#include "messages/kv_poll.hpp"
-#include "messages/kv_transfer_error.hpp"
+#include "kvroom/messages/descriptors.hpp"
+#include "kvroom/messages/ids.hpp"
+#include "kvroom/messages/kv_poll.hpp"
+#include "kvroom/messages/kv_transfer_error.hpp"
 
 namespace kvroom {
 

@@ -10,7 +10,7 @@
 #include "caf/error.hpp"
 #include "caf/expected.hpp"
 
-#include "messages/descriptors.hpp"
+#include "kvroom/messages/descriptors.hpp"
 
 namespace kvroom {
 

@@ -1,7 +1,7 @@
 // device_memory.hpp for builds without the CUDA toolkit.
-#include "transport/device_memory.hpp"
+#include "kvroom/transport/device_memory.hpp"
 
-#include "messages/error.hpp"
+#include "kvroom/messages/error.hpp"
 
 namespace kvroom {
 

@@ -1,16 +1,16 @@
-#include "transport/factory.hpp"
+#include "kvroom/transport/factory.hpp"
 
-#include "messages/error.hpp"
-#include "transport/fault/fault_backend.hpp"
-#include "transport/local/local_backend.hpp"
-#include "transport/router/router_backend.hpp"
-#include "transport/shm/shm_backend.hpp"
-#include "transport/tcp/tcp_backend.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/fault/fault_backend.hpp"
+#include "kvroom/transport/local/local_backend.hpp"
+#include "kvroom/transport/router/router_backend.hpp"
+#include "kvroom/transport/shm/shm_backend.hpp"
+#include "kvroom/transport/tcp/tcp_backend.hpp"
 #ifdef KVROOM_HAVE_VERBS
-#include "transport/verbs/verbs_backend.hpp"
+#include "kvroom/transport/verbs/verbs_backend.hpp"
 #endif
 #ifdef KVROOM_HAVE_CUDA
-#include "transport/cuda/cuda_backend.hpp"
+#include "kvroom/transport/cuda/cuda_backend.hpp"
 #endif
 
 namespace kvroom {

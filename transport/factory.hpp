@@ -5,8 +5,8 @@
 
 #include "caf/expected.hpp"
 
-#include "transport/backend.hpp"
-#include "transport/fault_plan.hpp"
+#include "kvroom/transport/backend.hpp"
+#include "kvroom/transport/fault_plan.hpp"
 
 namespace kvroom {
 

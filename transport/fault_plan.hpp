@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "messages/ids.hpp"
+#include "kvroom/messages/ids.hpp"
 
 namespace kvroom {
 

@@ -1,4 +1,4 @@
-#include "transport/host_id.hpp"
+#include "kvroom/transport/host_id.hpp"
 
 #include <fstream>
 #include <functional>

@@ -1,4 +1,4 @@
-#include "transport/log.hpp"
+#include "kvroom/transport/log.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,9 +1,9 @@
-#include "transport/region_table.hpp"
+#include "kvroom/transport/region_table.hpp"
 
 #include <cstdio>
 #include <mutex>
 
-#include "messages/error.hpp"
+#include "kvroom/messages/error.hpp"
 
 namespace kvroom::detail {
 

@@ -8,8 +8,8 @@
 #include "caf/error.hpp"
 #include "caf/expected.hpp"
 
-#include "messages/descriptors.hpp"
-#include "transport/backend.hpp"
+#include "kvroom/messages/descriptors.hpp"
+#include "kvroom/transport/backend.hpp"
 
 namespace kvroom::detail {
 

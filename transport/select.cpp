@@ -1,6 +1,6 @@
-#include "transport/select.hpp"
+#include "kvroom/transport/select.hpp"
 
-#include "messages/error.hpp"
+#include "kvroom/messages/error.hpp"
 
 namespace kvroom {
 

@@ -1,8 +1,8 @@
-#include "transport/transfer_plan.hpp"
+#include "kvroom/transport/transfer_plan.hpp"
 
 #include <string>
 
-#include "messages/error.hpp"
+#include "kvroom/messages/error.hpp"
 
 namespace kvroom {
 

@@ -11,8 +11,8 @@
 
 #include "caf/all.hpp"
 
-#include "actors/kvroom.hpp"
-#include "actors/local_messages.hpp"
+#include "kvroom/kit/testkit.hpp"
+#include "kvroom/actors/local_messages.hpp"
 
 using namespace kvroom;
 using namespace std::chrono_literals;

@@ -6,8 +6,8 @@
 #include <atomic>
 #include <thread>
 
-#include "actors/inline_path.hpp"
-#include "messages/error.hpp"
+#include "kvroom/actors/inline_path.hpp"
+#include "kvroom/messages/error.hpp"
 
 using namespace kvroom;
 

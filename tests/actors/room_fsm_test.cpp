@@ -1,7 +1,7 @@
 // The room state machine, without any actor runtime: time is passed in.
 #include <catch2/catch.hpp>
 
-#include "actors/room_fsm.hpp"
+#include "kvroom/actors/room_fsm.hpp"
 
 using namespace kvroom;
 

@@ -9,7 +9,7 @@
 #include <optional>
 #include <random>
 
-#include "actors/room_protocol.hpp"
+#include "kvroom/actors/room_protocol.hpp"
 
 using namespace kvroom;
 

@@ -1,14 +1,42 @@
-// Moves one room through an installed kvroom and checks it landed.
+// Moves one room through an installed kvroom and checks it landed: a
+// scheduler that registers its own buffers, as an embedder does.
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <thread>
+#include <vector>
 
 #include <kvroom/kvroom.hpp>
 
+namespace {
+
+constexpr uint64_t page_bytes = 4096;
+constexpr uint64_t pages = 16;
+constexpr uint64_t aux_bytes = 64;
+constexpr uint64_t aux_slots = 4;
+
+/// One K buffer and one aux buffer, in the scheduler's own memory.
+struct cache {
+  std::vector<uint8_t> kv = std::vector<uint8_t>(page_bytes * pages);
+  std::vector<uint8_t> aux = std::vector<uint8_t>(aux_bytes * aux_slots);
+
+  kvroom::memory_layout layout() {
+    kvroom::memory_layout out;
+    out.kv.push_back({{reinterpret_cast<uint64_t>(kv.data()), kv.size(), -1}, page_bytes});
+    out.aux.push_back({{reinterpret_cast<uint64_t>(aux.data()), aux.size(), -1}, aux_bytes});
+    return out;
+  }
+};
+
+} // namespace
+
 int main() {
   kvroom::runtime rt{kvroom::runtime_options{"sharing", 0, "warn"}};
-  kvroom::kv_shape shape;
-  kvroom::host_kv_cache src{shape}, dst{shape};
+  cache src, dst;
+  for (size_t i = 0; i < src.kv.size(); ++i)
+    src.kv[i] = static_cast<uint8_t>(i * 7 + 1);
+  for (size_t i = 0; i < src.aux.size(); ++i)
+    src.aux[i] = static_cast<uint8_t>(i + 3);
   kvroom::rank_config pc, dc;
   pc.side = kvroom::role::prefill;
   pc.memory = src.layout();
@@ -20,7 +48,6 @@ int main() {
     return 1;
   auto s = (*p)->make_sender(1);
   auto r = (*d)->make_receiver(1);
-  src.write_room(1, {0, 1}, 0);
   bool sent = false, received = false;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -32,10 +59,17 @@ int main() {
       break;
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
-  bool ok = r->poll() == kvroom::kv_poll::success && dst.check_room(1, {5, 6}, 1);
+  bool ok = r->poll() == kvroom::kv_poll::success;
+  for (uint64_t i = 0; ok && i < 2 * page_bytes; ++i)
+    ok = dst.kv[5 * page_bytes + i] == src.kv[i];
+  for (uint64_t i = 0; ok && i < aux_bytes; ++i)
+    ok = dst.aux[aux_bytes + i] == src.aux[i];
+  // A call on a concluded room is refused with an error an embedder can test.
+  auto again = s->send({2}, true);
+  ok = ok && kvroom::is(again, kvroom::errc::room_concluded);
   std::printf("consumer: %s\n", ok ? "room 1 landed byte-exact" : "FAILED");
-  s->clear();
-  r->clear();
+  (void) s->clear();
+  (void) r->clear();
   p->reset();
   d->reset();
   return ok ? 0 : 1;

@@ -2,9 +2,9 @@
 
 #include "caf/all.hpp"
 
-#include "messages/error.hpp"
-#include "messages/registration.hpp"
-#include "messages/room_messages.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/messages/registration.hpp"
+#include "kvroom/messages/room_messages.hpp"
 
 using namespace kvroom;
 
@@ -110,6 +110,14 @@ TEST_CASE("kvroom errors render with their context through the actor system") {
   auto text = f.sys->render(err);
   CHECK(text.find("out_of_range") != std::string::npos);
   CHECK(text.find("page 9") != std::string::npos);
+}
+
+TEST_CASE("is() tells an error code apart from others, from other categories and from none") {
+  auto err = make_error(errc::room_concluded, "send after room 3 concluded as success");
+  CHECK(is(err, errc::room_concluded));
+  CHECK_FALSE(is(err, errc::room_cleared));
+  CHECK_FALSE(is(caf::error{}, errc::room_concluded));
+  CHECK_FALSE(is(caf::make_error(caf::sec::request_timeout), errc::room_concluded));
 }
 
 TEST_CASE("every message type round-trips through CAF's binary serializer") {

@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
-#include "messages/error.hpp"
-#include "transport/factory.hpp"
-#include "transport/select.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/factory.hpp"
+#include "kvroom/transport/select.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

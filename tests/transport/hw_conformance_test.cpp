@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "messages/error.hpp"
-#include "transport/device_memory.hpp"
-#include "transport/factory.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/device_memory.hpp"
+#include "kvroom/transport/factory.hpp"
 
 using namespace kvroom;
 

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-#include "transport/factory.hpp"
+#include "kvroom/transport/factory.hpp"
 
 #include "hw_selected.hpp"
 

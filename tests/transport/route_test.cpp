@@ -2,9 +2,9 @@
 // and where a cuda write lands, without a GPU.
 #include <catch2/catch.hpp>
 
-#include "messages/error.hpp"
-#include "transport/cuda/device_route.hpp"
-#include "transport/select.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/cuda/device_route.hpp"
+#include "kvroom/transport/select.hpp"
 
 using namespace kvroom;
 

@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
-#include "messages/error.hpp"
-#include "transport/transfer_plan.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/transfer_plan.hpp"
 
 using namespace kvroom;
 

@@ -5,8 +5,8 @@
 #include <deque>
 #include <map>
 
-#include "transport/verbs/link_fsm.hpp"
-#include "transport/verbs/wr_plan.hpp"
+#include "kvroom/transport/verbs/link_fsm.hpp"
+#include "kvroom/transport/verbs/wr_plan.hpp"
 
 using namespace kvroom;
 using namespace kvroom::verbs;

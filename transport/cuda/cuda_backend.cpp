@@ -1,4 +1,4 @@
-#include "transport/cuda/cuda_backend.hpp"
+#include "kvroom/transport/cuda/cuda_backend.hpp"
 
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -7,12 +7,12 @@
 #include <cstring>
 #include <random>
 
-#include "messages/error.hpp"
-#include "transport/cuda/cuda_error.hpp"
-#include "transport/cuda/device_route.hpp"
-#include "transport/host_id.hpp"
-#include "transport/log.hpp"
-#include "transport/region_table.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/cuda/cuda_error.hpp"
+#include "kvroom/transport/cuda/device_route.hpp"
+#include "kvroom/transport/host_id.hpp"
+#include "kvroom/transport/log.hpp"
+#include "kvroom/transport/region_table.hpp"
 
 namespace kvroom::detail {
 

@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "transport/backend.hpp"
-#include "transport/factory.hpp"
+#include "kvroom/transport/backend.hpp"
+#include "kvroom/transport/factory.hpp"
 
 struct CUstream_st;
 struct CUevent_st;

@@ -1,7 +1,7 @@
-#include "transport/device_memory.hpp"
+#include "kvroom/transport/device_memory.hpp"
 
-#include "messages/error.hpp"
-#include "transport/cuda/cuda_error.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/cuda/cuda_error.hpp"
 
 namespace kvroom {
 

@@ -1,7 +1,7 @@
-#include "transport/cuda/device_route.hpp"
+#include "kvroom/transport/cuda/device_route.hpp"
 
-#include "messages/error.hpp"
-#include "transport/region_table.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/region_table.hpp"
 
 namespace kvroom::detail {
 

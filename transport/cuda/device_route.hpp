@@ -6,7 +6,7 @@
 
 #include "caf/expected.hpp"
 
-#include "messages/descriptors.hpp"
+#include "kvroom/messages/descriptors.hpp"
 
 namespace kvroom::detail {
 

@@ -1,8 +1,8 @@
-#include "transport/fault/fault_backend.hpp"
+#include "kvroom/transport/fault/fault_backend.hpp"
 
 #include <chrono>
 
-#include "messages/error.hpp"
+#include "kvroom/messages/error.hpp"
 
 namespace kvroom::detail {
 

@@ -4,8 +4,8 @@
 #include <random>
 #include <unordered_map>
 
-#include "transport/backend.hpp"
-#include "transport/fault_plan.hpp"
+#include "kvroom/transport/backend.hpp"
+#include "kvroom/transport/fault_plan.hpp"
 
 namespace kvroom::detail {
 

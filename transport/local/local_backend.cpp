@@ -1,4 +1,4 @@
-#include "transport/local/local_backend.hpp"
+#include "kvroom/transport/local/local_backend.hpp"
 
 #include <atomic>
 #include <cstring>
@@ -9,7 +9,7 @@
 
 #include <unistd.h>
 
-#include "messages/error.hpp"
+#include "kvroom/messages/error.hpp"
 
 namespace kvroom::detail {
 

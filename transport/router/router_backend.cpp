@@ -1,6 +1,6 @@
-#include "transport/router/router_backend.hpp"
+#include "kvroom/transport/router/router_backend.hpp"
 
-#include "messages/error.hpp"
+#include "kvroom/messages/error.hpp"
 
 namespace kvroom::detail {
 

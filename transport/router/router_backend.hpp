@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "transport/backend.hpp"
+#include "kvroom/transport/backend.hpp"
 
 namespace kvroom::detail {
 

@@ -1,4 +1,4 @@
-#include "transport/shm/shm_backend.hpp"
+#include "kvroom/transport/shm/shm_backend.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "messages/error.hpp"
-#include "transport/host_id.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/host_id.hpp"
 
 namespace kvroom::detail {
 

@@ -5,8 +5,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "transport/backend.hpp"
-#include "transport/region_table.hpp"
+#include "kvroom/transport/backend.hpp"
+#include "kvroom/transport/region_table.hpp"
 
 namespace kvroom::detail {
 

@@ -1,4 +1,4 @@
-#include "transport/tcp/tcp_backend.hpp"
+#include "kvroom/transport/tcp/tcp_backend.hpp"
 
 #include <arpa/inet.h>
 #include <cerrno>
@@ -12,8 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "transport/log.hpp"
-#include "messages/error.hpp"
+#include "kvroom/transport/log.hpp"
+#include "kvroom/messages/error.hpp"
 
 namespace kvroom::detail {
 

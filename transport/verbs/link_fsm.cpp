@@ -1,8 +1,8 @@
-#include "transport/verbs/link_fsm.hpp"
+#include "kvroom/transport/verbs/link_fsm.hpp"
 
 #include <cstring>
 
-#include "messages/error.hpp"
+#include "kvroom/messages/error.hpp"
 
 namespace kvroom::verbs {
 

@@ -7,7 +7,7 @@
 
 #include "caf/expected.hpp"
 
-#include "messages/ids.hpp"
+#include "kvroom/messages/ids.hpp"
 
 namespace kvroom::verbs {
 

@@ -1,4 +1,4 @@
-#include "transport/verbs/verbs_backend.hpp"
+#include "kvroom/transport/verbs/verbs_backend.hpp"
 
 #include <infiniband/verbs.h>
 
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <random>
 
-#include "messages/error.hpp"
-#include "transport/log.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/log.hpp"
 
 namespace kvroom::detail {
 

@@ -10,10 +10,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "transport/backend.hpp"
-#include "transport/factory.hpp"
-#include "transport/verbs/link_fsm.hpp"
-#include "transport/verbs/wr_plan.hpp"
+#include "kvroom/transport/backend.hpp"
+#include "kvroom/transport/factory.hpp"
+#include "kvroom/transport/verbs/link_fsm.hpp"
+#include "kvroom/transport/verbs/wr_plan.hpp"
 
 struct ibv_context;
 struct ibv_pd;

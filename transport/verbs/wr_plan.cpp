@@ -1,9 +1,9 @@
-#include "transport/verbs/wr_plan.hpp"
+#include "kvroom/transport/verbs/wr_plan.hpp"
 
 #include <algorithm>
 #include <limits>
 
-#include "messages/error.hpp"
+#include "kvroom/messages/error.hpp"
 
 namespace kvroom::verbs {
 

@@ -1,4 +1,4 @@
-#include "harness.hpp"
+#include "kvroom/kit/harness.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

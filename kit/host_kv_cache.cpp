@@ -1,4 +1,4 @@
-#include "actors/host_kv_cache.hpp"
+#include "kvroom/kit/host_kv_cache.hpp"
 
 #include <cerrno>
 
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "messages/assert.hpp"
+#include "kvroom/messages/assert.hpp"
 
 namespace kvroom {
 

@@ -6,9 +6,9 @@
 
 #include "caf/expected.hpp"
 
-#include "actors/host_kv_cache.hpp"
-#include "actors/rank.hpp"
-#include "actors/runtime.hpp"
+#include "kvroom/kit/host_kv_cache.hpp"
+#include "kvroom/actors/rank.hpp"
+#include "kvroom/actors/runtime.hpp"
 
 namespace kvroom {
 

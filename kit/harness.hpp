@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "actors/kvroom.hpp"
+#include "kvroom/kit/testkit.hpp"
 
 namespace kvroom::harness {
 

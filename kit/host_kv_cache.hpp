@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "messages/descriptors.hpp"
-#include "messages/ids.hpp"
+#include "kvroom/messages/descriptors.hpp"
+#include "kvroom/messages/ids.hpp"
 
 namespace kvroom {
 

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "actors/host_kv_cache.hpp"
+#include "kvroom/kit/host_kv_cache.hpp"
 
 using namespace kvroom;
 

@@ -1,6 +1,6 @@
-#include "actors/local_group.hpp"
+#include "kvroom/kit/local_group.hpp"
 
-#include "messages/error.hpp"
+#include "kvroom/messages/error.hpp"
 
 namespace kvroom {
 
