@@ -49,6 +49,8 @@ void on_group(self_ptr self, group_reply& reply) {
     }
     if (entry->rank.tp_rank == me.tp_rank)
       st.source = entry;
+    if (entry->rank.tp_rank == 0)
+      st.decider = entry;
   }
   if (!st.source)
     return; // that tp slot has not registered yet
@@ -104,7 +106,8 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
   core.set_counterparts({group});
   self->monitor(p.manager);
   self->set_down_handler([=](caf::down_msg&) { self->quit(); });
-  resolve(self);
+  // The manager pushes the prefill group with the room's opening; a room
+  // that opened before the group registered asks again on its ticks.
   return {
     [=](group_reply& reply) { on_group(self, reply); },
     [=](receiver_init& msg) {
@@ -150,9 +153,17 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
       part_done part{core.params().room, me.tp_rank, me.tp_size, me.id,
                      caf::actor_cast<caf::actor>(self), msg.src_rank,
                      caf::actor_cast<caf::actor>(self->current_sender())};
-      auto& decider = core.protocol().decider();
-      self->send(core.params().manager,
-                 to_decider{decider.side, decider.dp_rank, caf::make_message(part)});
+      // Straight to the decider: its room actor when it is this slot's
+      // sender, else its manager (which parks the part until the room opens).
+      if (st.decider && msg.src_rank == st.decider->rank.id) {
+        self->send(part.prefill_room, std::move(part));
+      } else if (st.decider) {
+        self->send(st.decider->manager, std::move(part));
+      } else {
+        auto& decider = core.protocol().decider();
+        self->send(core.params().manager,
+                   to_decider{decider.side, decider.dp_rank, caf::make_message(part)});
+      }
       core.prepare();
     },
     [=](const room_committed&) { self->state.core.on_committed(); },

@@ -16,6 +16,9 @@ struct decode_room_state {
   room_core core;
   /// The prefill rank this decode rank pulls from (same tp slot).
   std::shared_ptr<const rank_entry> source;
+  /// The room's decider (prefill TP rank 0 of that group): parts go straight
+  /// to its manager.
+  std::shared_ptr<const rank_entry> decider;
   bool resolving = false;
   bool initialized = false;
   receiver_init init;

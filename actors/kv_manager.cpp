@@ -322,6 +322,17 @@ void on_failed(self_ptr self, room_failed& msg) {
 
 void deliver_parked(self_ptr self, room_id room);
 
+/// The ranks of group (`side`, `dp`) the directory knows, by TP rank.
+group_reply group_of(self_ptr self, role side, int32_t dp) {
+  group_reply out;
+  for (auto& e : self->state.directory)
+    if (e->rank.side == side && e->rank.dp_rank == dp)
+      out.ranks.push_back(e);
+  std::sort(out.ranks.begin(), out.ranks.end(),
+            [](auto& x, auto& y) { return x->rank.tp_rank < y->rank.tp_rank; });
+  return out;
+}
+
 void on_opened(self_ptr self, room_opened& msg) {
   auto& st = self->state;
   auto room = msg.room;
@@ -336,6 +347,12 @@ void on_opened(self_ptr self, room_opened& msg) {
   entry.prefill_dp = msg.prefill_dp;
   entry.opened_ms = room_core::now_ms();
   st.rooms[room] = std::move(entry);
+  // A decode room needs its prefill group first: pushed now, not asked for.
+  if (me(self).side == role::decode) {
+    auto group = group_of(self, role::prefill, msg.prefill_dp);
+    if (!group.ranks.empty())
+      self->send(msg.room_actor, std::move(group));
+  }
   deliver_parked(self, room);
   tell_lost(self, msg.room_actor);
   if (auto p = st.parked_parts.find(room); p != st.parked_parts.end()) {
@@ -771,15 +788,7 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
         self->send(st.worker, std::move(msg));
       }
     },
-    [=](const resolve_group& msg) {
-      group_reply out;
-      for (auto& e : self->state.directory)
-        if (e->rank.side == msg.side && e->rank.dp_rank == msg.dp_rank)
-          out.ranks.push_back(e);
-      std::sort(out.ranks.begin(), out.ranks.end(),
-                [](auto& x, auto& y) { return x->rank.tp_rank < y->rank.tp_rank; });
-      return out;
-    },
+    [=](const resolve_group& msg) { return group_of(self, msg.side, msg.dp_rank); },
     [=](const take_failure& msg) {
       auto& st = self->state;
       failure_reply out;
