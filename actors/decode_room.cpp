@@ -156,7 +156,8 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
       // Straight to the decider: its room actor when it is this slot's
       // sender, else its manager (which parks the part until the room opens).
       if (st.decider && msg.src_rank == st.decider->rank.id) {
-        self->send(part.prefill_room, std::move(part));
+        auto decider_room = part.prefill_room; // `part` moves into the message
+        self->send(decider_room, std::move(part));
       } else if (st.decider) {
         self->send(st.decider->manager, std::move(part));
       } else {
