@@ -1,0 +1,76 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "caf/actor_addr.hpp"
+
+#include "kvroom/actors/local_messages.hpp"
+#include "kvroom/actors/room_protocol.hpp"
+
+namespace kvroom {
+
+/// Every rank of the deployment as the bootstrap registry last pushed it, the
+/// peer managers this rank monitors, and the ranks recently lost. Lost ranks
+/// are remembered for a bounded window: rooms that open (or learn their
+/// counterpart) shortly after fail at once instead of at a timeout, while a
+/// healthy peer CAF 0.17 once reported unreachable fails nothing forever.
+class peer_directory {
+public:
+  using entry_ptr = std::shared_ptr<const rank_entry>;
+
+  struct lost_rank {
+    peer_lost why;
+    uint64_t since_ms = 0;
+  };
+
+  peer_directory(rank_id self, uint64_t lost_window_ms)
+    : self_(self), lost_window_ms_(lost_window_ms) {
+    // nop
+  }
+
+  /// Replaces the directory with the registry's view; ranks in it are no
+  /// longer lost. Returns the peers not monitored yet (monitor them now).
+  std::vector<entry_ptr> update(const std::vector<rank_entry>& ranks);
+
+  entry_ptr find(rank_id id) const;
+
+  /// The rank that decides rooms of `group`, if the directory lists it.
+  entry_ptr decider(const decider_ref& group) const;
+
+  /// The ranks of group (`side`, `dp`), by TP rank.
+  std::vector<entry_ptr> group(role side, int32_t dp) const;
+
+  const std::vector<entry_ptr>& all() const noexcept {
+    return directory_;
+  }
+
+  /// The monitored peer whose manager this is; no longer monitored.
+  entry_ptr take_peer(const caf::actor_addr& manager);
+
+  /// The monitored peer with this rank id; no longer monitored.
+  entry_ptr take_peer(rank_id id);
+
+  /// The rank is gone: out of the directory, remembered as lost.
+  void lose(peer_lost why, uint64_t now_ms);
+
+  const std::unordered_map<rank_id, lost_rank>& lost() const noexcept {
+    return lost_;
+  }
+
+  /// Forgets losses older than the window.
+  void expire(uint64_t now_ms);
+
+private:
+  rank_id self_;
+  uint64_t lost_window_ms_;
+  std::vector<entry_ptr> directory_;
+  /// By address: actor ids repeat across nodes, so only the full address
+  /// tells two processes' managers apart.
+  std::unordered_map<caf::actor_addr, entry_ptr> peers_;
+  std::unordered_map<rank_id, lost_rank> lost_;
+};
+
+} // namespace kvroom

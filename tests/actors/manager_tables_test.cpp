@@ -1,0 +1,179 @@
+// The KV manager's tables as plain classes: no actor system, time passed in.
+#include <catch2/catch.hpp>
+
+#include "kvroom/actors/parking.hpp"
+#include "kvroom/actors/peer_directory.hpp"
+#include "kvroom/actors/room_directory.hpp"
+
+using namespace kvroom;
+
+namespace {
+
+rank_ref make_rank(role side, int32_t dp, int32_t tp, rank_id id) {
+  rank_ref r;
+  r.side = side;
+  r.dp_rank = dp;
+  r.tp_rank = tp;
+  r.tp_size = 2;
+  r.id = id;
+  return r;
+}
+
+dst_info dst_for(room_id room, rank_id decode) {
+  dst_info d;
+  d.room = room;
+  d.decode_rank = make_rank(role::decode, 0, 0, decode);
+  return d;
+}
+
+room_failed failure(room_id room, rank_id origin, bool propagated) {
+  return room_failed{room, kv_transfer_error{room, "fault", false, origin}, propagated, origin};
+}
+
+} // namespace
+
+TEST_CASE("room directory: rooms by id and by actor, closed rooms leave tombstones") {
+  room_directory dir{3};
+  room_directory::entry e;
+  e.prefill_dp = 2;
+  dir.open(7, 1007, e);
+  REQUIRE(dir.find(7));
+  CHECK(dir.find(7)->prefill_dp == 2);
+  CHECK(dir.room_of(1007) == std::optional<room_id>{7});
+  auto closed = dir.close(7);
+  REQUIRE(closed);
+  CHECK_FALSE(dir.find(7));
+  CHECK_FALSE(dir.room_of(1007));
+  CHECK_FALSE(dir.close(7));
+  dir.bury(7, true, kv_transfer_error{7, "why", false, 3});
+  REQUIRE(dir.tombstone_of(7));
+  CHECK(dir.tombstone_of(7)->error.failure_reason == "why");
+}
+
+TEST_CASE("room directory: tombstones are bounded by count, oldest first out") {
+  room_directory dir{3};
+  for (room_id r = 1; r <= 10; ++r)
+    dir.bury(r, false, {});
+  CHECK(dir.tombstones() == 3);
+  CHECK_FALSE(dir.tombstone_of(7));
+  CHECK(dir.tombstone_of(8));
+  CHECK(dir.tombstone_of(10));
+}
+
+TEST_CASE("room directory: a reused id is live again, its tombstone gone") {
+  room_directory dir{8};
+  dir.bury(5, true, {});
+  dir.open(5, 99, {});
+  CHECK_FALSE(dir.tombstone_of(5));
+  CHECK(dir.find(5));
+  CHECK(dir.tombstones() == 0);
+}
+
+TEST_CASE("parking: one bound over destinations, parts, failures and decider messages") {
+  parking p{4, 1000};
+  CHECK(p.park_dst(dst_for(1, 100), 0));
+  CHECK(p.park_part(part_done{2, 0, 2, 100, {}, 0, {}}, 0));
+  CHECK(p.park_failure(failure(3, 100, true), 0));
+  CHECK(p.park_for_decider(decider_ref{role::prefill, 0}, caf::make_message(1), 0));
+  CHECK(p.size() == 4);
+  CHECK_FALSE(p.park_dst(dst_for(4, 100), 0));
+  CHECK_FALSE(p.park_part(part_done{5, 0, 2, 100, {}, 0, {}}, 0));
+  CHECK_FALSE(p.park_failure(failure(6, 100, true), 0));
+  CHECK_FALSE(p.park_for_decider(decider_ref{role::prefill, 0}, caf::make_message(2), 0));
+}
+
+TEST_CASE("parking: the first failure for a room stands") {
+  parking p{16, 1000};
+  CHECK(p.park_failure(failure(3, 100, false), 0));
+  CHECK(p.park_failure(failure(3, 101, false), 1));
+  REQUIRE(p.failure(3));
+  CHECK(p.failure(3)->error.origin_rank == 100);
+  CHECK(p.failures() == 1);
+  auto taken = p.take_failure(3);
+  REQUIRE(taken);
+  CHECK(taken->error.origin_rank == 100);
+  CHECK_FALSE(p.failure(3));
+}
+
+TEST_CASE("parking: proposals older than the grace are handed over to be decided") {
+  parking p{16, 10'000};
+  p.park_failure(failure(1, 100, false), 0);
+  p.park_failure(failure(2, 100, true), 0);
+  p.park_failure(failure(3, 100, false), 50);
+  auto due = p.take_proposals(60, 40);
+  REQUIRE(due.size() == 1);
+  CHECK(due[0].room == 1);
+  CHECK(p.failure(2));  // a decision is not a proposal
+  CHECK(p.failure(3));  // too young
+}
+
+TEST_CASE("parking: destinations are taken once their rank is known, and expire") {
+  parking p{16, 100};
+  p.park_dst(dst_for(1, 100), 0);
+  p.park_dst(dst_for(1, 101), 0);
+  auto ready = p.take_dsts(1, [](const dst_info& d) { return d.decode_rank.id == 101; });
+  REQUIRE(ready.size() == 1);
+  CHECK(ready[0].decode_rank.id == 101);
+  CHECK(p.size() == 1);
+  CHECK(p.expire(99).empty());
+  auto expired = p.expire(100);
+  REQUIRE(expired.size() == 1);
+  CHECK(expired[0].decode_rank.id == 100);
+  CHECK(p.size() == 0);
+  CHECK(p.dst_rooms().empty());
+}
+
+TEST_CASE("parking: one expiry drops parts, failures and decider messages alike") {
+  parking p{16, 100};
+  p.park_part(part_done{2, 0, 2, 100, {}, 0, {}}, 0);
+  p.park_failure(failure(3, 100, true), 0);
+  p.park_for_decider(decider_ref{role::prefill, 0}, caf::make_message(1), 0);
+  p.park_part(part_done{4, 0, 2, 100, {}, 0, {}}, 60);
+  p.expire(100);
+  CHECK(p.size() == 1);
+  CHECK(p.take_parts(4).size() == 1);
+  CHECK(p.take_parts(2).empty());
+}
+
+TEST_CASE("parking: decider messages go once the decider is listed, in order") {
+  parking p{16, 1000};
+  p.park_for_decider(decider_ref{role::prefill, 0}, caf::make_message(1), 0);
+  p.park_for_decider(decider_ref{role::prefill, 1}, caf::make_message(2), 0);
+  std::vector<int> sent;
+  p.flush_deciders([&](const decider_ref& to, caf::message& m) {
+    if (to.dp_rank != 0)
+      return false;
+    sent.push_back(m.get_as<int>(0));
+    return true;
+  });
+  CHECK(sent == std::vector<int>{1});
+  CHECK(p.size() == 1);
+}
+
+TEST_CASE("peer directory: groups, deciders, losses and their window") {
+  peer_directory dir{0, 500};
+  std::vector<rank_entry> ranks;
+  for (auto r : {make_rank(role::prefill, 0, 1, 1), make_rank(role::prefill, 0, 0, 0),
+                 make_rank(role::decode, 0, 0, 100), make_rank(role::decode, 0, 1, 101)})
+    ranks.push_back(rank_entry{r, {}, {}, {}});
+  dir.update(ranks);
+  CHECK(dir.find(101));
+  auto group = dir.group(role::prefill, 0);
+  REQUIRE(group.size() == 2);
+  CHECK(group[0]->rank.tp_rank == 0);
+  REQUIRE(dir.decider(decider_ref{role::prefill, 0}));
+  CHECK(dir.decider(decider_ref{role::prefill, 0})->rank.id == 0);
+  CHECK_FALSE(dir.decider(decider_ref{role::prefill, 1}));
+  dir.lose(peer_lost{make_rank(role::decode, 0, 1, 101), "gone"}, 1000);
+  CHECK_FALSE(dir.find(101));
+  CHECK(dir.lost().count(101) == 1);
+  dir.expire(1499);
+  CHECK(dir.lost().count(101) == 1);
+  dir.expire(1500);
+  CHECK(dir.lost().empty());
+  // Registered again: listed, and no longer lost.
+  dir.lose(peer_lost{make_rank(role::decode, 0, 1, 101), "gone"}, 2000);
+  dir.update(ranks);
+  CHECK(dir.find(101));
+  CHECK(dir.lost().empty());
+}
