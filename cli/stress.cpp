@@ -552,12 +552,15 @@ int run_stress(int argc, char** argv) {
       if (!quiet)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    // Manager counters agree with the rooms: one origin per failed room.
+    uint64_t origin_failures = 0;
     for (auto* r : all) {
       auto st = r->stats();
       if (!st) {
         violations.push_back({0, r->ref().id, "manager does not answer"});
         continue;
       }
+      origin_failures += st->origin_failures;
       if (st->live_rooms != 0 || st->failure_records != 0 || st->parked != 0)
         violations.push_back({0, r->ref().id,
                               "after every room was cleared: " + std::to_string(st->live_rooms)
@@ -565,6 +568,10 @@ int run_stress(int argc, char** argv) {
                                 + " failure records, " + std::to_string(st->parked)
                                 + " parked messages remain"});
     }
+    if (origin_failures != failed_rooms)
+      violations.push_back({0, -1, "managers counted " + std::to_string(origin_failures)
+                                     + " origin failures for "
+                                     + std::to_string(failed_rooms) + " failed rooms"});
     // Late writes that land after the last room: every free page and slot.
     for (auto p : free_pages)
       check_free(p, -1, "by the end of the run");

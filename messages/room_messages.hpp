@@ -145,7 +145,7 @@ typename Inspector::result_type inspect(Inspector& f, transfer_done& x) {
            x.bytes, x.pages);
 }
 
-// -- agreement: one coordinator per room ----------------------------------------
+// -- agreement: one decider per room -------------------------------------------
 
 /// Decode rank of TP slot `slot` (of `slots`) received every byte of its
 /// part; sent to the room's decider (prefill TP rank 0 of the room's prefill
@@ -220,8 +220,8 @@ typename Inspector::result_type inspect(Inspector& f, room_fenced& x) {
 /// Room -> its manager: the room reached a terminal state. `error` is set
 /// when `state` is Failed; `counterparts` are the other side's ranks it knew
 /// (empty: unknown yet). `fan_out` asks the manager to send the failure to
-/// every other rank of the room (origin failures, and the coordinator's
-/// decision on a prepared rank's failure).
+/// every other rank of the room (the decider's decisions, and a rank that
+/// concludes alone).
 struct room_concluded {
   room_id room = 0;
   kv_poll state = kv_poll::failed;
@@ -256,7 +256,9 @@ typename Inspector::result_type inspect(Inspector& f, room_opened& x) {
            x.prefill_dp);
 }
 
-/// Pops the failure record of a room; answered with `failure_reply`.
+/// Asks a manager for the failure record of a room (kept until the room is
+/// cleared); answered with `failure_reply`. Schedulers get the cause with the
+/// Failed state; this is for tools and actor-based callers.
 struct take_failure {
   room_id room = 0;
 };
