@@ -35,7 +35,7 @@ void room_core::init(caf::event_based_actor* self, room_params params) {
                           prefill_dp});
 }
 
-void room_core::run(room_effects effects) {
+void room_core::run(room_effects& effects) {
   auto room = params_.room;
   for (auto& fx : effects) {
     switch (fx.what) {

@@ -88,7 +88,7 @@ public:
   static uint64_t now_ms() noexcept;
 
 private:
-  void run(room_effects effects);
+  void run(room_effects& effects);
 
   caf::event_based_actor* self_ = nullptr;
   room_params params_;

@@ -33,8 +33,8 @@ room_protocol::room_protocol(room_id room, rank_ref self, int32_t prefill_dp,
   // nop
 }
 
-room_effects room_protocol::advance(kv_poll next, uint64_t now_ms) {
-  room_effects out;
+room_effects& room_protocol::advance(kv_poll next, uint64_t now_ms) {
+  auto& out = fresh_effects();
   if (fsm_.advance(next, now_ms) == fsm_result::changed) {
     published_ = next;
     out.push_back(make_effect(room_effect::kind::publish, next));
@@ -105,9 +105,9 @@ void room_protocol::raise(kv_transfer_error err, bool requested,
   out.push_back(std::move(ev));
 }
 
-room_effects room_protocol::fail_local(std::string reason, uint64_t now_ms,
+room_effects& room_protocol::fail_local(std::string reason, uint64_t now_ms,
                                        bool requested) {
-  room_effects out;
+  auto& out = fresh_effects();
   if (fsm_.concluded() || fsm_.cleared())
     return out;
   raise(kv_transfer_error{fsm_.room(), std::move(reason), false, self_.id},
@@ -115,10 +115,10 @@ room_effects room_protocol::fail_local(std::string reason, uint64_t now_ms,
   return out;
 }
 
-room_effects room_protocol::on_failure(const kv_transfer_error& err,
+room_effects& room_protocol::on_failure(const kv_transfer_error& err,
                                        bool decision_request, rank_id from,
                                        uint64_t now_ms) {
-  room_effects out;
+  auto& out = fresh_effects();
   if (fsm_.cleared())
     return out;
   auto copy = err;
@@ -151,8 +151,8 @@ room_effects room_protocol::on_failure(const kv_transfer_error& err,
   return out;
 }
 
-room_effects room_protocol::prepare(uint64_t now_ms) {
-  room_effects out;
+room_effects& room_protocol::prepare(uint64_t now_ms) {
+  auto& out = fresh_effects();
   if (fsm_.concluded())
     return out;
   prepared_ = true;
@@ -160,9 +160,9 @@ room_effects room_protocol::prepare(uint64_t now_ms) {
   return out;
 }
 
-room_effects room_protocol::part_done(int32_t slot, int32_t slots,
+room_effects& room_protocol::part_done(int32_t slot, int32_t slots,
                                       uint64_t now_ms) {
-  room_effects out;
+  auto& out = fresh_effects();
   if (fsm_.concluded() || fsm_.cleared())
     return out;
   if (!deciding()) {
@@ -196,8 +196,8 @@ room_effects room_protocol::part_done(int32_t slot, int32_t slots,
   return out;
 }
 
-room_effects room_protocol::committed(uint64_t) {
-  room_effects out;
+room_effects& room_protocol::committed(uint64_t) {
+  auto& out = fresh_effects();
   if (prepared_ && !fsm_.cleared())
     conclude_success(out);
   return out;
@@ -218,10 +218,10 @@ bool room_protocol::depends_on(const rank_ref& rank) const noexcept {
                      });
 }
 
-room_effects room_protocol::peer_lost(const rank_ref& lost,
+room_effects& room_protocol::peer_lost(const rank_ref& lost,
                                       const std::string& reason,
                                       uint64_t now_ms) {
-  room_effects out;
+  auto& out = fresh_effects();
   if (fsm_.cleared())
     return out;
   // A lost sender writes nothing more: its loss is its fence.
@@ -240,8 +240,8 @@ room_effects room_protocol::peer_lost(const rank_ref& lost,
   return out;
 }
 
-room_effects room_protocol::tick(uint64_t now_ms) {
-  room_effects out;
+room_effects& room_protocol::tick(uint64_t now_ms) {
+  auto& out = fresh_effects();
   if (fsm_.cleared())
     return out;
   if (held_) {
@@ -300,20 +300,20 @@ void room_protocol::release_writer(rank_id prefill, room_effects& out) {
     publish_terminal(out);
 }
 
-room_effects room_protocol::source_done(rank_id prefill, uint64_t) {
-  room_effects out;
+room_effects& room_protocol::source_done(rank_id prefill, uint64_t) {
+  auto& out = fresh_effects();
   release_writer(prefill, out);
   return out;
 }
 
-room_effects room_protocol::fenced(rank_id prefill, uint64_t) {
-  room_effects out;
+room_effects& room_protocol::fenced(rank_id prefill, uint64_t) {
+  auto& out = fresh_effects();
   release_writer(prefill, out);
   return out;
 }
 
-room_effects room_protocol::clear(uint64_t now_ms) {
-  room_effects out;
+room_effects& room_protocol::clear(uint64_t now_ms) {
+  auto& out = fresh_effects();
   if (fsm_.cleared())
     return out;
   // Clearing a live room abandons it: its peers learn now, not at a timeout.

@@ -167,39 +167,42 @@ public:
   }
 
   // -- inputs ---------------------------------------------------------------
+  // Each returns the effects it decided, in order. They live in a buffer the
+  // protocol reuses (no allocation per call once warm): carry them out
+  // before the next input.
 
   /// Moves forward to a non-terminal state.
-  room_effects advance(kv_poll next, uint64_t now_ms);
+  room_effects& advance(kv_poll next, uint64_t now_ms);
 
   /// A failure identified on this rank; `requested` when the scheduler asked
   /// for it (abort).
-  room_effects fail_local(std::string reason, uint64_t now_ms,
+  room_effects& fail_local(std::string reason, uint64_t now_ms,
                           bool requested = false);
 
   /// A `room_failed` arrived. `decision_request`: rank `from` asks this rank
   /// to decide; otherwise it is a decision (propagated) to conclude with.
-  room_effects on_failure(const kv_transfer_error& err, bool decision_request,
+  room_effects& on_failure(const kv_transfer_error& err, bool decision_request,
                           rank_id from, uint64_t now_ms);
 
   /// This rank's part is done (prefill: every byte landed and the decode rank
   /// was told; decode: its part went to the decider). From now on it waits
   /// for the commit, at most two transferring timeouts.
-  room_effects prepare(uint64_t now_ms);
+  room_effects& prepare(uint64_t now_ms);
 
   /// Decider: decode TP slot `slot` of `slots` received all of its part.
   /// Commits once every slot did.
-  room_effects part_done(int32_t slot, int32_t slots, uint64_t now_ms);
+  room_effects& part_done(int32_t slot, int32_t slots, uint64_t now_ms);
 
   /// The decider committed the room.
-  room_effects committed(uint64_t now_ms);
+  room_effects& committed(uint64_t now_ms);
 
   /// A rank of the deployment is gone; the room fails if it depends on it.
-  room_effects peer_lost(const rank_ref& lost, const std::string& reason,
+  room_effects& peer_lost(const rank_ref& lost, const std::string& reason,
                          uint64_t now_ms);
 
   /// Acts on every deadline: the state's, a prepared rank's, an unanswered
   /// proposal's, and the fence's.
-  room_effects tick(uint64_t now_ms);
+  room_effects& tick(uint64_t now_ms);
 
   /// True when losing `rank` breaks this room.
   bool depends_on(const rank_ref& rank) const noexcept;
@@ -211,10 +214,10 @@ public:
   void dst_sent(rank_id prefill);
 
   /// Prefill rank `prefill` wrote its last byte (transfer_done).
-  room_effects source_done(rank_id prefill, uint64_t now_ms);
+  room_effects& source_done(rank_id prefill, uint64_t now_ms);
 
   /// Prefill rank `prefill` confirmed it posts nothing more for this room.
-  room_effects fenced(rank_id prefill, uint64_t now_ms);
+  room_effects& fenced(rank_id prefill, uint64_t now_ms);
 
   /// Prefill ranks that may still write into this room's pages.
   const std::vector<rank_id>& writers() const noexcept {
@@ -223,7 +226,7 @@ public:
 
   /// The scheduler released the room: a live room fails at once (and its
   /// peers hear of it); nothing changes it afterwards.
-  room_effects clear(uint64_t now_ms);
+  room_effects& clear(uint64_t now_ms);
 
 private:
   /// Concludes Failed with `err` (its origin as given) and says so.
@@ -237,9 +240,15 @@ private:
   void release_writer(rank_id prefill, room_effects& out);
   bool decider_lost(const rank_ref& lost) const noexcept;
 
+  room_effects& fresh_effects() {
+    out_.clear();
+    return out_;
+  }
+
   rank_ref self_;
   room_timeouts timeouts_;
   options opts_;
+  room_effects out_;
   room_fsm fsm_;
   kv_poll published_ = kv_poll::bootstrapping;
   decider_ref decider_;
