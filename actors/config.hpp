@@ -46,8 +46,8 @@ struct control_chaos {
   bool no_fence = false;
   /// Sabotage: every rank concludes its own failures (no decider).
   bool local_decisions = false;
-  /// Sabotage: the manager leaves dead rooms' monitors in place (the CAF
-  /// 0.17 monitor leak, ~1.9 KB per room).
+  /// Sabotage: room actors monitor their manager, which CAF 0.17 keeps on
+  /// the manager, with each dead room's storage (~1.9 KB per room).
   bool keep_room_monitors = false;
 };
 

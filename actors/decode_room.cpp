@@ -25,9 +25,10 @@ void maybe_send_dst(self_ptr self) {
   info.decode_room = caf::actor_cast<caf::actor>(self);
   info.kv_indices = st.init.kv_indices;
   info.aux_index = st.init.aux_index;
-  // Through this rank's manager, which remembers where the pages went in
-  // case this actor dies before the fence.
-  self->send(core.params().manager, route_dst{st.source->rank.id, std::move(info)});
+  // Straight to the prefill rank's manager; this rank's manager hears where
+  // the pages went, in case this actor dies before the fence.
+  self->send(core.params().manager, dst_sent{info.room, st.source->rank.id});
+  self->send(st.source->manager, std::move(info));
 }
 
 void on_group(self_ptr self, group_reply& reply) {
@@ -104,8 +105,6 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
   group.dp_rank = p.peer_dp_rank;
   group.id = -1;
   core.set_counterparts({group});
-  self->monitor(p.manager);
-  self->set_down_handler([=](caf::down_msg&) { self->quit(); });
   // The manager pushes the prefill group with the room's opening; a room
   // that opened before the group registered asks again on its ticks.
   return {

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "caf/all.hpp"
-#include "caf/default_attachable.hpp"
 
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/actors/room_core.hpp"
@@ -427,11 +426,6 @@ void on_room_down(self_ptr self, room_id room, const caf::error& reason) {
   if (!closed)
     return;
   auto& entry = *closed;
-  // The room monitored this manager; CAF 0.17 keeps that monitor (and with
-  // it the dead room's storage) until this manager exits unless removed.
-  if (!st.chaos.keep_room_monitors)
-    self->detach(caf::default_attachable::observe_token{
-      entry.actor.address(), caf::default_attachable::monitor});
   bool concluded = is_terminal(entry.state);
   if (!concluded && reason != caf::exit_reason::normal) {
     // A room actor killed mid-room. Prefill: its worker may still hold
@@ -580,6 +574,13 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
   st.chaos_rng.seed(params.chaos.seed ^ static_cast<uint64_t>(params.self.id));
   auto sweep_interval = room_core::tick_interval(st.timeouts);
   self->delayed_send(self, sweep_interval, sweep_atom::value);
+  // Rooms do not monitor their manager (see room_core::init): it ends them.
+  self->set_exit_handler([=](caf::exit_msg& msg) {
+    self->state.rooms->for_each([&](room_id, const room_directory::entry& e) {
+      self->send_exit(e.actor, msg.reason);
+    });
+    self->quit(msg.reason);
+  });
   self->set_down_handler([=](caf::down_msg& msg) {
     auto& st = self->state;
     // Room actors are local: their actor id names them.
@@ -603,15 +604,13 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
     [=](to_decider& msg) {
       route_to_decider(self, decider_ref{msg.side, msg.dp_rank}, std::move(msg.payload));
     },
-    [=](route_dst& msg) {
-      // Decode: remember where the room's pages went, then hand them over.
-      auto& st = self->state;
-      if (auto* entry = st.rooms->find(msg.info.room)) {
+    [=](const dst_sent& msg) {
+      // Decode: remember where the room's pages went.
+      if (auto* entry = self->state.rooms->find(msg.room)) {
         auto& xs = entry->dst_ranks;
         if (std::find(xs.begin(), xs.end(), msg.prefill_rank) == xs.end())
           xs.push_back(msg.prefill_rank);
       }
-      send_to_rank(self, msg.prefill_rank, std::move(msg.info));
     },
     [=](room_fenced& msg) {
       auto& st = self->state;

@@ -30,11 +30,11 @@ struct dst_ready {
   std::shared_ptr<const rank_entry> peer;
 };
 
-/// Decode room -> its manager: send `info` to prefill rank `prefill_rank`
-/// and remember that rank may now write into the room's pages.
-struct route_dst {
+/// Decode room -> its manager: prefill rank `prefill_rank` got the room's
+/// destination and may write into its pages until it fences (or is lost).
+struct dst_sent {
+  room_id room = 0;
   rank_id prefill_rank = -1;
-  dst_info info;
 };
 
 /// Decode room -> its manager: which ranks serve prefill group `dp_rank`.
@@ -80,7 +80,7 @@ struct peer_lost {
 } // namespace kvroom
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::dst_ready)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::route_dst)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::dst_sent)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::resolve_group)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::group_reply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::peer_lost)

@@ -233,11 +233,6 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
                            room_params params) {
   self->state.core.init(self, std::move(params));
   auto& p = self->state.core.params();
-  // The room dies with its rank: a manager that is gone cannot route it.
-  // (The manager removes this monitor when the room exits: CAF 0.17 keeps a
-  // dead monitor's actor alive until the monitored actor exits.)
-  self->monitor(p.manager);
-  self->set_down_handler([=](caf::down_msg&) { self->quit(); });
   return {
     [=](sender_init& msg) {
       auto& st = self->state;

@@ -152,6 +152,7 @@ caf::expected<Handle> rank::open(room_id room, role side, int32_t peer_dp,
   p.transport = cfg_.transport == "local" ? "auto" : cfg_.transport;
   p.protocol.fence = !cfg_.chaos.no_fence;
   p.protocol.one_decider = !cfg_.chaos.local_decisions;
+  p.monitor_manager = cfg_.chaos.keep_room_monitors;
   auto& sys = rt_.system();
   // The room announces itself to the manager as its first act, so the
   // manager hears of it before anything else the room sends.

@@ -30,6 +30,13 @@ void room_core::init(caf::event_based_actor* self, room_params params) {
   protocol_ = std::make_unique<room_protocol>(params_.room, params_.self,
                                               prefill_dp, params_.timeouts,
                                               now_ms(), params_.protocol);
+  // The room dies with its rank, but not by monitoring the manager: a CAF
+  // 0.17 monitor stays on the monitored actor, with the dead room's storage,
+  // until that actor exits. The manager ends its rooms when it exits.
+  if (params_.monitor_manager) {
+    self_->monitor(params_.manager);
+    self_->set_down_handler([this](caf::down_msg&) { self_->quit(); });
+  }
   self_->send(params_.manager,
               room_opened{params_.room, caf::actor_cast<caf::actor>(self_),
                           prefill_dp});

@@ -37,6 +37,9 @@ struct room_params {
   /// Prefill rooms: the transport to reach decode with, or "auto".
   std::string transport = "auto";
   room_protocol::options protocol;
+  /// Sabotage only: monitor the manager, which in CAF 0.17 keeps every dead
+  /// room's storage on the manager until it exits (~1.9 KB per room).
+  bool monitor_manager = false;
 };
 
 /// The part every room actor shares: a shell around `room_protocol` that
