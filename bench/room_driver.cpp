@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 namespace kvroom::bench {
 
@@ -24,10 +25,48 @@ bench_group::~bench_group() {
   prefill.clear();
 }
 
+namespace {
+
+std::vector<rank*> raw(const std::vector<std::unique_ptr<rank>>& xs) {
+  std::vector<rank*> out;
+  for (auto& x : xs)
+    out.push_back(x.get());
+  return out;
+}
+
+} // namespace
+
 room_driver::room_driver(bench_group& g, size_t concurrency, room_id first_room)
-  : g_(g), concurrency_(concurrency), next_(first_room) {
-  for (size_t s = concurrency; s-- > 0;)
-    free_slots_.push_back(s);
+  : g_(g),
+    loop_(raw(g.prefill), raw(g.decode), 0, concurrency, first_room,
+          std::numeric_limits<uint64_t>::max() / 2, hooks()) {
+  // nop
+}
+
+loop_hooks room_driver::hooks() {
+  loop_hooks h;
+  h.receiver_ready = [this](loop_room& r, int t) {
+    (void) r.receivers[static_cast<size_t>(t)].init(pages(r.slot),
+                                                   static_cast<int64_t>(r.slot));
+    return true;
+  };
+  h.sender_ready = [this](loop_room& r, int t) {
+    auto p = pages(r.slot);
+    auto& s = r.senders[static_cast<size_t>(t)];
+    (void) s.init(p.size(), static_cast<int64_t>(r.slot));
+    (void) s.send(std::move(p), true);
+    return true;
+  };
+  h.concluded = [this](loop_room& r) {
+    bool ok = true;
+    for (auto& x : r.receivers)
+      ok = ok && x.poll() == kv_poll::success;
+    (ok ? succeeded : failed) += 1;
+    latencies_us.push_back(std::chrono::duration<double, std::micro>(
+                             std::chrono::steady_clock::now() - r.opened)
+                             .count());
+  };
+  return h;
 }
 
 std::vector<int64_t> room_driver::pages(size_t slot) const {
@@ -38,80 +77,19 @@ std::vector<int64_t> room_driver::pages(size_t slot) const {
 }
 
 void room_driver::finish(double max_seconds) {
-  admit = false;
+  loop_.stop_admitting();
   auto deadline = std::chrono::steady_clock::now()
                   + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                     std::chrono::duration<double>(max_seconds));
-  while (!in_flight_.empty() && std::chrono::steady_clock::now() < deadline)
+  while (!loop_.done() && std::chrono::steady_clock::now() < deadline)
     step();
 }
 
 bool room_driver::step() {
-  bool progressed = false;
-  auto tp = static_cast<size_t>(g_.tp);
-  while (admit && !free_slots_.empty()) {
-    room r;
-    r.id = next_++;
-    r.slot = free_slots_.back();
-    free_slots_.pop_back();
-    r.opened = std::chrono::steady_clock::now();
-    for (size_t t = 0; t < tp; ++t) {
-      auto recv = g_.decode[t]->make_receiver(r.id);
-      auto send = g_.prefill[t]->make_sender(r.id);
-      if (!recv || !send) {
-        std::fprintf(stderr, "cannot open room: %s\n",
-                     describe(recv ? send.error() : recv.error()).c_str());
-        std::exit(2);
-      }
-      r.receivers.push_back(*recv);
-      r.senders.push_back(*send);
-    }
-    r.sent.assign(tp, 0);
-    r.received.assign(tp, 0);
-    in_flight_.push_back(std::move(r));
-    progressed = true;
-  }
-  for (auto i = in_flight_.begin(); i != in_flight_.end();) {
-    auto& r = *i;
-    bool done = true;
-    for (size_t t = 0; t < tp; ++t) {
-      auto st = r.receivers[t].poll();
-      if (!r.received[t] && st == kv_poll::waiting_for_input) {
-        r.received[t] = 1;
-        (void) r.receivers[t].init(pages(r.slot), static_cast<int64_t>(r.slot));
-        progressed = true;
-      }
-      done = done && is_terminal(st);
-      st = r.senders[t].poll();
-      if (!r.sent[t] && st == kv_poll::waiting_for_input) {
-        r.sent[t] = 1;
-        auto p = pages(r.slot);
-        (void) r.senders[t].init(p.size(), static_cast<int64_t>(r.slot));
-        (void) r.senders[t].send(std::move(p), true);
-        progressed = true;
-      }
-      done = done && is_terminal(st);
-    }
-    if (!done) {
-      ++i;
-      continue;
-    }
-    bool ok = true;
-    for (size_t t = 0; t < tp; ++t) {
-      ok = ok && r.receivers[t].poll() == kv_poll::success;
-      (void) r.receivers[t].clear();
-      (void) r.senders[t].clear();
-    }
-    (ok ? succeeded : failed) += 1;
-    latencies_us.push_back(std::chrono::duration<double, std::micro>(
-                             std::chrono::steady_clock::now() - r.opened)
-                             .count());
-    free_slots_.push_back(r.slot);
-    // Order does not matter to a scheduler loop: swap-remove in O(1).
-    if (&*i != &in_flight_.back())
-      *i = std::move(in_flight_.back());
-    in_flight_.pop_back();
-    progressed = true;
+  auto progressed = loop_.step();
+  if (!loop_.open_error().empty()) {
+    std::fprintf(stderr, "cannot open room: %s\n", loop_.open_error().c_str());
+    std::exit(2);
   }
   return progressed;
 }

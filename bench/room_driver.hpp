@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "kvroom/kit/scheduler_loop.hpp"
 #include "kvroom/kit/testkit.hpp"
 
 namespace kvroom::bench {
@@ -20,7 +21,7 @@ struct bench_group {
   ~bench_group();
 };
 
-/// Drives rooms the way a scheduler loop does: opens rooms up to the
+/// Drives rooms through the testkit's scheduler loop: opens rooms up to the
 /// concurrency, polls every in-flight room once per step, inits and sends
 /// when a side is ready, clears rooms once every rank concluded.
 class room_driver {
@@ -32,7 +33,7 @@ public:
   void finish(double max_seconds = 30.0);
 
   room_id next_room() const noexcept {
-    return next_;
+    return loop_.next_room();
   }
 
   /// One scheduler iteration; returns whether anything happened.
@@ -42,26 +43,13 @@ public:
   uint64_t failed = 0;
   /// Open-to-conclusion time of every finished room, microseconds.
   std::vector<double> latencies_us;
-  /// Open rooms up to the concurrency (false: only drive those in flight).
-  bool admit = true;
 
 private:
-  struct room {
-    room_id id = 0;
-    size_t slot = 0;
-    std::chrono::steady_clock::time_point opened;
-    std::vector<kv_sender> senders;
-    std::vector<kv_receiver> receivers;
-    std::vector<uint8_t> sent, received;
-  };
-
   std::vector<int64_t> pages(size_t slot) const;
+  loop_hooks hooks();
 
   bench_group& g_;
-  size_t concurrency_;
-  std::vector<size_t> free_slots_;
-  std::vector<room> in_flight_;
-  room_id next_ = 1;
+  scheduler_loop loop_;
 };
 
 } // namespace kvroom::bench

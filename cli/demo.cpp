@@ -64,15 +64,6 @@ public:
   }
 };
 
-struct demo_room {
-  room_id id = 0;
-  size_t slot = 0;
-  bool verify = false;
-  std::vector<kv_sender> senders;
-  std::vector<kv_receiver> receivers;
-  std::vector<bool> sender_started;
-  std::vector<bool> receiver_started;
-};
 
 struct tally {
   uint64_t success = 0;
@@ -166,125 +157,98 @@ int run_demo(int argc, char** argv) {
       }
       return out;
     };
-    std::vector<size_t> free_slots;
-    for (size_t s = static_cast<size_t>(cfg.concurrency); s-- > 0;)
-      free_slots.push_back(s);
-    std::deque<demo_room> in_flight;
-    room_id next = 1;
     tally prefill_states, decode_states;
     uint64_t verified = 0, verify_failures = 0, bytes_ok = 0;
     std::vector<std::string> failure_lines;
     uint64_t failed_rooms = 0, wrong_failures = 0;
     auto start = std::chrono::steady_clock::now();
     auto last_progress = start;
-    uint64_t done_rooms = 0;
-    while (next <= static_cast<room_id>(cfg.rooms) || !in_flight.empty()) {
-      bool progressed = false;
-      while (next <= static_cast<room_id>(cfg.rooms) && !free_slots.empty()) {
-        demo_room r;
-        r.id = next++;
-        r.slot = free_slots.back();
-        free_slots.pop_back();
-        r.verify = cfg.verify_every > 0 && r.id % static_cast<room_id>(cfg.verify_every) == 0;
-        for (int t = 0; t < tp; ++t) {
-          auto recv = decode[t]->make_receiver(r.id);
-          auto send = prefill[t]->make_sender(r.id);
-          if (!recv || !send)
-            return fail("cannot open room: " + describe(recv ? send.error() : recv.error()));
-          r.receivers.push_back(*recv);
-          r.senders.push_back(*send);
-          if (r.verify)
-            prefill_mem[t]->write_room(r.id ^ (room_id(t + 1) << 40), pages_of(r.slot, false),
-                                       static_cast<int64_t>(r.slot));
-        }
-        r.sender_started.assign(tp, false);
-        r.receiver_started.assign(tp, false);
-        in_flight.push_back(std::move(r));
-        progressed = true;
+    auto verify = [&](room_id room) {
+      return cfg.verify_every > 0 && room % static_cast<room_id>(cfg.verify_every) == 0;
+    };
+    auto key = [](room_id room, int t) { return room ^ (room_id(t + 1) << 40); };
+    loop_hooks hooks;
+    hooks.opened = [&](loop_room& r) {
+      if (verify(r.id))
+        for (int t = 0; t < tp; ++t)
+          prefill_mem[t]->write_room(key(r.id, t), pages_of(r.slot, false),
+                                     static_cast<int64_t>(r.slot));
+    };
+    hooks.receiver_ready = [&](loop_room& r, int t) {
+      (void) r.receivers[static_cast<size_t>(t)].init(pages_of(r.slot, true),
+                                                     static_cast<int64_t>(r.slot));
+      return true;
+    };
+    hooks.sender_ready = [&](loop_room& r, int t) {
+      auto& send = r.senders[static_cast<size_t>(t)];
+      auto pages = pages_of(r.slot, false);
+      (void) send.init(pages.size(), static_cast<int64_t>(r.slot));
+      auto per = (pages.size() + cfg.chunks - 1) / cfg.chunks;
+      for (size_t c = 0; c * per < pages.size(); ++c) {
+        auto last = std::min(pages.size(), (c + 1) * per);
+        std::vector<int64_t> chunk(pages.begin() + c * per, pages.begin() + last);
+        (void) send.send(std::move(chunk), last == pages.size());
       }
-      for (auto i = in_flight.begin(); i != in_flight.end();) {
-        auto& r = *i;
-        bool all_done = true;
-        for (int t = 0; t < tp; ++t) {
-          auto& recv = r.receivers[t];
-          auto st = recv.poll();
-          if (!r.receiver_started[t] && st == kv_poll::waiting_for_input) {
-            r.receiver_started[t] = true;
-            (void) recv.init(pages_of(r.slot, true), static_cast<int64_t>(r.slot));
-            progressed = true;
+      return true;
+    };
+    hooks.concluded = [&](loop_room& r) {
+      bool room_failed = false;
+      for (int t = 0; t < tp; ++t) {
+        auto ut = static_cast<size_t>(t);
+        for (auto* h : {static_cast<room_handle*>(&r.senders[ut]),
+                        static_cast<room_handle*>(&r.receivers[ut])}) {
+          bool is_sender = h == &r.senders[ut];
+          auto& states = is_sender ? prefill_states : decode_states;
+          if (h->poll() == kv_poll::success) {
+            ++states.success;
+            continue;
           }
-          all_done = all_done && is_terminal(st);
-          auto& send = r.senders[t];
-          st = send.poll();
-          if (!r.sender_started[t] && st == kv_poll::waiting_for_input) {
-            r.sender_started[t] = true;
-            auto pages = pages_of(r.slot, false);
-            (void) send.init(pages.size(), static_cast<int64_t>(r.slot));
-            auto per = (pages.size() + cfg.chunks - 1) / cfg.chunks;
-            for (size_t c = 0; c * per < pages.size(); ++c) {
-              auto last = std::min(pages.size(), (c + 1) * per);
-              std::vector<int64_t> chunk(pages.begin() + c * per, pages.begin() + last);
-              (void) send.send(std::move(chunk), last == pages.size());
-            }
-            progressed = true;
-          }
-          all_done = all_done && is_terminal(st);
+          ++states.failed;
+          room_failed = true;
+          auto err = h->failure();
+          if (!err)
+            continue;
+          auto who = to_string(is_sender ? prefill[ut]->ref() : decode[ut]->ref());
+          failure_lines.push_back("  " + who + (err->is_from_another_rank ? "  propagated  " : "  ORIGIN      ")
+                                  + to_string(*err) + "  [origin_rank "
+                                  + std::to_string(err->origin_rank) + "]");
         }
-        if (!all_done) {
-          ++i;
-          continue;
-        }
-        progressed = true;
-        bool room_failed = false;
-        for (int t = 0; t < tp; ++t) {
-          for (auto* h : {static_cast<room_handle*>(&r.senders[t]),
-                          static_cast<room_handle*>(&r.receivers[t])}) {
-            auto& states = h == &r.senders[t] ? prefill_states : decode_states;
-            if (h->poll() == kv_poll::success) {
-              ++states.success;
-              continue;
-            }
-            ++states.failed;
-            room_failed = true;
-            auto err = h->failure();
-            if (!err)
-              continue;
-            auto who = to_string(h == &r.senders[t] ? prefill[t]->ref() : decode[t]->ref());
-            failure_lines.push_back("  " + who + (err->is_from_another_rank ? "  propagated  " : "  ORIGIN      ")
-                                    + to_string(*err) + "  [origin_rank "
-                                    + std::to_string(err->origin_rank) + "]");
-          }
-        }
-        if (room_failed) {
-          ++failed_rooms;
-          if (r.id != static_cast<room_id>(cfg.fail_room))
-            ++wrong_failures;
-        } else {
-          bytes_ok += room_bytes;
-          if (r.verify) {
-            for (int t = 0; t < tp; ++t) {
-              std::string why;
-              ++verified;
-              if (!decode_mem[t]->check_room(r.id ^ (room_id(t + 1) << 40), pages_of(r.slot, true),
-                                             static_cast<int64_t>(r.slot), &why)) {
-                ++verify_failures;
-                std::fprintf(stderr, "verification failed: %s\n", why.c_str());
-              }
-            }
-          }
-        }
-        for (int t = 0; t < tp; ++t) {
-          (void) r.senders[t].clear();
-          (void) r.receivers[t].clear();
-        }
-        free_slots.push_back(r.slot);
-        ++done_rooms;
-        i = in_flight.erase(i);
       }
+      if (room_failed) {
+        ++failed_rooms;
+        if (r.id != static_cast<room_id>(cfg.fail_room))
+          ++wrong_failures;
+        return;
+      }
+      bytes_ok += room_bytes;
+      if (!verify(r.id))
+        return;
+      for (int t = 0; t < tp; ++t) {
+        std::string why;
+        ++verified;
+        if (!decode_mem[t]->check_room(key(r.id, t), pages_of(r.slot, true),
+                                       static_cast<int64_t>(r.slot), &why)) {
+          ++verify_failures;
+          std::fprintf(stderr, "verification failed: %s\n", why.c_str());
+        }
+      }
+    };
+    std::vector<rank*> prefill_ranks, decode_ranks;
+    for (auto& r : prefill)
+      prefill_ranks.push_back(r.get());
+    for (auto& r : decode)
+      decode_ranks.push_back(r.get());
+    scheduler_loop loop{prefill_ranks, decode_ranks, 0, static_cast<size_t>(cfg.concurrency),
+                        1, static_cast<uint64_t>(cfg.rooms), std::move(hooks)};
+    while (!loop.done()) {
+      bool progressed = loop.step();
+      if (!loop.open_error().empty())
+        return fail("cannot open room: " + loop.open_error());
       auto now = std::chrono::steady_clock::now();
       if (now - last_progress > std::chrono::seconds(2)) {
         std::printf("  ... %llu / %lld rooms concluded\n",
-                    static_cast<unsigned long long>(done_rooms), static_cast<long long>(cfg.rooms));
+                    static_cast<unsigned long long>(loop.concluded_rooms()),
+                    static_cast<long long>(cfg.rooms));
         std::fflush(stdout);
         last_progress = now;
       }
@@ -318,7 +282,7 @@ int run_demo(int argc, char** argv) {
         if (st)
           leaked += st->failure_records;
       }
-    std::printf("failure records left after every rank took its failure: %llu\n",
+    std::printf("failure records left after every room was cleared: %llu\n",
                 static_cast<unsigned long long>(leaked));
     bool expected_failure = cfg.fail_room > 0 && cfg.fail_room <= cfg.rooms;
     if (verify_failures > 0 || wrong_failures > 0 || leaked > 0

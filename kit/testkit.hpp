@@ -8,3 +8,4 @@
 #include "kvroom/actors/kvroom.hpp"
 #include "kvroom/kit/host_kv_cache.hpp"
 #include "kvroom/kit/local_group.hpp"
+#include "kvroom/kit/scheduler_loop.hpp"
