@@ -96,16 +96,11 @@ public:
   }
 };
 
+/// What the stress keeps about one room in flight beside the loop's handles.
 struct live_room {
-  room_id id = 0;
-  size_t slot = 0;
   room_plan plan;
   injected_fault fault;
   clock_type::time_point deadline;
-  std::vector<kv_sender> senders;
-  std::vector<kv_receiver> receivers;
-  std::vector<bool> sender_started;
-  std::vector<bool> receiver_started;
   /// Decode pages and aux slot, taken from the FIFO free lists.
   std::vector<int64_t> dst_pages;
   int64_t dst_aux = 0;
@@ -289,9 +284,6 @@ int run_stress(int argc, char** argv) {
         out.push_back(base + (dst ? cfg.pages_per_room - 1 - i : i));
       return out;
     };
-    std::vector<size_t> free_slots;
-    for (size_t s = static_cast<size_t>(cfg.concurrency); s-- > 0;)
-      free_slots.push_back(s);
     // Decode pages and aux slots come from FIFO free lists, as a scheduler's
     // allocator hands them out; each free one holds its canary.
     std::deque<int64_t> free_pages;
@@ -327,194 +319,175 @@ int run_stress(int argc, char** argv) {
              + " was terminal and released it (a late write)"});
       }
     };
-    std::deque<live_room> in_flight;
-    room_id next = 1;
     auto room_bound = std::chrono::milliseconds(7 * cfg.timeout_ms + 2000);
     auto start = clock_type::now();
     auto run_deadline = start + std::chrono::seconds(cfg.max_seconds);
     auto last_report = start;
     rss_start = rss_bytes();
-    auto handle_of = [&](live_room& r, role side, int t) -> room_handle& {
-      if (side == role::prefill)
-        return r.senders[static_cast<size_t>(t)];
-      return r.receivers[static_cast<size_t>(t)];
-    };
     auto rank_of = [&](role side, int t) -> rank& {
       return side == role::prefill ? *prefill[static_cast<size_t>(t)]
                                    : *decode[static_cast<size_t>(t)];
     };
-    while ((next <= static_cast<room_id>(cfg.rooms) || !in_flight.empty())
-           && clock_type::now() < run_deadline) {
-      bool progressed = false;
-      while (next <= static_cast<room_id>(cfg.rooms) && !free_slots.empty()) {
-        live_room r;
-        r.id = next++;
-        r.slot = free_slots.back();
-        free_slots.pop_back();
-        r.plan = plans[r.id];
-        r.fault.kind = r.plan.kind;
-        r.fault.rank = rank_of(r.plan.side, r.plan.tp).ref().id;
-        r.fault.fired = r.plan.kind == fault_kind::transfer;
-        r.fault.detail = r.plan.kind == fault_kind::transfer
-                           ? to_string(r.plan.point)
-                           : "in " + to_string(r.plan.at);
-        r.deadline = clock_type::now() + room_bound;
-        for (int64_t i = 0; i < cfg.pages_per_room; ++i) {
-          r.dst_pages.push_back(free_pages.front());
-          free_pages.pop_front();
-          check_free(r.dst_pages.back(), -1, "while free");
-        }
-        r.dst_aux = free_aux.front();
-        free_aux.pop_front();
-        check_free(-1, r.dst_aux, "while free");
-        if (r.plan.kind == fault_kind::bad_indices_all
-            || r.plan.kind == fault_kind::stall_all || r.plan.kind == fault_kind::abort_both) {
-          r.fault.rank = -1;
-          r.fault.fired = r.plan.kind != fault_kind::abort_both;
-          r.fault.detail = r.plan.kind == fault_kind::abort_both ? "in " + to_string(r.plan.at)
-                                                                  : "on every rank";
-        }
-        for (int t = 0; t < tp; ++t) {
-          auto recv = decode[t]->make_receiver(r.id);
-          auto send = prefill[t]->make_sender(r.id);
-          if (!recv || !send)
-            return bad("cannot open room: " + describe(recv ? send.error() : recv.error()));
-          r.receivers.push_back(*recv);
-          r.senders.push_back(*send);
-          prefill_mem[t]->write_room(key(r.id, t), pages_of(r.slot, false),
-                                     static_cast<int64_t>(r.slot));
-        }
-        r.sender_started.assign(static_cast<size_t>(tp), false);
-        r.receiver_started.assign(static_cast<size_t>(tp), false);
-        in_flight.push_back(std::move(r));
-        progressed = true;
+    // What the stress keeps about each room in flight, by the loop's slot.
+    std::vector<live_room> by_slot(static_cast<size_t>(cfg.concurrency));
+    auto handle_of = [&](loop_room& r, role side, int t) -> room_handle& {
+      if (side == role::prefill)
+        return r.senders[static_cast<size_t>(t)];
+      return r.receivers[static_cast<size_t>(t)];
+    };
+    loop_hooks hooks;
+    hooks.opened = [&](loop_room& lr) {
+      auto& r = by_slot[lr.slot];
+      r = live_room{};
+      r.plan = plans[lr.id];
+      r.fault.kind = r.plan.kind;
+      r.fault.rank = rank_of(r.plan.side, r.plan.tp).ref().id;
+      r.fault.fired = r.plan.kind == fault_kind::transfer;
+      r.fault.detail = r.plan.kind == fault_kind::transfer ? to_string(r.plan.point)
+                                                           : "in " + to_string(r.plan.at);
+      r.deadline = clock_type::now() + room_bound;
+      for (int64_t i = 0; i < cfg.pages_per_room; ++i) {
+        r.dst_pages.push_back(free_pages.front());
+        free_pages.pop_front();
+        check_free(r.dst_pages.back(), -1, "while free");
       }
-      auto now = clock_type::now();
-      for (auto i = in_flight.begin(); i != in_flight.end();) {
-        auto& r = *i;
-        // Both sides' schedulers abort once each side's rank reached the state.
-        if (r.plan.kind == fault_kind::abort_both) {
-          for (auto side : {role::prefill, role::decode}) {
-            auto& done = side == role::prefill ? r.prefill_aborted : r.decode_aborted;
-            auto& h = handle_of(r, side, r.plan.tp);
-            auto st = h.poll();
-            if (!done && !is_terminal(st) && st >= r.plan.at) {
-              (void) h.abort("stress abort of both sides in " + to_string(st));
-              done = true;
-              r.fault.fired = true;
-            }
-          }
-        }
-        // The scheduled abort or kill, once its target reached its state.
-        if ((r.plan.kind == fault_kind::abort || r.plan.kind == fault_kind::kill_room
-             || r.plan.kind == fault_kind::late_write)
-            && !r.fault.fired) {
-          auto& h = handle_of(r, r.plan.side, r.plan.tp);
+      r.dst_aux = free_aux.front();
+      free_aux.pop_front();
+      check_free(-1, r.dst_aux, "while free");
+      if (r.plan.kind == fault_kind::bad_indices_all || r.plan.kind == fault_kind::stall_all
+          || r.plan.kind == fault_kind::abort_both) {
+        r.fault.rank = -1;
+        r.fault.fired = r.plan.kind != fault_kind::abort_both;
+        r.fault.detail = r.plan.kind == fault_kind::abort_both ? "in " + to_string(r.plan.at)
+                                                                : "on every rank";
+      }
+      for (int t = 0; t < tp; ++t)
+        prefill_mem[t]->write_room(key(lr.id, t), pages_of(lr.slot, false),
+                                   static_cast<int64_t>(lr.slot));
+    };
+    hooks.each = [&](loop_room& lr) {
+      auto& r = by_slot[lr.slot];
+      // Both sides' schedulers abort once each side's rank reached the state.
+      if (r.plan.kind == fault_kind::abort_both) {
+        for (auto side : {role::prefill, role::decode}) {
+          auto& done = side == role::prefill ? r.prefill_aborted : r.decode_aborted;
+          auto& h = handle_of(lr, side, r.plan.tp);
           auto st = h.poll();
-          if (!is_terminal(st) && st >= r.plan.at) {
-            if (r.plan.kind != fault_kind::kill_room)
-              (void) h.abort("stress abort in " + to_string(st));
-            else
-              caf::anon_send_exit(rank_of(r.plan.side, r.plan.tp).room_actor(r.id),
-                                  caf::exit_reason::kill);
+          if (!done && !is_terminal(st) && st >= r.plan.at) {
+            (void) h.abort("stress abort of both sides in " + to_string(st));
+            done = true;
             r.fault.fired = true;
-            r.fault.detail = "in " + to_string(st);
           }
         }
-        bool all_done = true;
-        for (int t = 0; t < tp; ++t) {
-          auto ut = static_cast<size_t>(t);
-          auto& recv = r.receivers[ut];
-          auto st = recv.poll();
-          if (!r.receiver_started[ut] && st == kv_poll::waiting_for_input) {
-            r.receiver_started[ut] = true;
-            auto dst = r.dst_pages;
-            // The same bad index on every decode rank (they share one
-            // allocation, as TP ranks do).
-            if (r.plan.kind == fault_kind::bad_indices_all)
-              dst[0] = static_cast<int64_t>(shape.num_pages) + 3;
-            (void) recv.init(std::move(dst), r.dst_aux);
-            progressed = true;
-          }
-          all_done = all_done && is_terminal(st);
-          auto& send = r.senders[ut];
-          st = send.poll();
-          if (!r.sender_started[ut] && st == kv_poll::waiting_for_input) {
-            r.sender_started[ut] = true;
-            auto pages = pages_of(r.slot, false);
-            auto half = pages.size() / 2;
-            (void) send.init(pages.size(), static_cast<int64_t>(r.slot));
-            (void) send.send({pages.begin(), pages.begin() + static_cast<long>(half)}, false);
-            (void) send.send({pages.begin() + static_cast<long>(half), pages.end()}, true);
-            progressed = true;
-          }
-          all_done = all_done && is_terminal(st);
-        }
-        if (!all_done && now < r.deadline) {
-          ++i;
-          continue;
-        }
-        progressed = true;
-        room_record rec;
-        rec.room = r.id;
-        rec.fault = r.fault;
-        bool any_failed = false;
-        for (int t = 0; t < tp; ++t) {
-          for (auto side : {role::prefill, role::decode}) {
-            auto& h = handle_of(r, side, t);
-            rank_outcome o;
-            o.rank = rank_of(side, t).ref();
-            o.state = h.poll();
-            if (o.state == kv_poll::failed) {
-              o.error = h.failure();
-              any_failed = true;
-            }
-            if (side == role::decode && o.state == kv_poll::success) {
-              std::string why;
-              if (!decode_mem[static_cast<size_t>(t)]->check_room(
-                    key(r.id, t), r.dst_pages, r.dst_aux, &why))
-                rec.data_error = why;
-            }
-            rec.outcomes.push_back(std::move(o));
-          }
-        }
-        if (rec.fault.kind == fault_kind::transfer && !any_failed)
-          violations.push_back({r.id, rec.fault.rank,
-                                "Success reported over an injected transfer fault ("
-                                  + rec.fault.detail + ")"});
-        for (auto& v : check_room(rec)) {
-          v.what += " [fault: " + to_string(rec.fault.kind) + " " + rec.fault.detail
-                    + " on rank " + std::to_string(rec.fault.rank)
-                    + (rec.fault.fired ? "" : ", not fired") + "]";
-          violations.push_back(v);
-        }
-        auto& tally = by_fault[to_string(rec.fault.fired ? rec.fault.kind : fault_kind::none)];
-        (any_failed ? tally.second : tally.first) += 1;
-        failed_rooms += any_failed ? 1 : 0;
-        for (int t = 0; t < tp; ++t) {
-          (void) r.senders[static_cast<size_t>(t)].clear();
-          (void) r.receivers[static_cast<size_t>(t)].clear();
-        }
-        free_slots.push_back(r.slot);
-        // Every decode rank's poll() was terminal: the pages are the
-        // scheduler's again, and no byte of this room may land in them.
-        for (auto p : r.dst_pages) {
-          for (auto& mem : decode_mem)
-            write_canary(*mem, p, -1);
-          page_owner[static_cast<size_t>(p)] = r.id;
-          free_pages.push_back(p);
-        }
-        for (auto& mem : decode_mem)
-          write_canary(*mem, -1, r.dst_aux);
-        aux_owner[static_cast<size_t>(r.dst_aux)] = r.id;
-        free_aux.push_back(r.dst_aux);
-        ++concluded;
-        if (concluded == static_cast<uint64_t>(cfg.rooms) / 10) {
-          rss_early = rss_bytes();
-          rooms_early = concluded;
-        }
-        i = in_flight.erase(i);
       }
+      // The scheduled abort or kill, once its target reached its state.
+      if ((r.plan.kind == fault_kind::abort || r.plan.kind == fault_kind::kill_room
+           || r.plan.kind == fault_kind::late_write)
+          && !r.fault.fired) {
+        auto& h = handle_of(lr, r.plan.side, r.plan.tp);
+        auto st = h.poll();
+        if (!is_terminal(st) && st >= r.plan.at) {
+          if (r.plan.kind != fault_kind::kill_room)
+            (void) h.abort("stress abort in " + to_string(st));
+          else
+            caf::anon_send_exit(rank_of(r.plan.side, r.plan.tp).room_actor(lr.id),
+                                caf::exit_reason::kill);
+          r.fault.fired = true;
+          r.fault.detail = "in " + to_string(st);
+        }
+      }
+    };
+    hooks.receiver_ready = [&](loop_room& lr, int t) {
+      auto& r = by_slot[lr.slot];
+      auto dst = r.dst_pages;
+      // The same bad index on every decode rank (they share one allocation,
+      // as TP ranks do).
+      if (r.plan.kind == fault_kind::bad_indices_all)
+        dst[0] = static_cast<int64_t>(shape.num_pages) + 3;
+      (void) lr.receivers[static_cast<size_t>(t)].init(std::move(dst), r.dst_aux);
+      return true;
+    };
+    hooks.sender_ready = [&](loop_room& lr, int t) {
+      auto& send = lr.senders[static_cast<size_t>(t)];
+      auto pages = pages_of(lr.slot, false);
+      auto half = pages.size() / 2;
+      (void) send.init(pages.size(), static_cast<int64_t>(lr.slot));
+      (void) send.send({pages.begin(), pages.begin() + static_cast<long>(half)}, false);
+      (void) send.send({pages.begin() + static_cast<long>(half), pages.end()}, true);
+      return true;
+    };
+    hooks.give_up = [&](const loop_room& lr) {
+      return clock_type::now() >= by_slot[lr.slot].deadline;
+    };
+    hooks.concluded = [&](loop_room& lr) {
+      auto& r = by_slot[lr.slot];
+      room_record rec;
+      rec.room = lr.id;
+      rec.fault = r.fault;
+      bool any_failed = false;
+      for (int t = 0; t < tp; ++t) {
+        for (auto side : {role::prefill, role::decode}) {
+          auto& h = handle_of(lr, side, t);
+          rank_outcome o;
+          o.rank = rank_of(side, t).ref();
+          o.state = h.poll();
+          if (o.state == kv_poll::failed) {
+            o.error = h.failure();
+            any_failed = true;
+          }
+          if (side == role::decode && o.state == kv_poll::success) {
+            std::string why;
+            if (!decode_mem[static_cast<size_t>(t)]->check_room(key(lr.id, t), r.dst_pages,
+                                                                r.dst_aux, &why))
+              rec.data_error = why;
+          }
+          rec.outcomes.push_back(std::move(o));
+        }
+      }
+      if (rec.fault.kind == fault_kind::transfer && !any_failed)
+        violations.push_back({lr.id, rec.fault.rank,
+                              "Success reported over an injected transfer fault ("
+                                + rec.fault.detail + ")"});
+      for (auto& v : check_room(rec)) {
+        v.what += " [fault: " + to_string(rec.fault.kind) + " " + rec.fault.detail
+                  + " on rank " + std::to_string(rec.fault.rank)
+                  + (rec.fault.fired ? "" : ", not fired") + "]";
+        violations.push_back(v);
+      }
+      auto& tally = by_fault[to_string(rec.fault.fired ? rec.fault.kind : fault_kind::none)];
+      (any_failed ? tally.second : tally.first) += 1;
+      failed_rooms += any_failed ? 1 : 0;
+      // Every decode rank's poll() was terminal: the pages are the
+      // scheduler's again, and no byte of this room may land in them.
+      for (auto p : r.dst_pages) {
+        for (auto& mem : decode_mem)
+          write_canary(*mem, p, -1);
+        page_owner[static_cast<size_t>(p)] = lr.id;
+        free_pages.push_back(p);
+      }
+      for (auto& mem : decode_mem)
+        write_canary(*mem, -1, r.dst_aux);
+      aux_owner[static_cast<size_t>(r.dst_aux)] = lr.id;
+      free_aux.push_back(r.dst_aux);
+      ++concluded;
+      if (concluded == static_cast<uint64_t>(cfg.rooms) / 10) {
+        rss_early = rss_bytes();
+        rooms_early = concluded;
+      }
+      r = live_room{};
+    };
+    std::vector<rank*> prefill_ranks, decode_ranks;
+    for (auto& x : prefill)
+      prefill_ranks.push_back(x.get());
+    for (auto& x : decode)
+      decode_ranks.push_back(x.get());
+    scheduler_loop loop{prefill_ranks, decode_ranks, 0, static_cast<size_t>(cfg.concurrency),
+                        1, static_cast<uint64_t>(cfg.rooms), std::move(hooks)};
+    while (!loop.done() && clock_type::now() < run_deadline) {
+      bool progressed = loop.step();
+      if (!loop.open_error().empty())
+        return bad("cannot open room: " + loop.open_error());
+      auto now = clock_type::now();
       if (now - last_report >= std::chrono::seconds(1)) {
         auto t = std::chrono::duration<double>(now - start).count();
         std::printf("  [%6.1fs] %llu/%lld rooms concluded, %llu failed, %zu violations, %.0f rooms/s\n",
