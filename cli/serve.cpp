@@ -215,110 +215,76 @@ int run_serve(int argc, char** argv) {
     };
     // One batch of rooms through this rank's side, as a scheduler loop.
     auto run_rooms = [&](room_id first, int64_t count) {
-      struct live {
-        room_id id;
-        size_t slot;
-        kv_sender sender;
-        kv_receiver receiver;
-        bool started = false;
+      struct timing {
         int64_t opened_ms = 0;
         int64_t ready_ms = 0;  // decode: first seen waiting for input
       };
-      std::vector<live> in_flight;
-      std::vector<size_t> free_slots;
-      for (size_t s = static_cast<size_t>(cfg.concurrency); s-- > 0;)
-        free_slots.push_back(s);
-      room_id next = first;
-      auto end = first + static_cast<room_id>(count);
+      std::vector<timing> by_slot(static_cast<size_t>(cfg.concurrency));
       auto last_open = clock_type::now();
+      loop_hooks hooks;
+      hooks.may_open = [&] {
+        return clock_type::now() - last_open >= std::chrono::microseconds(cfg.pace_us);
+      };
+      hooks.opened = [&](loop_room& l) {
+        by_slot[l.slot] = timing{wall_ms(), 0};
+        last_open = clock_type::now();
+        if (side == role::prefill)
+          mem.write_room(key(l.id), pages_of(l.slot), static_cast<int64_t>(l.slot));
+      };
+      hooks.receiver_ready = [&](loop_room& l, int) {
+        // A decode scheduler admits the request once it has the memory.
+        auto& t = by_slot[l.slot];
+        if (cfg.init_delay_ms > 0) {
+          if (t.ready_ms == 0)
+            t.ready_ms = wall_ms();
+          if (wall_ms() - t.ready_ms < cfg.init_delay_ms)
+            return false;
+        }
+        (void) l.receivers[0].init(pages_of(l.slot), static_cast<int64_t>(l.slot));
+        return true;
+      };
+      hooks.sender_ready = [&](loop_room& l, int) {
+        auto pages = pages_of(l.slot);
+        (void) l.senders[0].init(pages.size(), static_cast<int64_t>(l.slot));
+        (void) l.senders[0].send(std::move(pages), true);
+        return true;
+      };
+      hooks.concluded = [&](loop_room& l) {
+        room_handle& h = side == role::prefill ? static_cast<room_handle&>(l.senders[0])
+                                               : static_cast<room_handle&>(l.receivers[0]);
+        outcome o;
+        o.room = l.id;
+        o.state = h.poll();
+        o.opened_at_ms = by_slot[l.slot].opened_ms;
+        o.concluded_at_ms = wall_ms();
+        if (o.state == kv_poll::failed)
+          o.error = h.failure();
+        else if (side == role::decode
+                 && !mem.check_room(key(l.id), pages_of(l.slot), static_cast<int64_t>(l.slot),
+                                    &o.data_error))
+          std::fprintf(stderr, "room %llu: %s\n", static_cast<unsigned long long>(l.id),
+                       o.data_error.c_str());
+        outcomes.push_back(std::move(o));
+      };
+      std::vector<rank*> senders, receivers;
+      (side == role::prefill ? senders : receivers).push_back(&r);
+      scheduler_loop loop{senders, receivers, static_cast<int32_t>(cfg.dp),
+                          static_cast<size_t>(cfg.concurrency), first,
+                          static_cast<uint64_t>(count), std::move(hooks)};
       auto last_progress = clock_type::now();
-      while (next < end || !in_flight.empty()) {
-        bool progressed = false;
-        auto now = clock_type::now();
-        if (next < end && !free_slots.empty()
-            && now - last_open >= std::chrono::microseconds(cfg.pace_us)) {
-          live l{next++, free_slots.back(), {}, {}, false, wall_ms(), 0};
-          free_slots.pop_back();
-          if (side == role::prefill) {
-            auto h = r.make_sender(l.id);
-            if (!h) {
-              std::fprintf(stderr, "cannot open room %llu: %s\n",
-                           static_cast<unsigned long long>(l.id), describe(h.error()).c_str());
-              continue;
-            }
-            l.sender = *h;
-            mem.write_room(key(l.id), pages_of(l.slot), static_cast<int64_t>(l.slot));
-          } else {
-            auto h = r.make_receiver(l.id, static_cast<int32_t>(cfg.dp));
-            if (!h) {
-              std::fprintf(stderr, "cannot open room %llu: %s\n",
-                           static_cast<unsigned long long>(l.id), describe(h.error()).c_str());
-              continue;
-            }
-            l.receiver = *h;
-          }
-          in_flight.push_back(std::move(l));
-          last_open = now;
-          progressed = true;
-        }
-        for (size_t i = 0; i < in_flight.size();) {
-          auto& l = in_flight[i];
-          room_handle& h = side == role::prefill ? static_cast<room_handle&>(l.sender)
-                                                 : static_cast<room_handle&>(l.receiver);
-          auto st = h.poll();
-          if (!l.started && st == kv_poll::waiting_for_input && side == role::decode
-              && cfg.init_delay_ms > 0) {
-            // A decode scheduler admits the request once it has the memory.
-            if (l.ready_ms == 0)
-              l.ready_ms = wall_ms();
-            if (wall_ms() - l.ready_ms < cfg.init_delay_ms) {
-              ++i;
-              continue;
-            }
-          }
-          if (!l.started && st == kv_poll::waiting_for_input) {
-            l.started = true;
-            auto pages = pages_of(l.slot);
-            if (side == role::prefill) {
-              (void) l.sender.init(pages.size(), static_cast<int64_t>(l.slot));
-              (void) l.sender.send(std::move(pages), true);
-            } else {
-              (void) l.receiver.init(std::move(pages), static_cast<int64_t>(l.slot));
-            }
-            progressed = true;
-          }
-          if (!is_terminal(st)) {
-            ++i;
-            continue;
-          }
-          outcome o;
-          o.room = l.id;
-          o.state = st;
-          o.opened_at_ms = l.opened_ms;
-          o.concluded_at_ms = wall_ms();
-          if (st == kv_poll::failed)
-            o.error = h.failure();
-          else if (side == role::decode
-                   && !mem.check_room(key(l.id), pages_of(l.slot), static_cast<int64_t>(l.slot),
-                                      &o.data_error))
-            std::fprintf(stderr, "room %llu: %s\n", static_cast<unsigned long long>(l.id),
-                         o.data_error.c_str());
-          outcomes.push_back(std::move(o));
-          (void) h.clear();
-          free_slots.push_back(l.slot);
-          in_flight[i] = std::move(in_flight.back());
-          in_flight.pop_back();
-          progressed = true;
-        }
+      while (!loop.done()) {
+        bool progressed = loop.step();
+        if (!loop.open_error().empty())
+          std::fprintf(stderr, "cannot open a room: %s\n", loop.open_error().c_str());
         if (progressed) {
           last_progress = clock_type::now();
         } else if (clock_type::now() - last_progress > std::chrono::seconds(5)) {
           // A stall report: what this rank's manager and rooms believe.
           auto st = r.stats();
           std::string rooms_text;
-          for (auto& l : in_flight) {
-            room_handle& h = side == role::prefill ? static_cast<room_handle&>(l.sender)
-                                                   : static_cast<room_handle&>(l.receiver);
+          for (auto& l : loop.in_flight()) {
+            auto h = side == role::prefill ? static_cast<room_handle>(l.senders[0])
+                                           : static_cast<room_handle>(l.receivers[0]);
             rooms_text += " " + std::to_string(l.id) + ":" + to_string(h.poll());
           }
           std::fprintf(stderr, "stall: no progress for 5 s; manager: %s live rooms, %s records, %s parked;"

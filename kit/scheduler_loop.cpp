@@ -53,6 +53,7 @@ bool scheduler_loop::open_room() {
 
 bool scheduler_loop::step() {
   bool progressed = false;
+  open_error_.clear();
   while (next_ < end_ && !free_slots_.empty()
          && (!hooks_.may_open || hooks_.may_open())) {
     if (!open_room()) {

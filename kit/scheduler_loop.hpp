@@ -81,7 +81,8 @@ public:
     return concluded_;
   }
 
-  /// Why the last room could not be opened (empty when all opened).
+  /// Why a room could not be opened in the last step (its id was skipped);
+  /// empty when every room opened.
   const std::string& open_error() const noexcept {
     return open_error_;
   }
