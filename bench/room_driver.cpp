@@ -25,20 +25,9 @@ bench_group::~bench_group() {
   prefill.clear();
 }
 
-namespace {
-
-std::vector<rank*> raw(const std::vector<std::unique_ptr<rank>>& xs) {
-  std::vector<rank*> out;
-  for (auto& x : xs)
-    out.push_back(x.get());
-  return out;
-}
-
-} // namespace
-
 room_driver::room_driver(bench_group& g, size_t concurrency, room_id first_room)
   : g_(g),
-    loop_(raw(g.prefill), raw(g.decode), 0, concurrency, first_room,
+    loop_(ranks_of(g.prefill), ranks_of(g.decode), 0, concurrency, first_room,
           std::numeric_limits<uint64_t>::max() / 2, hooks()) {
   // nop
 }

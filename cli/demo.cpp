@@ -233,12 +233,7 @@ int run_demo(int argc, char** argv) {
         }
       }
     };
-    std::vector<rank*> prefill_ranks, decode_ranks;
-    for (auto& r : prefill)
-      prefill_ranks.push_back(r.get());
-    for (auto& r : decode)
-      decode_ranks.push_back(r.get());
-    scheduler_loop loop{prefill_ranks, decode_ranks, 0, static_cast<size_t>(cfg.concurrency),
+    scheduler_loop loop{ranks_of(prefill), ranks_of(decode), 0, static_cast<size_t>(cfg.concurrency),
                         1, static_cast<uint64_t>(cfg.rooms), std::move(hooks)};
     while (!loop.done()) {
       bool progressed = loop.step();

@@ -476,12 +476,7 @@ int run_stress(int argc, char** argv) {
       }
       r = live_room{};
     };
-    std::vector<rank*> prefill_ranks, decode_ranks;
-    for (auto& x : prefill)
-      prefill_ranks.push_back(x.get());
-    for (auto& x : decode)
-      decode_ranks.push_back(x.get());
-    scheduler_loop loop{prefill_ranks, decode_ranks, 0, static_cast<size_t>(cfg.concurrency),
+    scheduler_loop loop{ranks_of(prefill), ranks_of(decode), 0, static_cast<size_t>(cfg.concurrency),
                         1, static_cast<uint64_t>(cfg.rooms), std::move(hooks)};
     while (!loop.done() && clock_type::now() < run_deadline) {
       bool progressed = loop.step();
@@ -508,11 +503,9 @@ int run_stress(int argc, char** argv) {
                                      + std::to_string(cfg.rooms - static_cast<int64_t>(concluded))
                                      + " rooms unconcluded"});
     // Every room was cleared: nothing may remain on any rank.
-    std::vector<rank*> all;
-    for (auto& r : prefill)
-      all.push_back(r.get());
-    for (auto& r : decode)
-      all.push_back(r.get());
+    auto all = ranks_of(prefill);
+    for (auto* r : ranks_of(decode))
+      all.push_back(r);
     auto quiet_deadline = clock_type::now() + std::chrono::seconds(10);
     bool quiet = false;
     while (!quiet && clock_type::now() < quiet_deadline) {

@@ -4,6 +4,13 @@
 
 namespace kvroom {
 
+std::vector<rank*> ranks_of(const std::vector<std::unique_ptr<rank>>& xs) {
+  std::vector<rank*> out;
+  for (auto& x : xs)
+    out.push_back(x.get());
+  return out;
+}
+
 scheduler_loop::scheduler_loop(std::vector<rank*> prefill, std::vector<rank*> decode,
                                int32_t prefill_dp, size_t concurrency,
                                room_id first_room, uint64_t rooms, loop_hooks hooks)

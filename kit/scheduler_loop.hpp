@@ -3,12 +3,16 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kvroom/actors/rank.hpp"
 
 namespace kvroom {
+
+/// The ranks a group owns, as the loop takes them.
+std::vector<rank*> ranks_of(const std::vector<std::unique_ptr<rank>>& xs);
 
 /// One room as the scheduler loop holds it: a sender per prefill rank and a
 /// receiver per decode rank this process drives (either list may be empty,
