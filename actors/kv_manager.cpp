@@ -493,6 +493,14 @@ void on_directory(self_ptr self, directory_update& msg) {
     [&](const decider_ref& to, caf::message& m) { return send_to_decider(self, to, m); });
   for (auto room : st.parked->dst_rooms())
     deliver_parked(self, room);
+  // Decode rooms that opened before their prefill group registered learn it
+  // now (a room that has it ignores the push); directory updates are rare.
+  if (me(self).side == role::decode)
+    st.rooms->for_each([&](room_id, const room_directory::entry& e) {
+      auto group = st.peers->group(role::prefill, e.prefill_dp);
+      if (!group.empty() && !is_terminal(e.state))
+        self->send(e.actor, group_reply{std::move(group)});
+    });
 }
 
 /// Proposals for rooms that did not open here within a grace period (a few
