@@ -5,6 +5,7 @@
 #include <thread>
 
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "kvroom/transport/select.hpp"
 
 #include <arpa/inet.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <netinet/in.h>
@@ -418,4 +420,121 @@ TEST_CASE("the same seed reproduces the same random faults") {
   fault_plan bad;
   bad.probability = 1.5;
   CHECK_FALSE(make_backend(backend_config{"local", 1, bad}));
+}
+
+namespace {
+
+/// Threads of this process, from /proc.
+int thread_count() {
+  std::ifstream in{"/proc/self/status"};
+  std::string key;
+  while (in >> key)
+    if (key == "Threads:") {
+      int n = 0;
+      in >> n;
+      return n;
+    }
+  return -1;
+}
+
+int connect_to(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+uint16_t tcp_port(backend& be) {
+  auto ep = be.endpoint();
+  return static_cast<uint16_t>(std::stoi(ep.address.substr(ep.address.rfind(':') + 1)));
+}
+
+} // namespace
+
+TEST_CASE("tcp: connect/close cycles from a stranger cost no lasting thread") {
+  pair_of_ranks p{"tcp", 4096};
+  auto port = tcp_port(*p.receiver);
+  auto before = thread_count();
+  REQUIRE(before > 0);
+  for (int i = 0; i < 600; ++i) {
+    int fd = connect_to(port);
+    REQUIRE(fd >= 0);
+    ::close(fd);
+  }
+  // The accept loop reaps finished connection threads within its 100 ms poll.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (thread_count() > before + 4 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(thread_count() <= before + 4);
+  // And the rank still serves its real peer.
+  auto res = run(*p.sender, p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 4096}}));
+  CHECK(res.first);
+}
+
+TEST_CASE("tcp: a peer trickling a batch is dropped at the batch's deadline, not kept by every byte") {
+  backend_config cfg{"tcp", 9, {}};
+  cfg.io_timeout_ms = 300;
+  auto be = make_backend(cfg);
+  REQUIRE(be);
+  int fd = connect_to(tcp_port(**be));
+  REQUIRE(fd >= 0);
+  // One byte every 50 ms: each recv alone is well inside the timeout.
+  auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  for (int i = 0; i < 100 && !closed; ++i) {
+    char byte = 'K';
+    if (::send(fd, &byte, 1, MSG_NOSIGNAL) != 1) {
+      closed = true;
+      break;
+    }
+    pollfd pfd{fd, POLLIN, 0};
+    if (::poll(&pfd, 1, 50) > 0) {
+      char buf[64];
+      closed = ::recv(fd, buf, sizeof(buf), 0) <= 0;
+    }
+  }
+  auto took = std::chrono::steady_clock::now() - start;
+  ::close(fd);
+  CHECK(closed);
+  CHECK(took < std::chrono::seconds(3));
+}
+
+TEST_CASE("tcp: a header announcing a million writes allocates nothing before they arrive") {
+  pair_of_ranks p{"tcp", 4096};
+  auto rss = [] {
+    std::ifstream in{"/proc/self/statm"};
+    uint64_t size = 0, resident = 0;
+    in >> size >> resident;
+    return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  };
+  struct {
+    uint32_t magic = 0x4b56524d;
+    uint16_t version = 1, reserved = 0;
+    uint64_t xfer = 1, tag = 1;
+    uint32_t nops = 1u << 20, reserved2 = 0;
+    uint64_t total = 4096;
+  } hdr;
+  // 40 strangers each announce 16 MiB of descriptors and send none: held
+  // open, they would cost 640 MiB if the count were believed.
+  auto before = rss();
+  std::vector<int> fds;
+  for (int i = 0; i < 40; ++i) {
+    int fd = connect_to(tcp_port(*p.receiver));
+    REQUIRE(fd >= 0);
+    ::send(fd, &hdr, sizeof(hdr), MSG_NOSIGNAL);
+    fds.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto grown = rss() - std::min(rss(), before);
+  for (auto fd : fds)
+    ::close(fd);
+  CHECK(grown < (64ull << 20));
+  auto res = run(*p.sender, p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 4096}}));
+  CHECK(res.first);
 }

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <system_error>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -68,12 +69,27 @@ bool send_all(int fd, const void* buf, size_t len, bool more = false) {
   return true;
 }
 
-/// Reads all of `len` bytes; false on error, timeout or a closed peer.
-bool recv_all(int fd, void* buf, size_t len) {
+uint64_t now_ms();
+
+/// Reads all of `len` bytes by `deadline_ms` (a peer that trickles bytes
+/// does not restart the clock); false on error, a closed peer or the
+/// deadline.
+bool recv_by(int fd, void* buf, size_t len, uint64_t deadline_ms) {
   auto* p = static_cast<char*>(buf);
   while (len > 0) {
+    auto now = now_ms();
+    if (now >= deadline_ms)
+      return false;
+    pollfd pfd{fd, POLLIN, 0};
+    auto ready = ::poll(&pfd, 1, static_cast<int>(std::min<uint64_t>(deadline_ms - now, 1000)));
+    if (ready < 0 && errno == EINTR)
+      continue;
+    if (ready < 0)
+      return false;
+    if (ready == 0)
+      continue;
     auto n = ::recv(fd, p, len, 0);
-    if (n < 0 && errno == EINTR)
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
       continue;
     if (n <= 0)
       return false;
@@ -142,18 +158,34 @@ tcp_backend::~tcp_backend() {
   {
     std::lock_guard<std::mutex> guard{conns_mtx_};
     // Unblocks every connection thread stuck in recv.
-    for (auto fd : conn_fds_)
-      ::shutdown(fd, SHUT_RDWR);
+    for (auto& c : inbound_)
+      ::shutdown(c.fd, SHUT_RDWR);
   }
-  for (auto& t : conn_threads_)
-    if (t.joinable())
-      t.join();
+  for (auto& c : inbound_)
+    if (c.thread.joinable())
+      c.thread.join();
+  for (auto& c : inbound_)
+    ::close(c.fd);
   for (auto& kvp : out_)
     ::close(kvp.second.fd);
 }
 
+void tcp_backend::reap() {
+  std::lock_guard<std::mutex> guard{conns_mtx_};
+  for (auto i = inbound_.begin(); i != inbound_.end();) {
+    if (!i->done) {
+      ++i;
+      continue;
+    }
+    i->thread.join();
+    ::close(i->fd);
+    i = inbound_.erase(i);
+  }
+}
+
 void tcp_backend::accept_loop() {
   while (!stopping_) {
+    reap();
     pollfd pfd{listener_, POLLIN, 0};
     // A bounded wait so shutdown is noticed within 100 ms.
     if (::poll(&pfd, 1, 100) <= 0)
@@ -162,24 +194,53 @@ void tcp_backend::accept_loop() {
     if (fd < 0)
       continue;
     std::lock_guard<std::mutex> guard{conns_mtx_};
-    if (conn_fds_.size() >= max_connections) {
-      transport_warning("tcp: refusing connection: " + std::to_string(max_connections)
-              + " peers connected already");
+    if (inbound_.size() >= max_connections) {
+      transport_warning_limited("tcp-refused-connection",
+                                "tcp: rank " + std::to_string(owner_)
+                                  + " refuses a connection: "
+                                  + std::to_string(max_connections)
+                                  + " peers connected already");
       ::close(fd);
       continue;
     }
     set_timeouts(fd, io_timeout_ms_);
-    conn_fds_.push_back(fd);
-    conn_threads_.emplace_back([this, fd] { serve(fd); });
+    auto& conn = inbound_.emplace_back();
+    conn.fd = fd;
+    try {
+      conn.thread = std::thread{[this, &conn] { serve(conn); }};
+    } catch (const std::system_error& e) {
+      // Out of threads or address space: refuse this peer, keep the rank.
+      transport_warning_limited("tcp-no-thread", "tcp: rank " + std::to_string(owner_)
+                                                   + " refuses a connection: "
+                                                   + e.what());
+      ::close(fd);
+      inbound_.pop_back();
+    }
   }
 }
 
-void tcp_backend::serve(int fd) {
+void tcp_backend::serve(inbound& conn) {
+  int fd = conn.fd;
   std::vector<wire_op> ops;
+  auto refuse = [&](uint64_t xfer, const std::string& bad) {
+    transport_warning_limited("tcp-refused-batch",
+                              "tcp: rank " + std::to_string(owner_) + " refuses a batch: "
+                                + bad);
+    send_ack(fd, xfer, false, bad);
+  };
   while (!stopping_) {
     wire_header h{};
-    if (!recv_all(fd, &h, sizeof(h)))
-      break; // peer closed or timed out while idle
+    // Idle between batches: the socket's receive timeout closes a silent
+    // peer. From the first byte on, the batch has one deadline.
+    auto* first = reinterpret_cast<char*>(&h);
+    auto n = ::recv(fd, first, 1, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break; // peer closed or idle past the timeout
+    auto deadline = now_ms() + io_timeout_ms_;
+    if (!recv_by(fd, first + 1, sizeof(h) - 1, deadline))
+      break;
     std::string bad;
     if (h.magic != wire_magic || h.version != wire_version)
       bad = "malformed batch header (magic or version)";
@@ -187,12 +248,21 @@ void tcp_backend::serve(int fd) {
       bad = "batch with " + std::to_string(h.nops) + " writes (limit "
             + std::to_string(max_ops) + ")";
     if (!bad.empty()) {
-      transport_warning("tcp: rank " + std::to_string(owner_) + " refuses a batch: " + bad);
-      send_ack(fd, h.xfer, false, bad);
+      refuse(h.xfer, bad);
       break;
     }
-    ops.resize(h.nops);
-    if (!recv_all(fd, ops.data(), ops.size() * sizeof(wire_op)))
+    // Descriptors are read as they arrive: memory follows the bytes a peer
+    // actually sent, not the count it announced.
+    ops.clear();
+    constexpr size_t chunk = 4096;
+    bool complete = true;
+    for (size_t have = 0; have < h.nops && complete;) {
+      auto take = std::min<size_t>(chunk, h.nops - have);
+      ops.resize(have + take);
+      complete = recv_by(fd, ops.data() + have, take * sizeof(wire_op), deadline);
+      have += take;
+    }
+    if (!complete)
       break;
     // Validate every range before any byte lands; hold the lock while the
     // payload is written so nothing is deregistered under it.
@@ -211,27 +281,24 @@ void tcp_backend::serve(int fd) {
       bad = "batch announces " + std::to_string(h.total_bytes)
             + " payload bytes but its writes sum to " + std::to_string(total);
     if (!bad.empty()) {
-      transport_warning("tcp: rank " + std::to_string(owner_) + " refuses a batch: " + bad);
-      send_ack(fd, h.xfer, false, bad);
+      refuse(h.xfer, bad);
       break; // the unread payload makes the stream unusable: drop it
     }
     bool ok = true;
     for (auto& op : ops)
-      if (!recv_all(fd, reinterpret_cast<void*>(op.dst_addr), op.size_bytes)) {
+      if (!recv_by(fd, reinterpret_cast<void*>(op.dst_addr), op.size_bytes, deadline)) {
         ok = false;
         break;
       }
     if (!ok)
-      break; // short payload: the sender sees its connection fail
+      break; // short or late payload: the sender sees its connection fail
     send_ack(fd, h.xfer, true, {});
+    if (ops.capacity() > chunk)
+      std::vector<wire_op>{}.swap(ops); // a large batch's descriptors go
   }
-  std::lock_guard<std::mutex> guard{conns_mtx_};
-  ::close(fd);
-  for (auto i = conn_fds_.begin(); i != conn_fds_.end(); ++i)
-    if (*i == fd) {
-      conn_fds_.erase(i);
-      break;
-    }
+  // The accept loop joins this thread and closes the socket.
+  ::shutdown(fd, SHUT_RDWR);
+  conn.done = true;
 }
 
 std::string tcp_backend::name() const {

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <deque>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,10 +18,15 @@ namespace kvroom::detail {
 /// Data plane between hosts over plain TCP sockets.
 ///
 /// Receiving: a listener thread accepts peers; one thread per connection
-/// (bounded) reads a batch header and its write descriptors, validates every
-/// destination range against this rank's registered memory before a byte is
-/// read into it, receives the payload straight into place and acks. A bad
-/// batch is refused with a reason and the connection closed.
+/// (bounded, reaped when its connection ends) reads a batch header and its
+/// write descriptors, validates every destination range against this rank's
+/// registered memory before a byte is read into it, receives the payload
+/// straight into place and acks. A bad batch is refused with a reason and
+/// the connection closed. Once a batch's first byte arrived, all of it must
+/// arrive within `io_timeout_ms` (a trickling peer cannot hold a slot); an
+/// idle connection is closed after `io_timeout_ms`; descriptors are read as
+/// they come, so a header announcing many writes costs nothing until they
+/// arrive; refusals are logged at most once a second, with a count.
 ///
 /// Sending: one connection per peer; `post` writes the whole batch (on the
 /// worker's dedicated thread) and returns; acks are read, without blocking,
@@ -50,8 +56,17 @@ public:
   static constexpr size_t max_unacked = 16;
 
 private:
+  /// One inbound connection and the thread serving it; reaped once done,
+  /// so connect/close cycles cost nothing that lasts.
+  struct inbound {
+    int fd = -1;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+
   void accept_loop();
-  void serve(int fd);
+  void reap();
+  void serve(inbound& conn);
   struct connection {
     int fd = -1;
     rank_id peer = -1;
@@ -72,10 +87,10 @@ private:
   int listener_ = -1;
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
-  // Inbound connection threads and their sockets, for shutdown.
+  // Inbound connections (stable addresses: each thread holds its own), for
+  // reaping and shutdown.
   std::mutex conns_mtx_;
-  std::vector<std::thread> conn_threads_;
-  std::vector<int> conn_fds_;
+  std::list<inbound> inbound_;
   region_table regions_;
   // Sending side: used by the one worker thread only.
   std::unordered_map<std::string, connection> out_;
