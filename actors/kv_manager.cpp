@@ -555,8 +555,8 @@ void sweep(self_ptr self) {
   st.peers->expire(now);
 }
 
-/// The scheduler view of a lost rank window: how long a lost rank is
-/// remembered for rooms that open later.
+/// How long a lost rank is remembered for rooms that open (or learn their
+/// counterpart) later.
 uint64_t lost_window_ms(const room_timeouts& t) {
   return std::min<uint64_t>(t.bootstrap_ms, 3000);
 }

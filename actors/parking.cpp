@@ -4,6 +4,23 @@
 
 namespace kvroom {
 
+namespace {
+
+/// Moves the items of `xs` that `take` selects to `out` (their values), in
+/// order; returns how many moved.
+template <class Item, class Value, class Take>
+size_t move_out(std::vector<Item>& xs, std::vector<Value>& out, Take take) {
+  auto keep = std::stable_partition(xs.begin(), xs.end(),
+                                    [&](const auto& x) { return !take(x); });
+  for (auto j = keep; j != xs.end(); ++j)
+    out.push_back(std::move(j->value));
+  auto n = static_cast<size_t>(xs.end() - keep);
+  xs.erase(keep, xs.end());
+  return n;
+}
+
+} // namespace
+
 bool parking::park_dst(dst_info info, uint64_t now_ms) {
   if (full())
     return false;
@@ -20,12 +37,7 @@ parking::take_dsts(room_id room, const std::function<bool(const dst_info&)>& rea
   if (i == dsts_.end())
     return out;
   auto& xs = i->second;
-  auto keep = std::stable_partition(xs.begin(), xs.end(),
-                                    [&](const auto& x) { return !ready(x.value); });
-  for (auto j = keep; j != xs.end(); ++j)
-    out.push_back(std::move(j->value));
-  dsts_count_ -= static_cast<size_t>(xs.end() - keep);
-  xs.erase(keep, xs.end());
+  dsts_count_ -= move_out(xs, out, [&](const auto& x) { return ready(x.value); });
   if (xs.empty())
     dsts_.erase(i);
   return out;
@@ -121,12 +133,7 @@ std::vector<dst_info> parking::expire(uint64_t now_ms) {
   std::vector<dst_info> out;
   for (auto i = dsts_.begin(); i != dsts_.end();) {
     auto& xs = i->second;
-    auto keep = std::stable_partition(xs.begin(), xs.end(),
-                                      [&](const auto& x) { return !old(x.since_ms); });
-    for (auto j = keep; j != xs.end(); ++j)
-      out.push_back(std::move(j->value));
-    dsts_count_ -= static_cast<size_t>(xs.end() - keep);
-    xs.erase(keep, xs.end());
+    dsts_count_ -= move_out(xs, out, [&](const auto& x) { return old(x.since_ms); });
     i = xs.empty() ? dsts_.erase(i) : std::next(i);
   }
   for (auto i = parts_.begin(); i != parts_.end();) {

@@ -277,11 +277,12 @@ int run_stress(int argc, char** argv) {
     // Ranks are up (managers, workers, inboxes): every actor beyond these
     // belongs to a room.
     auto actors_before = sys.registry().running();
-    auto pages_of = [&](size_t slot, bool dst) {
+    // Prefill source pages of a slot (decode pages come from free lists).
+    auto source_pages = [&](size_t slot) {
       std::vector<int64_t> out;
       auto base = static_cast<int64_t>(slot) * cfg.pages_per_room;
       for (int64_t i = 0; i < cfg.pages_per_room; ++i)
-        out.push_back(base + (dst ? cfg.pages_per_room - 1 - i : i));
+        out.push_back(base + i);
       return out;
     };
     // Decode pages and aux slots come from FIFO free lists, as a scheduler's
@@ -362,7 +363,7 @@ int run_stress(int argc, char** argv) {
                                                                 : "on every rank";
       }
       for (int t = 0; t < tp; ++t)
-        prefill_mem[t]->write_room(key(lr.id, t), pages_of(lr.slot, false),
+        prefill_mem[t]->write_room(key(lr.id, t), source_pages(lr.slot),
                                    static_cast<int64_t>(lr.slot));
     };
     hooks.each = [&](loop_room& lr) {
@@ -409,7 +410,7 @@ int run_stress(int argc, char** argv) {
     };
     hooks.sender_ready = [&](loop_room& lr, int t) {
       auto& send = lr.senders[static_cast<size_t>(t)];
-      auto pages = pages_of(lr.slot, false);
+      auto pages = source_pages(lr.slot);
       auto half = pages.size() / 2;
       (void) send.init(pages.size(), static_cast<int64_t>(lr.slot));
       (void) send.send({pages.begin(), pages.begin() + static_cast<long>(half)}, false);

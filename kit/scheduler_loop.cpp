@@ -75,24 +75,20 @@ bool scheduler_loop::step() {
     if (hooks_.each)
       hooks_.each(r);
     bool all_done = true;
-    for (size_t t = 0; t < r.receivers.size(); ++t) {
-      auto st = r.receivers[t].poll();
-      if (!r.receiver_started[t] && st == kv_poll::waiting_for_input
-          && hooks_.receiver_ready(r, static_cast<int>(t))) {
-        r.receiver_started[t] = true;
-        progressed = true;
+    // One side's handles: poll each once, start it when it waits for input.
+    auto drive = [&](auto& handles, std::vector<bool>& started, auto& ready) {
+      for (size_t t = 0; t < handles.size(); ++t) {
+        auto st = handles[t].poll();
+        if (!started[t] && st == kv_poll::waiting_for_input
+            && ready(r, static_cast<int>(t))) {
+          started[t] = true;
+          progressed = true;
+        }
+        all_done = all_done && is_terminal(st);
       }
-      all_done = all_done && is_terminal(st);
-    }
-    for (size_t t = 0; t < r.senders.size(); ++t) {
-      auto st = r.senders[t].poll();
-      if (!r.sender_started[t] && st == kv_poll::waiting_for_input
-          && hooks_.sender_ready(r, static_cast<int>(t))) {
-        r.sender_started[t] = true;
-        progressed = true;
-      }
-      all_done = all_done && is_terminal(st);
-    }
+    };
+    drive(r.receivers, r.receiver_started, hooks_.receiver_ready);
+    drive(r.senders, r.sender_started, hooks_.sender_ready);
     if (!all_done && !(hooks_.give_up && hooks_.give_up(r))) {
       ++i;
       continue;
