@@ -1,6 +1,7 @@
 #include "kvroom/actors/bootstrap_registry.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "caf/all.hpp"
 
@@ -13,19 +14,81 @@ namespace {
 
 using self_ptr = counted_actor<bootstrap_registry_state>*;
 
-directory_update broadcast(self_ptr self) {
+uint64_t now_ms() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count());
+}
+
+/// The directory as peers see it: managers with a control endpoint are
+/// reached over direct links, never through a handle this node relays.
+directory_update view(self_ptr self) {
   directory_update msg{self->state.ranks};
+  for (auto& e : msg.ranks)
+    if (e.control_port != 0)
+      e.manager = nullptr;
+  return msg;
+}
+
+directory_update broadcast(self_ptr self) {
+  auto msg = view(self);
   for (auto& e : self->state.ranks)
     self->send(e.manager, msg);
   return msg;
 }
 
+caf::error refuse(self_ptr self, errc code, std::string why) {
+  ++self->state.refusals;
+  logger()->warn("registry: registration refused: {}", why);
+  return make_error(code, "registration refused: " + why);
+}
+
+std::string buffers_text(const std::vector<paged_buffer>& xs, bool aux) {
+  std::string out = std::to_string(xs.size()) + (aux ? " aux buffers" : " KV buffers");
+  if (!xs.empty())
+    out += " of " + std::to_string(xs.front().page_size_bytes) + (aux ? " B items" : " B pages");
+  return out;
+}
+
+bool same_shape(const std::vector<paged_buffer>& x, const std::vector<paged_buffer>& y) {
+  if (x.size() != y.size())
+    return false;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (x[i].page_size_bytes != y[i].page_size_bytes)
+      return false;
+  return true;
+}
+
 } // namespace
 
-caf::behavior
-bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
-                   uint32_t max_ranks) {
-  self->state.max_ranks = max_ranks;
+std::string layout_conflict(const std::vector<rank_entry>& ranks, const rank_entry& candidate) {
+  auto& c = candidate.layout;
+  for (auto& e : ranks) {
+    if (e.rank.id == candidate.rank.id)
+      continue;
+    auto who = to_string(e.rank);
+    if (!same_shape(e.layout.kv, c.kv))
+      return to_string(candidate.rank) + " has " + buffers_text(c.kv, false) + ", " + who
+             + " has " + buffers_text(e.layout.kv, false);
+    if (!same_shape(e.layout.aux, c.aux))
+      return to_string(candidate.rank) + " has " + buffers_text(c.aux, true) + ", " + who
+             + " has " + buffers_text(e.layout.aux, true);
+    if (e.rank.tp_size != candidate.rank.tp_size)
+      return to_string(candidate.rank) + " has TP size " + std::to_string(candidate.rank.tp_size)
+             + ", " + who + " has " + std::to_string(e.rank.tp_size)
+             + " (unequal TP sizes are not supported yet)";
+  }
+  return {};
+}
+
+caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
+                                 uint32_t max_ranks,
+                                 std::shared_ptr<const membership> members) {
+  auto& st = self->state;
+  st.max_ranks = max_ranks;
+  st.members = members ? std::move(members) : std::make_shared<const membership>();
+  // Challenges a stranger never answers: bounded and expiring.
+  st.challenges.emplace(std::max<size_t>(64, 2 * static_cast<size_t>(max_ranks)), 5000);
   self->set_down_handler([=](caf::down_msg& msg) {
     auto& xs = self->state.ranks;
     auto i = std::find_if(xs.begin(), xs.end(), [&](const rank_entry& e) {
@@ -43,21 +106,56 @@ bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
     broadcast(self);
   });
   return {
+    [=](registry_hello& msg) -> caf::result<registry_challenge> {
+      auto& st = self->state;
+      auto& sender = self->current_sender();
+      if (!sender || msg.nonce.size() != 32)
+        return make_error(errc::invalid_argument, "malformed registry_hello");
+      bootstrap_registry_state::challenge c{msg.nonce, make_nonce()};
+      auto out = registry_challenge{c.mine, st.members->registry_proof(c.theirs, c.mine)};
+      if (!st.challenges->put(sender->address(), std::move(c), now_ms()))
+        return refuse(self, errc::limit_reached, "too many registrations in progress");
+      return out;
+    },
     [=](register_rank& msg) -> caf::result<directory_update> {
-      auto& xs = self->state.ranks;
+      auto& st = self->state;
+      auto& sender = self->current_sender();
+      if (!sender)
+        return refuse(self, errc::unauthorized, "anonymous registration");
+      auto c = st.challenges->take(sender->address(), now_ms());
       auto& entry = msg.entry;
+      auto who = to_string(entry.rank);
+      if (!c || c->theirs != msg.rank_nonce)
+        return refuse(self, errc::unauthorized, who + " answered no challenge of this registry");
+      if (!membership::matches(msg.proof, st.members->rank_proof(c->mine, c->theirs,
+                                                                 entry.rank.id,
+                                                                 entry.incarnation)))
+        return refuse(self, errc::unauthorized,
+                      who + " failed to prove membership (a different deployment secret?)");
+      // The registrant is whoever answered the challenge, not what it claims.
+      entry.manager = caf::actor_cast<caf::actor>(sender);
+      auto& xs = st.ranks;
       auto i = std::find_if(xs.begin(), xs.end(), [&](const rank_entry& e) {
         return e.rank.id == entry.rank.id;
       });
+      if (i != xs.end() && i->incarnation != entry.incarnation)
+        return refuse(self, errc::invalid_config,
+                      "rank id " + std::to_string(entry.rank.id) + " is held by the live "
+                        + to_string(i->rank) + " (control endpoint " + i->control_host + ":"
+                        + std::to_string(i->control_port)
+                        + "); a replacement registers once the old rank is gone");
+      if (auto why = layout_conflict(xs, entry); !why.empty())
+        return refuse(self, errc::incompatible, why);
       if (i != xs.end()) {
-        logger()->info("registry: {} registered again", to_string(entry.rank));
+        logger()->info("registry: {} registered again", who);
+        self->demonitor(i->manager);
         *i = entry;
-      } else if (xs.size() >= self->state.max_ranks) {
-        return make_error(errc::limit_reached,
-                          "registry holds " + std::to_string(xs.size())
-                            + " ranks (limit "
-                            + std::to_string(self->state.max_ranks) + ")");
+      } else if (xs.size() >= st.max_ranks) {
+        return refuse(self, errc::limit_reached,
+                      "registry holds " + std::to_string(xs.size()) + " ranks (limit "
+                        + std::to_string(st.max_ranks) + ")");
       } else {
+        logger()->debug("registry: {} registered", who);
         xs.push_back(entry);
       }
       self->monitor(entry.manager);

@@ -71,6 +71,10 @@ struct rank_config {
   bool network = false;
   /// IPv4 address the tcp listener binds and advertises.
   std::string tcp_host = "127.0.0.1";
+  /// With `network`: the address and port (0: any) the rank's manager is
+  /// published on, for peers' direct links; advertised in the directory.
+  std::string control_host = "127.0.0.1";
+  uint16_t control_port = 0;
   /// Builds the rank's data plane in place of kvroom's backends: an
   /// embedder's own transfer engine behind the `backend` interface (its
   /// connection messages travel like verbs' do). Null: `make_backend`.

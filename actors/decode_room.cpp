@@ -124,14 +124,17 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
       st.init = std::move(msg);
       maybe_send_dst(self);
     },
+    // From other ranks: only from members (room_core::from_member).
     [=](const transfer_started& msg) {
       auto& st = self->state;
-      if (st.source && msg.src_rank == st.source->rank.id)
+      if (st.core.from_member() && st.source && msg.src_rank == st.source->rank.id)
         st.core.advance(kv_poll::transferring);
     },
     [=](const transfer_done& msg) {
       auto& st = self->state;
       auto& core = st.core;
+      if (!core.from_member())
+        return;
       // That sender wrote its last byte: nothing more lands from it.
       core.source_done(msg.src_rank);
       if (core.concluded())
@@ -166,9 +169,18 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
       }
       core.prepare();
     },
-    [=](const room_committed&) { self->state.core.on_committed(); },
-    [=](const room_failed& msg) { self->state.core.on_failed(msg); },
-    [=](const room_fenced& msg) { self->state.core.fenced(msg.prefill_rank); },
+    [=](const room_committed&) {
+      if (self->state.core.from_member())
+        self->state.core.on_committed();
+    },
+    [=](const room_failed& msg) {
+      if (self->state.core.from_member())
+        self->state.core.on_failed(msg);
+    },
+    [=](const room_fenced& msg) {
+      if (self->state.core.from_member())
+        self->state.core.fenced(msg.prefill_rank);
+    },
     [=](const room_abort& msg) {
       self->state.core.fail_local("aborted by decode scheduler: " + msg.reason,
                                   true);

@@ -1,10 +1,13 @@
 #include "kvroom/actors/kv_manager.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "caf/all.hpp"
 
 #include "kvroom/actors/logging.hpp"
+#include "kvroom/actors/manager_links.hpp"
+#include "kvroom/messages/error.hpp"
 #include "kvroom/actors/room_core.hpp"
 
 namespace kvroom {
@@ -485,10 +488,9 @@ void on_peer_down(self_ptr self, const rank_entry& lost, const std::string& reas
       run_dead(self, room, d->second.peer_lost(peer, text, now_ms()));
 }
 
-void on_directory(self_ptr self, directory_update& msg) {
+/// The usable peers changed: what waited for one goes out.
+void peers_changed(self_ptr self) {
   auto& st = self->state;
-  for (auto& e : st.peers->update(msg.ranks))
-    self->monitor(e->manager);
   st.parked->flush_deciders(
     [&](const decider_ref& to, caf::message& m) { return send_to_decider(self, to, m); });
   for (auto room : st.parked->dst_rooms())
@@ -501,6 +503,15 @@ void on_directory(self_ptr self, directory_update& msg) {
       if (!group.empty() && !is_terminal(e.state))
         self->send(e.actor, group_reply{std::move(group)});
     });
+}
+
+void on_directory(self_ptr self, directory_update& msg) {
+  auto& st = self->state;
+  auto changes = st.peers->update(msg.ranks);
+  for (auto& e : changes.usable)
+    self->monitor(e->manager);
+  detail::start_links(self, changes.to_link);
+  peers_changed(self);
 }
 
 /// Proposals for rooms that did not open here within a grace period (a few
@@ -539,6 +550,7 @@ void sweep(self_ptr self) {
     if (auto d = st.dead.find(room); d != st.dead.end())
       run_dead(self, room, d->second.tick(now));
   decide_unopened(self, now);
+  detail::retry_links(self, now);
   for (auto& x : st.parked->expire(now)) {
     auto room = x.room;
     kv_transfer_error err{room,
@@ -563,17 +575,39 @@ uint64_t lost_window_ms(const room_timeouts& t) {
 
 } // namespace
 
+void detail::on_peer_usable(detail::manager_ptr self,
+                            const std::shared_ptr<const rank_entry>& peer) {
+  auto& st = self->state;
+  st.joining.erase(peer->rank.id);
+  self->monitor(peer->manager);
+  logger()->debug("{}: linked to {} at {}:{}", to_string(me(self)), to_string(peer->rank),
+                  peer->control_host, peer->control_port);
+  peers_changed(self);
+}
+
 caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
                          kv_manager_params params) {
   auto& st = self->state;
-  st.self_entry = std::make_shared<const rank_entry>(
-    rank_entry{params.self, caf::actor_cast<caf::actor>(self),
-               std::move(params.layout), std::move(params.endpoints)});
+  {
+    rank_entry e{params.self, caf::actor_cast<caf::actor>(self), std::move(params.layout),
+                 std::move(params.endpoints)};
+    // Random per process start: peers tell a replaced rank from the old one.
+    auto n = make_nonce();
+    std::memcpy(&e.incarnation, n.data(), sizeof(e.incarnation));
+    st.self_entry = std::make_shared<const rank_entry>(std::move(e));
+  }
   st.limits = params.limits;
   st.timeouts = params.timeouts;
   st.inbox = std::move(params.inbox);
   st.chaos = params.chaos;
   st.worker = params.worker;
+  st.members = params.members ? params.members : std::make_shared<const membership>();
+  st.trust = params.trust ? params.trust : std::make_shared<trust_table>();
+  st.registry = params.registry;
+  st.registry_host = params.registry_host;
+  st.registry_port = params.registry_port;
+  // A stranger can start handshakes it never finishes: bounded, expiring.
+  st.accepting.emplace(1024, 5000);
   st.peers.emplace(params.self.id, lost_window_ms(st.timeouts));
   st.rooms.emplace(st.limits.max_tombstones);
   st.parked.emplace(st.limits.max_parked, st.timeouts.bootstrap_ms);
@@ -598,21 +632,46 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
         return;
       }
     }
+    if (st.registry && msg.source == st.registry.address()) {
+      detail::on_registry_down(self, msg.reason);
+      return;
+    }
     if (auto peer = st.peers->take_peer(msg.source))
       on_peer_down(self, *peer, caf::to_string(msg.reason),
                    msg.reason == caf::exit_reason::user_shutdown
                      || msg.reason == caf::exit_reason::normal);
   });
   return {
-    [=](room_opened& msg) { on_opened(self, msg); },
-    [=](room_concluded& msg) { on_concluded(self, msg); },
-    [=](dst_info& msg) { on_dst(self, msg); },
-    [=](room_failed& msg) { on_failed(self, msg); },
-    [=](part_done& msg) { on_part(self, msg); },
+    // Every handler acts only on messages from this process or from a node
+    // whose rank proved membership (see manager_links.hpp).
+    [=](room_opened& msg) {
+      if (detail::from_member(self, "room_opened"))
+        on_opened(self, msg);
+    },
+    [=](room_concluded& msg) {
+      if (detail::from_member(self, "room_concluded"))
+        on_concluded(self, msg);
+    },
+    [=](dst_info& msg) {
+      if (detail::from_member(self, "a destination"))
+        on_dst(self, msg);
+    },
+    [=](room_failed& msg) {
+      if (detail::from_member(self, "room_failed"))
+        on_failed(self, msg);
+    },
+    [=](part_done& msg) {
+      if (detail::from_member(self, "part_done"))
+        on_part(self, msg);
+    },
     [=](to_decider& msg) {
+      if (!detail::from_member(self, "to_decider"))
+        return;
       route_to_decider(self, decider_ref{msg.side, msg.dp_rank}, std::move(msg.payload));
     },
     [=](const dst_sent& msg) {
+      if (!detail::from_member(self, "dst_sent"))
+        return;
       // Decode: remember where the room's pages went.
       if (auto* entry = self->state.rooms->find(msg.room)) {
         auto& xs = entry->dst_ranks;
@@ -621,6 +680,8 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
       }
     },
     [=](room_fenced& msg) {
+      if (!detail::from_member(self, "room_fenced"))
+        return;
       auto& st = self->state;
       if (msg.prefill_rank < 0) {
         on_worker_fenced(self, msg.room);
@@ -634,16 +695,26 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
       if (auto d = st.dead.find(msg.room); d != st.dead.end())
         run_dead(self, msg.room, d->second.fenced(msg.prefill_rank, now_ms()));
     },
-    [=](to_rank& msg) { send_to_rank(self, msg.rank, std::move(msg.payload)); },
+    [=](to_rank& msg) {
+      if (detail::from_member(self, "to_rank"))
+        send_to_rank(self, msg.rank, std::move(msg.payload));
+    },
     [=](room_committed& msg) {
+      if (!detail::from_member(self, "room_committed"))
+        return;
       auto& st = self->state;
       if (auto* entry = st.rooms->find(msg.room))
         self->send(entry->actor, msg);
       else if (auto d = st.dead.find(msg.room); d != st.dead.end())
         run_dead(self, msg.room, d->second.committed(now_ms()));
     },
-    [=](directory_update& msg) { on_directory(self, msg); },
+    [=](directory_update& msg) {
+      if (detail::from_registry(self))
+        on_directory(self, msg);
+    },
     [=](rank_down& msg) {
+      if (!detail::from_registry(self))
+        return;
       // The registry's node saw the loss; handled once, whichever of this
       // and our own monitor's down message comes first.
       if (auto peer = self->state.peers->take_peer(msg.rank.id)) {
@@ -653,6 +724,8 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
       }
     },
     [=](transport_control& msg) {
+      if (!detail::from_member(self, "a connection message"))
+        return;
       // The data plane's connection set-up rides the control plane: from
       // this rank's worker to the peer's manager, from there to its worker.
       auto& st = self->state;
@@ -666,10 +739,14 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
         self->send(st.worker, std::move(msg));
       }
     },
-    [=](const resolve_group& msg) {
+    [=](const resolve_group& msg) -> caf::result<group_reply> {
+      if (!detail::from_member(self, "resolve_group"))
+        return make_error(errc::unauthorized, "not a member");
       return group_reply{self->state.peers->group(msg.side, msg.dp_rank)};
     },
-    [=](const take_failure& msg) {
+    [=](const take_failure& msg) -> caf::result<failure_reply> {
+      if (!detail::from_member(self, "take_failure"))
+        return make_error(errc::unauthorized, "not a member");
       // For actor-based schedulers: the cause also came with the event.
       auto& st = self->state;
       failure_reply out;
@@ -679,7 +756,9 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
       }
       return out;
     },
-    [=](const get_stats&) {
+    [=](const get_stats&) -> caf::result<manager_stats> {
+      if (!detail::from_member(self, "get_stats"))
+        return make_error(errc::unauthorized, "not a member");
       auto& st = self->state;
       auto out = st.counters;
       out.live_rooms = st.rooms->size();
@@ -691,6 +770,24 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
       out.tombstones = st.rooms->tombstones();
       return out;
     },
+    [=](join_atom, std::string& host, uint16_t port) -> caf::result<caf::ok_atom> {
+      // The rank's own start: where its manager is published, then register.
+      if (self->current_sender() && self->current_sender()->node() != self->node())
+        return make_error(errc::unauthorized, "not a member");
+      auto& st = self->state;
+      auto e = std::make_shared<rank_entry>(*st.self_entry);
+      e->control_host = std::move(host);
+      e->control_port = port;
+      st.self_entry = std::move(e);
+      st.joining_rank = self->make_response_promise();
+      detail::start_registration(self);
+      return *st.joining_rank;
+    },
+    [=](reconnect_atom) { detail::reconnect_registry(self); },
+    [=](link_hello& msg) { detail::on_link_hello(self, msg); },
+    [=](link_reply& msg) { detail::on_link_reply(self, msg); },
+    [=](link_finish& msg) { detail::on_link_finish(self, msg); },
+    [=](link_ack& msg) { detail::on_link_ack(self, msg); },
     [=](sweep_atom) {
       sweep(self);
       self->delayed_send(self, sweep_interval, sweep_atom::value);

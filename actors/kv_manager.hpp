@@ -6,11 +6,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "caf/response_promise.hpp"
 #include "caf/stateful_actor.hpp"
 
 #include "kvroom/actors/config.hpp"
 #include "kvroom/actors/counted_actor.hpp"
 #include "kvroom/actors/local_messages.hpp"
+#include "kvroom/actors/membership.hpp"
 #include "kvroom/actors/parking.hpp"
 #include "kvroom/actors/peer_directory.hpp"
 #include "kvroom/actors/room_directory.hpp"
@@ -47,6 +49,40 @@ struct kv_manager_state {
   control_chaos chaos;
   std::mt19937_64 chaos_rng;
 
+  // -- the control plane (manager_links.cpp) --
+  std::shared_ptr<const membership> members;
+  /// Nodes whose ranks proved membership; shared with this rank's rooms.
+  std::shared_ptr<trust_table> trust;
+  caf::actor registry;
+  /// Where to reach the registry again (port 0: in this process, no retry).
+  std::string registry_host;
+  uint16_t registry_port = 0;
+  /// Set while rank::start waits for the first registration.
+  std::optional<caf::response_promise> joining_rank;
+  bool registered = false;
+  uint32_t reconnect_ms = 0;
+  /// Links this rank started (it connected to the peer's control endpoint).
+  struct outgoing_link {
+    std::shared_ptr<const rank_entry> entry;
+    nonce mine;
+    caf::actor peer;
+    bool finished = false;    ///< link_finish sent, waiting for the ack
+    uint64_t started_ms = 0;
+    uint64_t retry_at_ms = 0; ///< 0: in progress
+    uint32_t attempts = 0;
+  };
+  std::unordered_map<rank_id, outgoing_link> joining;
+  /// Links peers started with us, by the peer manager's address.
+  struct incoming_link {
+    rank_id from = -1;
+    uint64_t incarnation = 0;
+    nonce theirs;
+    nonce mine;
+  };
+  std::optional<pending_table<caf::actor_addr, incoming_link>> accepting;
+  uint64_t last_stranger_log_ms = 0;
+  uint64_t strangers_unlogged = 0;
+
   static inline const char* name = "kvroom.kv_manager";
 };
 
@@ -61,6 +97,11 @@ struct kv_manager_params {
   control_chaos chaos;
   /// The rank's transfer worker: receives peers' connection messages.
   caf::actor worker;
+  std::shared_ptr<const membership> members;
+  std::shared_ptr<trust_table> trust;
+  caf::actor registry;
+  std::string registry_host;
+  uint16_t registry_port = 0;
 };
 
 /// One rank's KV manager: routes destinations, parts and failures to room

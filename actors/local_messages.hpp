@@ -23,6 +23,13 @@ using tick_atom = caf::atom_constant<caf::atom("tick")>;
 /// backend's connection messages for other ranks (`transport_control`).
 using attach_atom = caf::atom_constant<caf::atom("attach")>;
 
+/// rank -> its manager at start (`join_atom`, control host, control port):
+/// where the manager is published; it registers and answers `ok_atom` or
+/// an error.
+using join_atom = caf::atom_constant<caf::atom("join")>;
+/// manager -> itself: reconnect to the registry / retry links.
+using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
+
 /// Manager -> prefill room: a decode destination together with the decode
 /// rank's registry entry (layout and data-plane endpoint).
 struct dst_ready {

@@ -4,22 +4,74 @@
 
 namespace kvroom {
 
-std::vector<peer_directory::entry_ptr>
-peer_directory::update(const std::vector<rank_entry>& ranks) {
-  std::vector<entry_ptr> fresh;
-  std::vector<entry_ptr> to_monitor;
-  fresh.reserve(ranks.size());
+peer_directory::entry_ptr peer_directory::make_usable(entry_ptr e) {
+  auto id = e->rank.id;
+  lost_.erase(id);
+  listed_.erase(id);
+  // A replaced rank: its old manager is no longer a peer of ours.
+  for (auto i = peers_.begin(); i != peers_.end();)
+    i = i->second->rank.id == id ? peers_.erase(i) : std::next(i);
+  directory_.erase(std::remove_if(directory_.begin(), directory_.end(),
+                                  [&](const auto& x) { return x->rank.id == id; }),
+                   directory_.end());
+  if (e->manager && id != self_)
+    peers_.emplace(e->manager.address(), e);
+  directory_.push_back(e);
+  return e;
+}
+
+peer_directory::changes peer_directory::update(const std::vector<rank_entry>& ranks) {
+  changes out;
   for (auto& e : ranks) {
-    lost_.erase(e.rank.id);
-    auto ptr = std::make_shared<const rank_entry>(e);
-    if (e.manager && e.rank.id != self_ && peers_.count(e.manager.address()) == 0) {
-      peers_.emplace(e.manager.address(), ptr);
-      to_monitor.push_back(ptr);
+    auto id = e.rank.id;
+    auto known = find(id);
+    bool needs_link = e.control_port != 0 && id != self_;
+    if (!needs_link) {
+      // In this process (or ourselves): the registry's handle is direct.
+      if (known && known->manager == e.manager && known->incarnation == e.incarnation)
+        continue;
+      auto ptr = make_usable(std::make_shared<const rank_entry>(e));
+      if (ptr->manager && id != self_)
+        out.usable.push_back(ptr);
+      continue;
     }
-    fresh.push_back(std::move(ptr));
+    if (known && known->incarnation == e.incarnation)
+      continue;
+    if (auto l = listed_.find(id); l != listed_.end() && l->second->incarnation == e.incarnation)
+      continue;
+    auto ptr = std::make_shared<const rank_entry>(e);
+    if (auto early = early_links_.find(id);
+        early != early_links_.end() && early->second.first == e.incarnation) {
+      auto linked = std::make_shared<rank_entry>(e);
+      linked->manager = early->second.second;
+      early_links_.erase(early);
+      out.usable.push_back(make_usable(std::move(linked)));
+      continue;
+    }
+    listed_[id] = ptr;
+    out.to_link.push_back(std::move(ptr));
   }
-  directory_ = std::move(fresh);
-  return to_monitor;
+  return out;
+}
+
+peer_directory::entry_ptr peer_directory::link(rank_id id, uint64_t incarnation,
+                                               const caf::actor& manager) {
+  if (auto known = find(id); known && known->incarnation == incarnation)
+    return nullptr; // linked already (both sides linked at once)
+  auto l = listed_.find(id);
+  if (l == listed_.end() || l->second->incarnation != incarnation) {
+    // Bounded by the directory's own size: one per rank id.
+    early_links_[id] = {incarnation, manager};
+    return nullptr;
+  }
+  auto linked = std::make_shared<rank_entry>(*l->second);
+  linked->manager = manager;
+  return make_usable(std::move(linked));
+}
+
+peer_directory::entry_ptr peer_directory::listed(rank_id id) const {
+  auto i = listed_.find(id);
+  return i == listed_.end() ? nullptr : i->second;
 }
 
 peer_directory::entry_ptr peer_directory::find(rank_id id) const {
@@ -72,6 +124,7 @@ void peer_directory::lose(peer_lost why, uint64_t now_ms) {
   directory_.erase(std::remove_if(directory_.begin(), directory_.end(),
                                   [&](const auto& e) { return e->rank.id == id; }),
                    directory_.end());
+  // A listed newer incarnation stays listed: it replaces the lost one.
   lost_[id] = lost_rank{std::move(why), now_ms};
 }
 

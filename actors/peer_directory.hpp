@@ -12,11 +12,17 @@
 
 namespace kvroom {
 
-/// Every rank of the deployment as the bootstrap registry last pushed it, the
+/// Every rank of the deployment as the bootstrap registry pushed it, the
 /// peer managers this rank monitors, and the ranks recently lost. Lost ranks
 /// are remembered for a bounded window: rooms that open (or learn their
 /// counterpart) shortly after fail at once instead of at a timeout, while a
 /// healthy peer CAF 0.17 once reported unreachable fails nothing forever.
+///
+/// Updates merge: a rank the registry no longer lists stays (a restarted
+/// registry lists only who registered again so far); only a loss removes
+/// one. A rank listed with a control endpoint is *usable* (found, grouped,
+/// handed to rooms) only once this rank linked to it directly and both
+/// sides proved membership (`link`); until then it is *listed*.
 class peer_directory {
 public:
   using entry_ptr = std::shared_ptr<const rank_entry>;
@@ -31,9 +37,22 @@ public:
     // nop
   }
 
-  /// Replaces the directory with the registry's view; ranks in it are no
-  /// longer lost. Returns the peers not monitored yet (monitor them now).
-  std::vector<entry_ptr> update(const std::vector<rank_entry>& ranks);
+  struct changes {
+    std::vector<entry_ptr> usable;   ///< usable now: monitor them
+    std::vector<entry_ptr> to_link;  ///< listed, to link (new or replaced)
+  };
+
+  /// Merges the registry's view (see the class comment).
+  changes update(const std::vector<rank_entry>& ranks);
+
+  /// The listed rank `id` of `incarnation`, linked through `manager`: usable
+  /// from now, no longer lost, and replacing an older incarnation. Null when
+  /// the directory lists no such rank (yet): then kept, and made usable when
+  /// the listing arrives (a peer that linked to us first).
+  entry_ptr link(rank_id id, uint64_t incarnation, const caf::actor& manager);
+
+  /// The listed (not yet usable) entry of rank `id`, if any.
+  entry_ptr listed(rank_id id) const;
 
   entry_ptr find(rank_id id) const;
 
@@ -66,7 +85,13 @@ public:
 private:
   rank_id self_;
   uint64_t lost_window_ms_;
+  entry_ptr make_usable(entry_ptr e);
+
   std::vector<entry_ptr> directory_;
+  /// Listed with a control endpoint, not linked yet, by rank id.
+  std::unordered_map<rank_id, entry_ptr> listed_;
+  /// Links completed before the listing arrived: (id, incarnation) -> manager.
+  std::unordered_map<rank_id, std::pair<uint64_t, caf::actor>> early_links_;
   /// By address: actor ids repeat across nodes, so only the full address
   /// tells two processes' managers apart.
   std::unordered_map<caf::actor_addr, entry_ptr> peers_;

@@ -262,9 +262,19 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
     [=](sender_chunk& msg) { on_chunk(self, msg); },
     [=](dst_ready& msg) { on_dst(self, msg); },
     [=](const transfer_result& msg) { on_result(self, msg); },
-    [=](const room_failed& msg) { self->state.core.on_failed(msg); },
-    [=](const room_committed&) { self->state.core.on_committed(); },
-    [=](const part_done& msg) { self->state.core.on_part(msg); },
+    // From other ranks: only from members (room_core::from_member).
+    [=](const room_failed& msg) {
+      if (self->state.core.from_member())
+        self->state.core.on_failed(msg);
+    },
+    [=](const room_committed&) {
+      if (self->state.core.from_member())
+        self->state.core.on_committed();
+    },
+    [=](const part_done& msg) {
+      if (self->state.core.from_member())
+        self->state.core.on_part(msg);
+    },
     [=](const room_abort& msg) {
       self->state.core.fail_local("aborted by prefill scheduler: " + msg.reason,
                                   true);

@@ -1,10 +1,12 @@
 #include "kvroom/actors/rank.hpp"
 
 #include "caf/all.hpp"
+#include "caf/io/all.hpp"
 
 #include "kvroom/actors/decode_room.hpp"
 #include "kvroom/actors/kv_manager.hpp"
 #include "kvroom/actors/logging.hpp"
+#include "kvroom/actors/membership.hpp"
 #include "kvroom/actors/prefill_room.hpp"
 #include "kvroom/actors/runtime.hpp"
 #include "kvroom/actors/counted_actor.hpp"
@@ -54,12 +56,30 @@ caf::error rank::start() {
   worker_ = sys.spawn<caf::detached>(transfer_worker, data_plane_,
                                      cfg_.limits.max_queued_jobs,
                                      cfg_.timeouts.transferring_ms);
-  manager_ = sys.spawn(kv_manager,
-                       kv_manager_params{ref_, cfg_.memory, endpoints,
-                                         cfg_.limits, cfg_.timeouts, inbox,
-                                         cfg_.chaos, worker_});
+  trust_ = std::make_shared<trust_table>();
+  kv_manager_params mp{ref_,          cfg_.memory, endpoints, cfg_.limits, cfg_.timeouts,
+                       inbox,         cfg_.chaos,  worker_,   rt_.members(), trust_,
+                       rt_.registry(), rt_.registry_host_, rt_.registry_port_};
+  manager_ = sys.spawn(kv_manager, std::move(mp));
+  // Peers link to the manager directly on its own control endpoint; the
+  // registry only says where it is.
+  std::string control_host;
+  uint16_t control_port = 0;
+  if (cfg_.network && sys.has_middleman()) {
+    auto port = sys.middleman().publish(manager_, cfg_.control_port,
+                                        cfg_.control_host.c_str(), true);
+    if (!port) {
+      abandon();
+      return make_error(errc::unavailable, to_string(ref_) + ": cannot publish the control "
+                                             "endpoint on " + cfg_.control_host + ":"
+                                             + std::to_string(cfg_.control_port) + ": "
+                                             + sys.render(port.error()));
+    }
+    control_host = cfg_.control_host;
+    control_port = *port;
+  }
   entry_ = std::make_shared<const rank_entry>(
-    rank_entry{ref_, manager_, cfg_.memory, endpoints});
+    rank_entry{ref_, manager_, cfg_.memory, endpoints, control_host, control_port, 0});
   // A manager or worker that dies takes the rank's rooms with it: say so.
   auto who = to_string(ref_);
   manager_->attach_functor([who](const caf::error& reason) {
@@ -78,18 +98,19 @@ caf::error rank::start() {
   // moved with the timeout and is gone with this).
   caf::scoped_actor registrar{sys};
   registrar
-    ->request(rt_.registry(),
-              std::chrono::milliseconds(cfg_.limits.query_timeout_ms),
-              register_rank{*entry_})
-    .receive([](directory_update&) {},
+    ->request(manager_, std::chrono::milliseconds(2 * cfg_.limits.query_timeout_ms + 500),
+              join_atom::value, control_host, control_port)
+    .receive([](caf::ok_atom) {},
              [&](caf::error& err) {
-               result = make_error(errc::timeout,
-                                   to_string(ref_)
-                                     + ": bootstrap registration failed: "
-                                     + caf::to_string(err));
+               result = make_error(errc::unavailable, to_string(ref_)
+                                                        + ": bootstrap registration failed: "
+                                                        + describe(err));
              });
-  if (!result)
+  if (!result) {
     ++rt_.live_ranks_;
+    return result;
+  }
+  abandon();
   return result;
 }
 
@@ -113,6 +134,18 @@ rank::~rank() {
   }
   inbox_.reset();
   data_plane_.reset();
+}
+
+void rank::abandon() {
+  // Not started: nothing of this rank may stay behind, and the destructor
+  // has nothing to undo.
+  caf::scoped_actor tmp{rt_.system()};
+  tmp->send_exit(manager_, caf::exit_reason::user_shutdown);
+  tmp->send_exit(worker_, caf::exit_reason::user_shutdown);
+  tmp->wait_for(manager_, worker_);
+  manager_ = nullptr;
+  worker_ = nullptr;
+  inbox_.reset();
 }
 
 template <class Handle>
@@ -153,6 +186,7 @@ caf::expected<Handle> rank::open(room_id room, role side, int32_t peer_dp,
   p.protocol.fence = !cfg_.chaos.no_fence;
   p.protocol.one_decider = !cfg_.chaos.local_decisions;
   p.monitor_manager = cfg_.chaos.keep_room_monitors;
+  p.trust = trust_;
   auto& sys = rt_.system();
   // The room announces itself to the manager as its first act, so the
   // manager hears of it before anything else the room sends.

@@ -16,6 +16,7 @@ namespace kvroom {
 
 class runtime;
 class backend;
+class trust_table;
 
 /// One rank as its scheduler sees it: the rank's manager, transfer worker and
 /// registered memory, the inbox its room actors push state changes to, and
@@ -92,6 +93,7 @@ private:
 
   rank(runtime& rt, rank_config cfg);
   caf::error start();
+  void abandon();
 
   template <class Handle>
   caf::expected<Handle> open(room_id room, role side, int32_t peer_dp,
@@ -105,6 +107,7 @@ private:
   rank_ref ref_;
   std::shared_ptr<backend> data_plane_;
   std::shared_ptr<const rank_entry> entry_;
+  std::shared_ptr<trust_table> trust_;
   caf::actor manager_;
   caf::actor worker_;
   std::shared_ptr<inline_path> shortcut_;

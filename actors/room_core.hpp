@@ -1,5 +1,7 @@
 #pragma once
 
+#include "kvroom/actors/membership.hpp"
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -40,6 +42,8 @@ struct room_params {
   /// Sabotage only: monitor the manager, which in CAF 0.17 keeps every dead
   /// room's storage on the manager until it exits (~1.9 KB per room).
   bool monitor_manager = false;
+  /// Nodes whose ranks proved membership (the manager's table).
+  std::shared_ptr<const trust_table> trust;
 };
 
 /// The part every room actor shares: a shell around `room_protocol` that
@@ -64,6 +68,15 @@ public:
 
   void set_counterparts(std::vector<rank_ref> xs) {
     protocol_->set_counterparts(std::move(xs));
+  }
+
+  /// The message being handled comes from this process or from a node that
+  /// proved membership. Room actors are reachable from every node that ever
+  /// got their handle; what a stranger sends them changes nothing.
+  bool from_member() const {
+    auto& sender = self_->current_sender();
+    return !sender || sender->node() == self_->node()
+           || (params_.trust && params_.trust->contains(sender->node()));
   }
 
   void advance(kv_poll next);

@@ -10,6 +10,7 @@
 
 #include "kvroom/actors/bootstrap_registry.hpp"
 #include "kvroom/actors/logging.hpp"
+#include "kvroom/actors/membership.hpp"
 #include "kvroom/actors/rank.hpp"
 #include "kvroom/messages/assert.hpp"
 #include "kvroom/messages/error.hpp"
@@ -48,11 +49,20 @@ runtime::runtime(runtime_options opts)
   prepare_config(*owned_cfg_, opts);
   owned_sys_ = std::make_unique<caf::actor_system>(*owned_cfg_);
   sys_ = owned_sys_.get();
-  registry_ = sys_->spawn(bootstrap_registry, opts.max_ranks);
+  init(opts.max_ranks, std::move(opts.secret));
 }
 
-runtime::runtime(caf::actor_system& sys, uint32_t max_ranks) : sys_(&sys) {
-  registry_ = sys_->spawn(bootstrap_registry, max_ranks);
+runtime::runtime(caf::actor_system& sys, uint32_t max_ranks, deployment_secret secret)
+  : sys_(&sys) {
+  init(max_ranks, std::move(secret));
+}
+
+void runtime::init(uint32_t max_ranks, deployment_secret secret) {
+  if (secret.insecure() && sys_->has_middleman())
+    logger()->warn("kvroom: no deployment secret: ranks on the network are not authenticated "
+                   "(anyone who reaches a port can join)");
+  members_ = std::make_shared<const membership>(std::move(secret));
+  registry_ = sys_->spawn(bootstrap_registry, max_ranks, members_);
 }
 
 runtime::~runtime() {
@@ -91,6 +101,8 @@ caf::error runtime::connect_registry(const std::string& host, uint16_t port,
     if (remote) {
       caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
       registry_ = std::move(*remote);
+      registry_host_ = host;
+      registry_port_ = port;
       return caf::none;
     }
     last = sys_->render(remote.error());

@@ -9,10 +9,12 @@
 #include "caf/expected.hpp"
 
 #include "kvroom/actors/config.hpp"
+#include "kvroom/transport/auth/secret.hpp"
 
 namespace kvroom {
 
 class rank;
+class membership;
 
 /// How an owned actor system is set up.
 struct runtime_options {
@@ -35,6 +37,10 @@ struct runtime_options {
   uint32_t heartbeat_ms = 100;
   /// A peer silent this long (a frozen process) is declared lost.
   uint32_t connection_timeout_ms = 1000;
+  /// The deployment secret (`deployment_secret::from_file`): ranks and the
+  /// registry prove membership with it. Empty: an insecure deployment, said
+  /// once in the log; fine in one process, not on a network others reach.
+  deployment_secret secret;
 };
 
 /// Adds kvroom's message types and scheduler defaults to a CAF config an
@@ -52,7 +58,8 @@ public:
 
   /// Attaches to the caller's system, whose config went through
   /// `prepare_config`.
-  explicit runtime(caf::actor_system& sys, uint32_t max_ranks = 4096);
+  explicit runtime(caf::actor_system& sys, uint32_t max_ranks = 4096,
+                   deployment_secret secret = {});
 
   ~runtime();
 
@@ -72,6 +79,11 @@ public:
   /// plane, spawns its manager and transfer worker and registers it.
   caf::expected<std::unique_ptr<rank>> add_rank(const rank_config& cfg);
 
+  /// The proofs this runtime's ranks and registry use.
+  const std::shared_ptr<const membership>& members() const noexcept {
+    return members_;
+  }
+
   /// Makes this runtime's bootstrap registry reachable on `port` (0: any;
   /// the port is returned) for ranks in other processes (needs `network`).
   caf::expected<uint16_t> publish_registry(uint16_t port,
@@ -79,7 +91,9 @@ public:
 
   /// Uses the registry published at `host:port` instead of this runtime's
   /// own, retrying with exponential backoff (50 ms doubling to 1 s) until
-  /// `timeout_ms` passes: ranks and registry may start in any order.
+  /// `timeout_ms` passes: ranks and registry may start in any order. Ranks
+  /// keep the address: when the registry goes away they keep their cached
+  /// directory, reconnect with backoff and register again.
   caf::error connect_registry(const std::string& host, uint16_t port,
                               uint32_t timeout_ms = 30'000);
 
@@ -89,7 +103,12 @@ private:
   std::unique_ptr<caf::actor_system_config> owned_cfg_;
   std::unique_ptr<caf::actor_system> owned_sys_;
   caf::actor_system* sys_ = nullptr;
+  void init(uint32_t max_ranks, deployment_secret secret);
+
   caf::actor registry_;
+  std::string registry_host_;
+  uint16_t registry_port_ = 0;
+  std::shared_ptr<const membership> members_;
   size_t live_ranks_ = 0;
 };
 

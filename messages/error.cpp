@@ -23,6 +23,8 @@ std::string to_string(errc x) {
     case errc::timeout: return "timeout";
     case errc::unavailable: return "unavailable";
     case errc::unsupported: return "unsupported";
+    case errc::unauthorized: return "unauthorized";
+    case errc::incompatible: return "incompatible";
   }
   return "errc(" + std::to_string(static_cast<int>(x)) + ")";
 }

@@ -29,6 +29,8 @@ enum class errc : uint8_t {
   timeout,               ///< a request or state ran past its deadline
   unavailable,           ///< a backend or peer that is not present
   unsupported,           ///< a combination kvroom does not implement
+  unauthorized,          ///< a peer that did not prove membership
+  incompatible,          ///< a layout that cannot be mapped onto its peers'
 };
 
 /// Category atom under which `errc` is registered with CAF.

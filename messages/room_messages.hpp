@@ -299,13 +299,15 @@ struct manager_stats {
   uint64_t origin_failures = 0;  ///< failures that started on this rank
   uint64_t propagated_failures = 0;  ///< failures learned from other ranks
   uint64_t successes = 0;
+  /// Control messages dropped because their sender never proved membership.
+  uint64_t stranger_messages = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, manager_stats& x) {
   return f(caf::meta::type_name("kvroom.manager_stats"), x.live_rooms,
            x.failure_records, x.parked, x.early_failures, x.tombstones,
-           x.origin_failures, x.propagated_failures, x.successes);
+           x.origin_failures, x.propagated_failures, x.successes, x.stranger_messages);
 }
 
 // -- bootstrap registry --------------------------------------------------------
@@ -314,32 +316,114 @@ typename Inspector::result_type inspect(Inspector& f, manager_stats& x) {
 /// registered memory and every way its data plane is reached.
 struct rank_entry {
   rank_ref rank;
+  /// Set for ranks in this process and in the registry's own table; the
+  /// registry sends it empty for ranks with a control endpoint, which peers
+  /// reach over a direct link of their own (never relayed by the registry).
   caf::actor manager;
   memory_layout layout;
   std::vector<endpoint_desc> endpoints;
+  /// Where the rank's manager is published (port 0: in this process only).
+  std::string control_host;
+  uint16_t control_port = 0;
+  /// Random per process: tells a replaced rank (same id) from the old one.
+  uint64_t incarnation = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_entry& x) {
   return f(caf::meta::type_name("kvroom.rank_entry"), x.rank, x.manager,
-           x.layout, x.endpoints);
+           x.layout, x.endpoints, x.control_host, x.control_port, x.incarnation);
 }
 
-/// A rank announces itself; the registry pushes `directory_update` to every
+// Membership handshakes. Every proof is an HMAC keyed by the deployment
+// secret over fresh nonces of both sides and both identities; the secret
+// never travels (see transport/auth/secret.hpp).
+
+/// Rank -> registry, a request: "prove you hold the secret, and challenge me".
+struct registry_hello {
+  std::string nonce;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, registry_hello& x) {
+  return f(caf::meta::type_name("kvroom.registry_hello"), x.nonce);
+}
+
+/// The registry's answer: its proof over the rank's nonce and its own nonce
+/// for the rank to answer in `register_rank`.
+struct registry_challenge {
+  std::string nonce;
+  std::string proof;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, registry_challenge& x) {
+  return f(caf::meta::type_name("kvroom.registry_challenge"), x.nonce, x.proof);
+}
+
+/// Manager A -> manager B over A's direct link, first of four messages:
+/// A's id, process incarnation and nonce.
+struct link_hello {
+  rank_id from = -1;
+  uint64_t incarnation = 0;
+  std::string nonce;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, link_hello& x) {
+  return f(caf::meta::type_name("kvroom.link_hello"), x.from, x.incarnation, x.nonce);
+}
+
+/// B -> A: B's proof over both nonces and B's own nonce.
+struct link_reply {
+  rank_id from = -1;
+  std::string nonce;
+  std::string proof;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, link_reply& x) {
+  return f(caf::meta::type_name("kvroom.link_reply"), x.from, x.nonce, x.proof);
+}
+
+/// A -> B: A's proof. B trusts A's node from here on.
+struct link_finish {
+  rank_id from = -1;
+  std::string proof;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, link_finish& x) {
+  return f(caf::meta::type_name("kvroom.link_finish"), x.from, x.proof);
+}
+
+/// B -> A: B trusts A now, so A may let its rooms talk to B.
+struct link_ack {
+  rank_id from = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, link_ack& x) {
+  return f(caf::meta::type_name("kvroom.link_ack"), x.from);
+}
+
+/// A rank announces itself, answering the registry's challenge (nonces of
+/// both sides, its id); the registry pushes `directory_update` to every
 /// registered manager (including the new one).
 struct register_rank {
   rank_entry entry;
+  std::string rank_nonce;
+  std::string proof;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, register_rank& x) {
-  return f(caf::meta::type_name("kvroom.register_rank"), x.entry);
+  return f(caf::meta::type_name("kvroom.register_rank"), x.entry, x.rank_nonce, x.proof);
 }
 
 /// Registry -> every remaining manager: a registered rank's manager went
-/// down, as the registry's node saw it. Ranks whose own monitor of that
-/// manager is relayed through the registry's node (CAF 0.17 without
-/// automatic connections) learn the loss from this, not from a down message.
+/// down, as the registry's node saw it. Ranks that never linked to it learn
+/// the loss from this; linked ranks see it first through their own monitor.
 struct rank_down {
   rank_ref rank;
   std::string reason;

@@ -1,0 +1,159 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "caf/actor_addr.hpp"
+#include "caf/node_id.hpp"
+
+#include "kvroom/messages/ids.hpp"
+#include "kvroom/transport/auth/secret.hpp"
+
+namespace kvroom {
+
+/// The proofs of kvroom's two membership handshakes, as one plain class.
+/// Each proof binds a label, the nonces of both sides (so no answer can be
+/// replayed) and the identities in a fixed order (so no answer can be
+/// reflected back at its sender).
+///
+/// Registration: rank -> `registry_hello{nR}`; registry ->
+/// `registry_challenge{nG, registry_proof(nR, nG)}`; rank ->
+/// `register_rank{entry, nR, rank_proof(nG, nR, id, incarnation)}`.
+///
+/// Direct link, A joins B: `link_hello{A, incarnation, nA}`; `link_reply{B, nB,
+/// accept_proof(nA, nB, B, A)}` (A trusts B); `link_finish{A,
+/// join_proof(nB, nA, A, incarnation, B)}` (B trusts A); `link_ack{B}`. A hands B to its
+/// rooms only after the ack, B only after the finish, so no room message
+/// reaches a side that does not trust its sender yet.
+class membership {
+public:
+  membership() = default;
+
+  explicit membership(deployment_secret secret) : secret_(std::move(secret)) {
+    // nop
+  }
+
+  bool insecure() const noexcept {
+    return secret_.insecure();
+  }
+
+  mac_tag registry_proof(const nonce& rank_nonce, const nonce& registry_nonce) const {
+    return secret_.mac("kvroom/registry/v1", rank_nonce, registry_nonce);
+  }
+
+  mac_tag rank_proof(const nonce& registry_nonce, const nonce& rank_nonce, rank_id id,
+                     uint64_t incarnation) const {
+    return secret_.mac("kvroom/register/v1", registry_nonce, rank_nonce, id, incarnation);
+  }
+
+  mac_tag accept_proof(const nonce& joiner_nonce, const nonce& acceptor_nonce,
+                       rank_id acceptor, rank_id joiner) const {
+    return secret_.mac("kvroom/link-accept/v1", joiner_nonce, acceptor_nonce, acceptor,
+                       joiner);
+  }
+
+  mac_tag join_proof(const nonce& acceptor_nonce, const nonce& joiner_nonce, rank_id joiner,
+                     uint64_t joiner_incarnation, rank_id acceptor) const {
+    return secret_.mac("kvroom/link-join/v1", acceptor_nonce, joiner_nonce, joiner,
+                       joiner_incarnation, acceptor);
+  }
+
+  static bool matches(const mac_tag& got, const mac_tag& want) noexcept {
+    return deployment_secret::equal(got, want);
+  }
+
+  const deployment_secret& secret() const noexcept {
+    return secret_;
+  }
+
+private:
+  deployment_secret secret_;
+};
+
+/// Handshakes in progress, each until its deadline, at most `capacity` at
+/// once: what a stranger can make us hold by starting handshakes it never
+/// finishes.
+template <class Key, class Value>
+class pending_table {
+public:
+  pending_table(size_t capacity, uint64_t ttl_ms) : capacity_(capacity), ttl_ms_(ttl_ms) {
+    // nop
+  }
+
+  /// False when full (after dropping what expired).
+  bool put(const Key& k, Value v, uint64_t now_ms) {
+    if (xs_.count(k) == 0 && xs_.size() >= capacity_) {
+      expire(now_ms);
+      if (xs_.size() >= capacity_)
+        return false;
+    }
+    xs_[k] = item{std::move(v), now_ms + ttl_ms_};
+    return true;
+  }
+
+  /// Removes and returns the entry of `k` unless it expired.
+  std::optional<Value> take(const Key& k, uint64_t now_ms) {
+    auto i = xs_.find(k);
+    if (i == xs_.end())
+      return std::nullopt;
+    auto out = std::move(i->second);
+    xs_.erase(i);
+    if (now_ms > out.deadline_ms)
+      return std::nullopt;
+    return std::move(out.value);
+  }
+
+  Value* find(const Key& k) {
+    auto i = xs_.find(k);
+    return i == xs_.end() ? nullptr : &i->second.value;
+  }
+
+  void expire(uint64_t now_ms) {
+    for (auto i = xs_.begin(); i != xs_.end();)
+      i = now_ms > i->second.deadline_ms ? xs_.erase(i) : std::next(i);
+  }
+
+  size_t size() const noexcept {
+    return xs_.size();
+  }
+
+private:
+  struct item {
+    Value value;
+    uint64_t deadline_ms = 0;
+  };
+  size_t capacity_;
+  uint64_t ttl_ms_;
+  std::unordered_map<Key, item> xs_;
+};
+
+/// The nodes (processes) whose ranks proved membership to this rank. Written
+/// by the manager, read by its rooms on every message from another node, so
+/// it takes a reader-writer lock; messages from this process need no lookup.
+class trust_table {
+public:
+  void add(const caf::node_id& node) {
+    std::unique_lock<std::shared_mutex> guard{mtx_};
+    nodes_.insert(node);
+  }
+
+  void remove(const caf::node_id& node) {
+    std::unique_lock<std::shared_mutex> guard{mtx_};
+    nodes_.erase(node);
+  }
+
+  bool contains(const caf::node_id& node) const {
+    std::shared_lock<std::shared_mutex> guard{mtx_};
+    return nodes_.count(node) > 0;
+  }
+
+private:
+  mutable std::shared_mutex mtx_;
+  std::unordered_set<caf::node_id> nodes_;
+};
+
+} // namespace kvroom
