@@ -89,6 +89,13 @@ caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
   st.members = members ? std::move(members) : std::make_shared<const membership>();
   // Challenges a stranger never answers: bounded and expiring.
   st.challenges.emplace(std::max<size_t>(64, 2 * static_cast<size_t>(max_ranks)), 5000);
+  // Only this process may stop the registry: an exit message from another
+  // node (a rank's runtime ending, a stranger) changes nothing.
+  self->set_exit_handler([=](caf::exit_msg& msg) {
+    auto& sender = self->current_sender();
+    if (msg.source.node() == self->node() && (!sender || sender->node() == self->node()))
+      self->quit(msg.reason);
+  });
   self->set_down_handler([=](caf::down_msg& msg) {
     auto& xs = self->state.ranks;
     auto i = std::find_if(xs.begin(), xs.end(), [&](const rank_entry& e) {

@@ -616,8 +616,16 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
   st.chaos_rng.seed(params.chaos.seed ^ static_cast<uint64_t>(params.self.id));
   auto sweep_interval = room_core::tick_interval(st.timeouts);
   self->delayed_send(self, sweep_interval, sweep_atom::value);
+  // CAF's own replies from peers' middlemen land here too: not ours to print.
+  self->set_default_handler(caf::drop);
   // Rooms do not monitor their manager (see room_core::init): it ends them.
   self->set_exit_handler([=](caf::exit_msg& msg) {
+    // Only this process stops a rank (a stranger's exit message is dropped).
+    auto& sender = self->current_sender();
+    if (msg.source.node() != self->node() || (sender && sender->node() != self->node())) {
+      detail::from_member(self, "an exit message");
+      return;
+    }
     self->state.rooms->for_each([&](room_id, const room_directory::entry& e) {
       self->send_exit(e.actor, msg.reason);
     });

@@ -59,7 +59,7 @@ caf::io::middleman_actor middleman(manager_ptr self) {
 
 void schedule_reconnect(manager_ptr self) {
   auto& st = self->state;
-  st.reconnect_ms = st.reconnect_ms == 0 ? 50 : std::min<uint32_t>(st.reconnect_ms * 2, 1000);
+  st.reconnect_ms = st.reconnect_ms == 0 ? 50 : std::min<uint32_t>(st.reconnect_ms * 2, 500);
   self->delayed_send(self, std::chrono::milliseconds(st.reconnect_ms), reconnect_atom::value);
 }
 
@@ -238,7 +238,14 @@ void start_links(manager_ptr self, const std::vector<std::shared_ptr<const rank_
     auto& l = st.joining[id];
     l = kv_manager_state::outgoing_link{};
     l.entry = e;
-    begin_link(self, id);
+    // One side connects: the lower rank id. Two nodes dialing each other at
+    // once make CAF 0.17 close one of the connections as a duplicate, and
+    // what was in flight on it is lost. The higher id waits for the peer's
+    // link and dials only if none came within a while.
+    if (id > me(self).id)
+      begin_link(self, id);
+    else
+      l.retry_at_ms = now_ms() + 2000;
   }
 }
 

@@ -48,6 +48,9 @@ peer_directory::changes peer_directory::update(const std::vector<rank_entry>& ra
       out.usable.push_back(make_usable(std::move(linked)));
       continue;
     }
+    // A new incarnation of a lost rank is on its way back: rooms that open
+    // now wait for the link instead of failing on the old one's loss.
+    lost_.erase(id);
     listed_[id] = ptr;
     out.to_link.push_back(std::move(ptr));
   }

@@ -229,6 +229,12 @@ caf::expected<kv_receiver> rank::receiver(room_id room) const {
   return kv_receiver{const_cast<rank*>(this), i->second};
 }
 
+std::string rank::control_address() const {
+  if (!entry_ || entry_->control_port == 0)
+    return {};
+  return entry_->control_host + ":" + std::to_string(entry_->control_port);
+}
+
 std::string rank::data_plane_address(const std::string& transport) const {
   for (auto& e : entry_->endpoints)
     if (e.transport == transport)

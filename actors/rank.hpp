@@ -73,6 +73,10 @@ public:
   /// The manager's counters (a bounded blocking query).
   caf::expected<manager_stats> stats();
 
+  /// Where this rank's manager is published for peers' direct links
+  /// ("host:port"; "" without `network`).
+  std::string control_address() const;
+
   /// Where this rank's `transport` endpoint listens ("" when it has none).
   std::string data_plane_address(const std::string& transport) const;
 

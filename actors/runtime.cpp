@@ -69,7 +69,10 @@ runtime::~runtime() {
   // Ranks hold actors of this system and scoped actors on it: destroying the
   // system under them would deadlock or dangle.
   KVROOM_ASSERT(live_ranks_ == 0);
-  caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
+  // Only a registry of our own: a remote one serves the rest of the
+  // deployment after this process is gone.
+  if (registry_ && registry_.node() == sys_->node())
+    caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
   registry_ = nullptr;
   owned_sys_.reset();
 }
@@ -79,6 +82,9 @@ caf::expected<uint16_t> runtime::publish_registry(uint16_t port,
   if (!sys_->has_middleman())
     return make_error(errc::invalid_config,
                       "publishing the registry needs runtime_options.network");
+  if (registry_.node() != sys_->node())
+    return make_error(errc::invalid_config,
+                      "this runtime uses a remote registry; it has none to publish");
   auto res = sys_->middleman().publish(registry_, port,
                                        host.empty() ? nullptr : host.c_str(), true);
   if (!res)
@@ -99,7 +105,8 @@ caf::error runtime::connect_registry(const std::string& host, uint16_t port,
   for (;;) {
     auto remote = sys_->middleman().remote_actor(host, port);
     if (remote) {
-      caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
+      if (registry_.node() == sys_->node())
+        caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
       registry_ = std::move(*remote);
       registry_host_ = host;
       registry_port_ = port;

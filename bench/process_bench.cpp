@@ -98,6 +98,9 @@ struct deployment {
 
   /// Starts every rank with `extra` options; true once all are ready.
   bool start(const std::vector<std::string>& extra) {
+    auto secret = harness::write_secret(dir);  // once: every rank reads it
+    if (secret.empty())
+      return false;
     for (auto& p : procs) {
       std::vector<std::string> a{"serve",
                                  "--role=" + to_string(p.rank.side),
@@ -106,7 +109,8 @@ struct deployment {
                                  "--bootstrap-port=" + std::to_string(port),
                                  "--wait-file=" + dir + "/go",
                                  "--report=" + report_of(p),
-                                 "--log-level=error"};
+                                 "--log-level=error",
+                                 secret};
       a.insert(a.end(), extra.begin(), extra.end());
       if (p.name == "p0")
         a.push_back("--publish-registry");

@@ -13,6 +13,9 @@ int run_stress(int argc, char** argv);
 /// bootstrap registry, running a synthetic scheduler over a room range.
 int run_serve(int argc, char** argv);
 
+/// `kvroom registry`: the bootstrap registry as its own, restartable process.
+int run_registry(int argc, char** argv);
+
 /// `kvroom doctor`: every transport, available or not, and why.
 int run_doctor(int argc, char** argv);
 

@@ -16,6 +16,8 @@ void usage() {
             "           over real buffers with one injected failure, print results\n"
             "  serve    one rank in its own process (prefill or decode), joined\n"
             "           through the bootstrap registry; runs a range of rooms\n"
+            "  registry the bootstrap registry as its own process (a directory:\n"
+            "           ranks link directly; restart it at will)\n"
             "  stress   thousands of rooms under a seeded fault schedule; checks\n"
             "           kvroom's invariants on every room, exits 1 when one breaks\n"
             "  doctor   list the transports this build and machine support\n"
@@ -39,6 +41,8 @@ int main(int argc, char** argv) {
     return kvroom::cli::run_serve(argc - 1, argv + 1);
   if (cmd == "stress")
     return kvroom::cli::run_stress(argc - 1, argv + 1);
+  if (cmd == "registry")
+    return kvroom::cli::run_registry(argc - 1, argv + 1);
   if (cmd == "doctor")
     return kvroom::cli::run_doctor(argc - 1, argv + 1);
   std::fprintf(stderr, "kvroom: unknown command '%s'\n\n", cmd.c_str());

@@ -1,6 +1,8 @@
 // `kvroom serve`: one rank in its own process. It joins the deployment
-// through the bootstrap registry (published by one prefill rank, reached by
-// everyone else with retry and backoff), registers host KV buffers, offers
+// through the bootstrap registry (`kvroom registry`, or published by one
+// prefill rank with --publish-registry; reached with retry and backoff),
+// proves membership with the deployment secret, links to its peers
+// directly, registers host KV buffers, offers
 // its data plane (local, tcp) and then runs a synthetic scheduler over a
 // range of rooms: the same room ids on every rank, as a router would assign
 // them. Decode ranks verify every room byte-exact. A JSON report records
@@ -20,6 +22,7 @@
 #include "kvroom/kit/testkit.hpp"
 
 #include "commands.hpp"
+#include "membership_options.hpp"
 #include "stress_plan.hpp"
 
 namespace kvroom::cli {
@@ -40,6 +43,10 @@ public:
   bool publish_registry = false;
   std::string transport = "auto";
   std::string tcp_host = "127.0.0.1";
+  std::string control_host;
+  int64_t control_port = 0;
+  std::string secret_file;
+  bool insecure = false;
   int64_t heartbeat_ms = 100;
   int64_t connection_timeout_ms = 1000;
   int64_t timeout_ms = 5000;
@@ -72,6 +79,10 @@ public:
       .add(publish_registry, "publish-registry", "host the registry here (one prefill rank)")
       .add(transport, "transport", "auto (nearest of local, shm, tcp), shm, tcp")
       .add(tcp_host, "tcp-host", "IPv4 address the tcp data plane binds and advertises")
+      .add(control_host, "control-host", "IPv4 address of this rank's control endpoint (default: --tcp-host)")
+      .add(control_port, "control-port", "port of this rank's control endpoint (0: any)")
+      .add(secret_file, "secret-file", "the deployment secret (mode 0600), same on every rank")
+      .add(insecure, "insecure", "run without a deployment secret")
       .add(heartbeat_ms, "heartbeat-ms", "CAF middleman heartbeat interval")
       .add(connection_timeout_ms, "connection-timeout-ms", "a silent peer is lost after this")
       .add(timeout_ms, "timeout-ms", "room state timeouts (decode waits twice as long)")
@@ -145,6 +156,11 @@ int run_serve(int argc, char** argv) {
     return bad("--bootstrap-port is required");
   if (cfg.publish_registry && cfg.role != "prefill")
     return bad("the registry is published by a prefill rank");
+  if (cfg.control_port < 0 || cfg.control_port > 65535)
+    return bad("--control-port must be in [0, 65535]");
+  auto secret = load_secret("serve", cfg.secret_file, cfg.insecure);
+  if (!secret)
+    return bad(describe(secret.error()));
   if (cfg.layers < 1 || cfg.page_bytes < 8 || cfg.pages_per_room < 1 || cfg.concurrency < 1
       || cfg.rooms < 0 || cfg.then_rooms < 0 || cfg.timeout_ms < 1)
     return bad("sizes must be positive");
@@ -159,9 +175,10 @@ int run_serve(int argc, char** argv) {
   std::vector<outcome> outcomes;
   rank_ref me;
   {
-    runtime rt{sys};
+    runtime rt{sys, 4096, std::move(*secret)};
     if (cfg.publish_registry) {
-      auto port = rt.publish_registry(static_cast<uint16_t>(cfg.bootstrap_port));
+      auto port = rt.publish_registry(static_cast<uint16_t>(cfg.bootstrap_port),
+                                      cfg.bootstrap_host);
       if (!port)
         return bad(describe(port.error()));
     } else if (auto err = rt.connect_registry(cfg.bootstrap_host,
@@ -186,6 +203,8 @@ int run_serve(int argc, char** argv) {
     rc.transport = cfg.transport;
     rc.network = true;
     rc.tcp_host = cfg.tcp_host;
+    rc.control_host = cfg.control_host.empty() ? cfg.tcp_host : cfg.control_host;
+    rc.control_port = static_cast<uint16_t>(cfg.control_port);
     auto ms = static_cast<uint32_t>(cfg.timeout_ms);
     rc.timeouts = side == role::prefill ? room_timeouts{ms, ms, ms}
                                         : room_timeouts{2 * ms, 2 * ms, 2 * ms};
@@ -201,9 +220,9 @@ int run_serve(int argc, char** argv) {
     auto& r = **made;
     me = r.ref();
     std::printf("{\"event\": \"ready\", \"rank\": \"%s\", \"rank_id\": %d, \"pid\": %d, "
-                "\"tcp\": \"%s\"}\n",
+                "\"tcp\": \"%s\", \"control\": \"%s\"}\n",
                 to_string(me).c_str(), me.id, static_cast<int>(::getpid()),
-                r.data_plane_address("tcp").c_str());
+                r.data_plane_address("tcp").c_str(), r.control_address().c_str());
     std::fflush(stdout);
     auto key = [&](room_id room) { return room ^ (static_cast<room_id>(cfg.tp + 1) << 40); };
     auto pages_of = [&](size_t slot) {

@@ -90,6 +90,11 @@ int run_processes(const process_options& opt) {
               stop ? "SIGSTOP" : "SIGKILL", to_string(victim.rank).c_str(),
               static_cast<long long>(kill_after_ms), dir.c_str());
   std::fflush(stdout);
+  auto secret_option = harness::write_secret(dir);
+  if (secret_option.empty()) {
+    std::fprintf(stderr, "kvroom stress --processes: cannot write a secret in %s\n", dir.c_str());
+    return 2;
+  }
   auto args_for = [&](const child& c, int64_t first, int64_t rooms, int64_t then) {
     std::vector<std::string> a{"serve",
                                "--role=" + to_string(c.rank.side),
@@ -104,7 +109,8 @@ int run_processes(const process_options& opt) {
                                "--fault-seed=" + std::to_string(opt.seed),
                                "--p-transfer=" + std::to_string(opt.p_transfer),
                                "--log-level=" + opt.log_level,
-                               "--report=" + dir + "/" + c.name + ".json"};
+                               "--report=" + dir + "/" + c.name + ".json",
+                               secret_option};
     if (then > 0) {
       a.push_back("--then-rooms=" + std::to_string(then));
       a.push_back("--then-wait-file=" + dir + "/go");

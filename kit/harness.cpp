@@ -1,4 +1,5 @@
 #include "kvroom/kit/harness.hpp"
+#include "kvroom/transport/auth/secret.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -66,6 +67,23 @@ std::string make_temp_dir(const std::string& prefix) {
   if (!::mkdtemp(tmpl.data()))
     return {};
   return tmpl;
+}
+
+std::string write_secret(const std::string& dir) {
+  auto path = dir + "/secret";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0)
+    return {};
+  static const char hex[] = "0123456789abcdef";
+  std::string text;
+  for (unsigned char c : make_nonce()) {
+    text.push_back(hex[c >> 4]);
+    text.push_back(hex[c & 15]);
+  }
+  text.push_back('\n');
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok ? "--secret-file=" + path : std::string{};
 }
 
 std::string field(const std::string& line, const std::string& key) {

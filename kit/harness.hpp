@@ -36,6 +36,10 @@ void remove_segments(pid_t pid);
 /// A fresh directory under /tmp named `prefix`-XXXXXX, or "" on failure.
 std::string make_temp_dir(const std::string& prefix);
 
+/// Writes a random deployment secret (mode 0600) to `dir`/secret; returns
+/// the `--secret-file=...` option naming it, or "" on failure.
+std::string write_secret(const std::string& dir);
+
 /// Waits until `pred` holds or `limit` passes, checking every 10 ms.
 template <class Pred>
 bool wait_until(Pred pred, std::chrono::milliseconds limit) {

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Real processes on loopback (or in the test's own network namespaces):
-#   multiprocess_test.sh KVROOM_BINARY SCENARIO WORKDIR
+#   multiprocess_test.sh KVROOM_BINARY SCENARIO WORKDIR [KVROOM_STRANGER]
 # Scenarios: transfer (auto: shm on one host), transfer_shm, transfer_tcp,
-# sigkill, sigstop, malformed, netns.
+# sigkill, sigstop, malformed, netns, registry_restart, dp_groups, auth.
 # Every process it starts is killed on exit; every wait is bounded. Exit 0
 # passes, 1 fails, 77 skips (with the reason on stdout).
 set -u
 K=$1
 SCENARIO=$2
 WORK=$3
+STRANGER=${4:-}
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 PIDS=()
 NETNS=()
@@ -19,6 +20,9 @@ cleanup() {
   for n in "${NETNS[@]}"; do ip netns del "$n" 2>/dev/null; done
 }
 trap cleanup EXIT
+# Every deployment proves membership with a secret of its own.
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$WORK/secret" && chmod 600 "$WORK/secret"
+SECRET=--secret-file=$WORK/secret
 fail() { echo "FAIL: $*"; for f in *.log; do echo "--- $f"; tail -n 20 "$f"; done; exit 1; }
 now_ms() { date +%s%3N; }
 port() { echo $((20000 + ($$ * 7 + RANDOM) % 30000)); }
@@ -55,10 +59,10 @@ rooms() { grep -c "\"state\": \"$2\"" "$1" 2>/dev/null || true; }
 
 group() { # group PORT EXTRA_ARGS... : 2 prefill + 2 decode ranks, TP=2
   local p=$1; shift
-  start p0 "$K" serve --role=prefill --tp=0 --tp-size=2 --bootstrap-port="$p" --publish-registry --report=p0.json "$@"
-  start p1 "$K" serve --role=prefill --tp=1 --tp-size=2 --bootstrap-port="$p" --report=p1.json "$@"
-  start d0 "$K" serve --role=decode --tp=0 --tp-size=2 --bootstrap-port="$p" --report=d0.json "$@"
-  start d1 "$K" serve --role=decode --tp=1 --tp-size=2 --bootstrap-port="$p" --report=d1.json "$@"
+  start p0 "$K" serve "$SECRET" --role=prefill --tp=0 --tp-size=2 --bootstrap-port="$p" --publish-registry --report=p0.json "$@"
+  start p1 "$K" serve "$SECRET" --role=prefill --tp=1 --tp-size=2 --bootstrap-port="$p" --report=p1.json "$@"
+  start d0 "$K" serve "$SECRET" --role=decode --tp=0 --tp-size=2 --bootstrap-port="$p" --report=d0.json "$@"
+  start d1 "$K" serve "$SECRET" --role=decode --tp=1 --tp-size=2 --bootstrap-port="$p" --report=d1.json "$@"
 }
 
 check_all_ok() { # check_all_ok N: every report has N successes, no failure
@@ -91,7 +95,7 @@ sigkill)
   kill -9 "$PID_p1"
   killed=$(now_ms)
   for r in p0 d0 d1; do wait_for batch_done $r.log 60 || fail "$r did not finish phase 1"; done
-  start p1 "$K" serve --role=prefill --tp=1 --tp-size=2 --bootstrap-port="$p" --report=p1.json \
+  start p1 "$K" serve "$SECRET" --role=prefill --tp=1 --tp-size=2 --bootstrap-port="$p" --report=p1.json \
     --first-room=301 --rooms=40 --timeout-ms=1500
   wait_for '"ready"' p1.log 20 || fail "restarted p1 not ready"
   touch "$WORK/go"
@@ -163,13 +167,112 @@ netns)
   ip -n $nd addr add 10.213.$(( $$ % 250 )).2/24 dev vd$$ && ip -n $nd link set vd$$ up && ip -n $nd link set lo up
   pa=10.213.$(( $$ % 250 )).1; da=10.213.$(( $$ % 250 )).2
   p=$(port)
-  start p0 ip netns exec $np "$K" serve --role=prefill --tp=0 --tp-size=2 --bootstrap-port=$p --publish-registry --tcp-host=$pa --transport=tcp --rooms=200 --report=p0.json
-  start p1 ip netns exec $np "$K" serve --role=prefill --tp=1 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --tcp-host=$pa --transport=tcp --rooms=200 --report=p1.json
-  start d0 ip netns exec $nd "$K" serve --role=decode --tp=0 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --tcp-host=$da --transport=tcp --rooms=200 --report=d0.json
-  start d1 ip netns exec $nd "$K" serve --role=decode --tp=1 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --tcp-host=$da --transport=tcp --rooms=200 --report=d1.json
+  start p0 ip netns exec $np "$K" serve "$SECRET" --role=prefill --tp=0 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --publish-registry --tcp-host=$pa --transport=tcp --rooms=200 --report=p0.json
+  start p1 ip netns exec $np "$K" serve "$SECRET" --role=prefill --tp=1 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --tcp-host=$pa --transport=tcp --rooms=200 --report=p1.json
+  start d0 ip netns exec $nd "$K" serve "$SECRET" --role=decode --tp=0 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --tcp-host=$da --transport=tcp --rooms=200 --report=d0.json
+  start d1 ip netns exec $nd "$K" serve "$SECRET" --role=decode --tp=1 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --tcp-host=$da --transport=tcp --rooms=200 --report=d1.json
   for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 90" || fail "$r did not finish"; done
   check_all_ok 200
   echo "ok: prefill in $np ($pa) and decode in $nd ($da), joined by a veth pair: 200 rooms byte-exact over tcp"
+  ;;
+
+registry_restart)
+  # A standalone registry killed and restarted mid-run: rooms between live
+  # ranks keep succeeding while it is away, every rank registers again.
+  p=$(port)
+  start reg "$K" registry "$SECRET" --bootstrap-port="$p"
+  wait_for '"ready"' reg.log 20 || fail "registry not ready"
+  for r in p0 p1 d0 d1; do
+    role=prefill; [ "${r#d}" != "$r" ] && role=decode
+    start $r "$K" serve "$SECRET" --role=$role --tp=${r#?} --tp-size=2 --bootstrap-port="$p" \
+      --rooms=400 --pace-us=5000 --timeout-ms=1500 --then-rooms=40 --then-wait-file="$WORK/go" --report=$r.json
+  done
+  for r in p0 p1 d0 d1; do wait_for '"ready"' $r.log 20 || fail "$r not ready"; done
+  sleep 0.5
+  kill -9 "$PID_reg"
+  sleep 1
+  start reg2 "$K" registry "$SECRET" --bootstrap-port="$p"
+  wait_for '"ready"' reg2.log 20 || fail "restarted registry not ready"
+  for r in p0 p1 d0 d1; do
+    wait_for 'bootstrap registry .* lost' $r.log 10 || fail "$r did not notice the registry's loss"
+    wait_for 'registered again with the bootstrap registry' $r.log 10 || fail "$r did not register again"
+  done
+  for r in p0 p1 d0 d1; do wait_for batch_done $r.log 60 || fail "$r did not finish phase 1"; done
+  touch "$WORK/go"
+  for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
+  check_all_ok 440
+  echo "ok: standalone registry SIGKILLed and restarted mid-run: all 440 rooms byte-exact on every rank, all 4 ranks registered again"
+  ;;
+
+dp_groups)
+  # Two DP groups, the registry in prefill dp0. Killing that process fails
+  # only its own group's rooms; restarted (the registry with it), new rooms
+  # succeed on every rank within 2 s.
+  p=$(port)
+  common=(--tp-size=1 --bootstrap-port="$p" --rooms=300 --pace-us=4000 --timeout-ms=1500
+          --then-rooms=40 --then-wait-file="$WORK/go")
+  start a0 "$K" serve "$SECRET" --role=prefill --dp=0 --publish-registry --report=a0.json "${common[@]}"
+  start b0 "$K" serve "$SECRET" --role=decode --dp=0 --report=b0.json "${common[@]}"
+  start a1 "$K" serve "$SECRET" --role=prefill --dp=1 --first-room=100001 --report=a1.json "${common[@]}"
+  start b1 "$K" serve "$SECRET" --role=decode --dp=1 --first-room=100001 --report=b1.json "${common[@]}"
+  for r in a0 b0 a1 b1; do wait_for '"ready"' $r.log 20 || fail "$r not ready"; done
+  sleep 0.6
+  kill -9 "$PID_a0"
+  for r in b0 a1 b1; do wait_for batch_done $r.log 60 || fail "$r did not finish phase 1"; done
+  start a0 "$K" serve "$SECRET" --role=prefill --dp=0 --publish-registry --report=a0.json \
+    --tp-size=1 --bootstrap-port="$p" --first-room=301 --rooms=40 --timeout-ms=1500 --wait-file="$WORK/go"
+  wait_for '"ready"' a0.log 20 || fail "restarted a0 not ready"
+  back=$(now_ms)
+  for r in b0 a1 b1; do
+    wait_for 'registered again with the bootstrap registry' $r.log 5 || fail "$r did not register with the restarted registry"
+  done
+  rejoined=$(( $(now_ms) - back ))
+  [ $rejoined -lt 2000 ] || fail "ranks registered again only ${rejoined} ms after the registry returned"
+  go=$(now_ms)
+  touch "$WORK/go"
+  for r in a0 b0 a1 b1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish phase 2"; done
+  for r in a1 b1; do
+    [ "$(rooms $r.json success)" = 340 ] || fail "$r (dp1): $(rooms $r.json success) of 340 rooms succeeded; the other group's loss reached it"
+    grep -q data_error $r.json && fail "$r: data mismatch"
+  done
+  [ "$(rooms a0.json success)" = 40 ] || fail "restarted a0: $(rooms a0.json success) of 40 succeeded"
+  ok2=$(awk -F'"room": ' 'NF>1 { split($2, a, ","); if (a[1] > 300 && a[1] < 100000 && $0 ~ /"success"/) n++ } END { print n+0 }' b0.json)
+  [ "$ok2" = 40 ] || fail "b0: $ok2 of 40 rooms succeeded after the restart"
+  for r in a0 b0 a1 b1; do
+    first=$(awk -F'"at_ms": ' 'NF>1 && /"success"/ { split($2, a, "[,}]"); print a[1] }' $r.json | sort -n | awk -v g=$go '$1 >= g' | head -n 1)
+    [ -n "$first" ] && [ $((first - go)) -lt 2000 ] || fail "$r: no room succeeded within 2 s of the restart"
+  done
+  echo "ok: 2 DP groups; the registry's host (prefill dp0) SIGKILLed: dp1 lost none of its 340 rooms; restarted, every rank registered again ${rejoined} ms later and all 40 new rooms succeeded on all 4 ranks"
+  ;;
+
+auth)
+  # Wrong or missing secrets, a live rank's id, a layout that does not fit,
+  # and a stranger's forged control messages: all refused, nothing changed.
+  p=$(port)
+  group "$p" --rooms=300 --pace-us=3000
+  for r in p0 p1 d0 d1; do wait_for '"ready"' $r.log 20 || fail "$r not ready"; done
+  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > other && chmod 600 other
+  try() { # try NAME EXPECTED_TEXT ARGS... : must exit non-zero saying EXPECTED_TEXT
+    local name=$1 want=$2; shift 2
+    timeout 30 "$@" --bootstrap-port="$p" --rooms=1 > $name.log 2>&1 && fail "$name was accepted"
+    grep -q "$want" $name.log || fail "$name: no '$want' in its error: $(tail -n 3 $name.log)"
+  }
+  try wrong "failed to prove membership" "$K" serve --secret-file=other --role=decode --dp=3 --tp=0 --tp-size=2
+  try insecure "failed to prove membership" "$K" serve --insecure --role=decode --dp=3 --tp=0 --tp-size=2
+  try nosecret "no --secret-file" "$K" serve --role=decode --dp=3 --tp=0 --tp-size=2
+  try thief "is held by the live" "$K" serve "$SECRET" --role=decode --tp=0 --tp-size=2
+  try layout "KV buffers" "$K" serve "$SECRET" --role=decode --dp=3 --tp=0 --tp-size=2 --page-bytes=8192
+  try tpsize "TP size" "$K" serve "$SECRET" --role=decode --dp=3 --tp=0 --tp-size=1
+  [ -n "$STRANGER" ] || fail "no stranger client given"
+  ctl=()
+  for r in p0 p1 d0 d1; do ctl+=("$(sed -n 's/.*"control": "\([0-9.]*:[0-9]*\)".*/\1/p' $r.log | head -n 1)"); done
+  timeout 30 "$STRANGER" 300 "${ctl[@]}" > stranger.log 2>&1 || fail "stranger reached no rank: $(cat stranger.log)"
+  for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
+  check_all_ok 300
+  for r in p0 p1 d0 d1; do
+    grep -q "dropped .*\(unauthenticated node\|not sent by the bootstrap registry\)" $r.log || fail "$r did not report the stranger's messages"
+  done
+  echo "ok: wrong secret, --insecure, no secret, a live rank's id, an unfit layout and TP size all refused with the reason; a stranger's 1200 forged control messages per rank changed no room (300 byte-exact)"
   ;;
 
 *)

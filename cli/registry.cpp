@@ -1,0 +1,101 @@
+// `kvroom registry`: the bootstrap registry as a process of its own, the role
+// SGLang's bootstrap server and Mooncake's metadata service play. It is a
+// directory only (ranks link to each other directly), so it can be stopped
+// and restarted: ranks keep their cached directory, reconnect, and register
+// again, and the registry rebuilds its table from them.
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include <unistd.h>
+
+#include "caf/all.hpp"
+#include "caf/io/all.hpp"
+
+#include "kvroom/kvroom.hpp"
+
+#include "commands.hpp"
+#include "membership_options.hpp"
+
+namespace kvroom::cli {
+
+namespace {
+
+volatile std::sig_atomic_t stop_requested = 0;
+
+void on_signal(int) {
+  stop_requested = 1;
+}
+
+class registry_config : public caf::actor_system_config {
+public:
+  std::string bootstrap_host = "127.0.0.1";
+  int64_t bootstrap_port = 0;
+  int64_t max_ranks = 4096;
+  std::string secret_file;
+  bool insecure = false;
+  int64_t heartbeat_ms = 100;
+  int64_t connection_timeout_ms = 1000;
+  std::string log_level = "info";
+
+  registry_config() {
+    opt_group{custom_options_, "global"}
+      .add(bootstrap_host, "bootstrap-host", "IPv4 address to listen on (not all interfaces)")
+      .add(bootstrap_port, "bootstrap-port", "port to listen on")
+      .add(max_ranks, "max-ranks", "most ranks that may register")
+      .add(secret_file, "secret-file", "the deployment secret (mode 0600)")
+      .add(insecure, "insecure", "run without a deployment secret")
+      .add(heartbeat_ms, "heartbeat-ms", "CAF middleman heartbeat (same on every node)")
+      .add(connection_timeout_ms, "connection-timeout-ms", "a silent peer is lost after this")
+      .add(log_level, "log-level", "trace, debug, info, warn, error, off");
+  }
+};
+
+int bad(const std::string& what) {
+  std::fprintf(stderr, "kvroom registry: %s\n", what.c_str());
+  return 2;
+}
+
+} // namespace
+
+int run_registry(int argc, char** argv) {
+  registry_config cfg;
+  if (auto err = cfg.parse(argc, argv))
+    return bad("bad options: " + caf::to_string(err));
+  if (cfg.cli_helptext_printed)
+    return 0;
+  if (cfg.bootstrap_port <= 0 || cfg.bootstrap_port > 65535)
+    return bad("--bootstrap-port is required");
+  if (cfg.max_ranks < 1 || cfg.max_ranks > 1'000'000)
+    return bad("--max-ranks must be in [1, 1000000]");
+  auto secret = load_secret("registry", cfg.secret_file, cfg.insecure);
+  if (!secret)
+    return bad(describe(secret.error()));
+  runtime_options opts;
+  opts.network = true;
+  opts.heartbeat_ms = static_cast<uint32_t>(cfg.heartbeat_ms);
+  opts.connection_timeout_ms = static_cast<uint32_t>(cfg.connection_timeout_ms);
+  opts.log_level = cfg.log_level;
+  prepare_config(cfg, opts);
+  caf::actor_system sys{cfg};
+  {
+    runtime rt{sys, static_cast<uint32_t>(cfg.max_ranks), std::move(*secret)};
+    auto port = rt.publish_registry(static_cast<uint16_t>(cfg.bootstrap_port),
+                                    cfg.bootstrap_host);
+    if (!port)
+      return bad(describe(port.error()));
+    std::printf("{\"event\": \"ready\", \"role\": \"registry\", \"address\": \"%s:%u\", "
+                "\"pid\": %d}\n",
+                cfg.bootstrap_host.c_str(), static_cast<unsigned>(*port),
+                static_cast<int>(::getpid()));
+    std::fflush(stdout);
+    std::signal(SIGTERM, on_signal);
+    std::signal(SIGINT, on_signal);
+    while (!stop_requested)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return 0;
+}
+
+} // namespace kvroom::cli
