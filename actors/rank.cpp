@@ -38,6 +38,7 @@ caf::error rank::start() {
   bc.faults = cfg_.faults;
   bc.network = cfg_.network;
   bc.tcp_host = cfg_.tcp_host;
+  bc.secret = rt_.members()->secret();
   auto made = cfg_.data_plane ? cfg_.data_plane(bc) : make_backend(bc);
   if (!made)
     return std::move(made.error());

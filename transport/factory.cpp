@@ -63,7 +63,7 @@ namespace {
 
 caf::expected<backend_ptr> make_tcp(const backend_config& cfg) {
   auto tcp = std::make_unique<detail::tcp_backend>(cfg.owner, cfg.tcp_host,
-                                                   cfg.io_timeout_ms);
+                                                   cfg.io_timeout_ms, cfg.secret);
   if (auto err = tcp->start())
     return err;
   return backend_ptr{std::move(tcp)};

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "kvroom/transport/auth/secret.hpp"
+
 #include <string>
 #include <vector>
 
@@ -29,6 +31,9 @@ struct backend_config {
   uint32_t io_timeout_ms = 30'000;
   /// verbs: the RDMA device to use; empty takes the first with an active port.
   std::string verbs_device = {};
+  /// tcp: peers prove membership with it before a byte of theirs is read
+  /// as a batch (empty: the insecure deployment's public key).
+  deployment_secret secret = {};
 };
 
 /// The one place that knows every backend: builds the one named in `cfg`,

@@ -176,4 +176,38 @@ TEST_CASE("peer directory: groups, deciders, losses and their window") {
   dir.update(ranks);
   CHECK(dir.find(101));
   CHECK(dir.lost().empty());
+  // A partial view (a restarted registry) removes no one.
+  dir.update({ranks[0]});
+  CHECK(dir.find(101));
+}
+
+TEST_CASE("peer directory: ranks with a control endpoint are usable only once linked") {
+  peer_directory dir{0, 500};
+  rank_entry remote{make_rank(role::decode, 0, 0, 100), {}, {}, {}, "127.0.0.1", 4000, 7};
+  auto changes = dir.update({remote});
+  CHECK(changes.usable.empty());
+  REQUIRE(changes.to_link.size() == 1);
+  CHECK_FALSE(dir.find(100));
+  CHECK(dir.listed(100));
+  // Listed again with the same incarnation: nothing new to link.
+  CHECK(dir.update({remote}).to_link.empty());
+  // A link for another incarnation is kept, not used.
+  CHECK_FALSE(dir.link(100, 8, {}));
+  CHECK_FALSE(dir.find(100));
+  CHECK(dir.link(100, 7, {}));
+  CHECK(dir.find(100));
+  CHECK_FALSE(dir.listed(100));
+  // A replacement (new incarnation) of a lost rank: no longer lost, to link.
+  dir.lose(peer_lost{remote.rank, "gone"}, 1000);
+  CHECK(dir.lost().count(100) == 1);
+  remote.incarnation = 9;
+  CHECK(dir.update({remote}).to_link.size() == 1);
+  CHECK(dir.lost().empty());
+  // A peer that linked before the listing came is usable when it comes.
+  rank_entry early{make_rank(role::decode, 0, 1, 101), {}, {}, {}, "127.0.0.1", 4001, 3};
+  CHECK_FALSE(dir.link(101, 3, {}));
+  auto later = dir.update({early});
+  CHECK(later.to_link.empty());
+  CHECK(later.usable.size() == 1);
+  CHECK(dir.find(101));
 }

@@ -147,10 +147,15 @@ malformed)
   exec 3<>/dev/tcp/$host/$tport && printf 'GET / HTTP/1.0\r\n\r\n' >&3 && exec 3>&-
   exec 3<>/dev/tcp/$host/$tport && printf 'MRVK\x01\x00\x00\x00\x01\0\0\0\0\0\0\0\x07\0\0\0\0\0\0\0\x01\0\0\0\0\0\0\0\x10\0\0\0\0\0\0\0\x00\x10\0\0\0\0\0\0\x10\0\0\0\0\0\0\0' >&3 && exec 3>&-
   exec 3<>/dev/tcp/$host/$tport && printf 'MRVK\x01\x00\x00\x00\x01\0\0\0\0\0\0\0\x07\0\0\0\0\0\0\0\xff\xff\xff\xff\0\0\0\0' >&3 && exec 3>&-
+  # A silent client is closed at the handshake deadline (1 s), unread.
+  t0=$(now_ms)
+  timeout 10 bash -c "exec 3<>/dev/tcp/$host/$tport; cat <&3 > /dev/null" || fail "a silent client was not closed"
+  silent=$(( $(now_ms) - t0 ))
+  [ $silent -lt 2500 ] || fail "a silent client was held ${silent} ms"
   for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
   check_all_ok 300
-  grep -q "refuses a batch" d0.log || fail "d0 did not report the bad batches"
-  echo "ok: garbage and out-of-range batches refused with a reason; the rank kept serving, 300 rooms byte-exact"
+  grep -q "refuses a connection: no membership proof" d0.log || fail "d0 did not report the unauthenticated clients"
+  echo "ok: garbage and forged batches from clients without a membership proof refused unread; a silent client closed after ${silent} ms; the rank kept serving, 300 rooms byte-exact"
   ;;
 
 netns)

@@ -1,6 +1,7 @@
 // The conformance suite every compiled backend runs, plus the fault injector.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -455,7 +456,69 @@ uint16_t tcp_port(backend& be) {
   return static_cast<uint16_t>(std::stoi(ep.address.substr(ep.address.rfind(':') + 1)));
 }
 
+/// Connects and answers the receiver's membership challenge as rank
+/// `sender` with `secret` (the wire format of tcp_backend.cpp): a member's
+/// socket, for tests of what a member may and may not do.
+int connect_as_member(uint16_t port, rank_id receiver, const deployment_secret& secret,
+                      rank_id sender = 1) {
+  int fd = connect_to(port);
+  if (fd < 0)
+    return -1;
+  char challenge[40];
+  if (::recv(fd, challenge, sizeof(challenge), MSG_WAITALL) != sizeof(challenge)) {
+    ::close(fd);
+    return -1;
+  }
+  auto mac = secret.mac("kvroom/tcp/v1", std::string{challenge + 8, 32}, sender, receiver);
+  char proof[48] = {'R', 'P', 'V', 'K'}; // "KVPR" little-endian
+  int64_t who = sender;
+  std::memcpy(proof + 8, &who, 8);
+  std::memcpy(proof + 16, mac.data(), 32);
+  ::send(fd, proof, sizeof(proof), MSG_NOSIGNAL);
+  return fd;
+}
+
 } // namespace
+
+TEST_CASE("tcp: a peer without the deployment secret writes nothing") {
+  buffer src("tcp", 4096, 7), dst("tcp", 4096, 0);
+  backend_config sc{"tcp", 1, {}};
+  sc.secret = deployment_secret{"the sender's secret, not ours"};
+  backend_config rc{"tcp", 2, {}};
+  rc.secret = deployment_secret{"the receiver's deployment secret"};
+  auto s = make_backend(sc);
+  auto r = make_backend(rc);
+  REQUIRE((s && r));
+  REQUIRE((*s)->register_memory(mem_desc{pair_of_ranks::addr(src), 4096, -1}));
+  REQUIRE((*r)->register_memory(mem_desc{pair_of_ranks::addr(dst), 4096, -1}));
+  write_batch b;
+  b.peer = (*r)->endpoint();
+  b.ops = {{pair_of_ranks::addr(src), pair_of_ranks::addr(dst), 4096}};
+  CHECK_FALSE(run(**s, b).first);
+  CHECK(std::all_of(dst.begin(), dst.end(), [](uint8_t x) { return x == 0; }));
+  // The same secret on both ends: the same batch lands.
+  sc.secret = rc.secret;
+  auto member = make_backend(sc);
+  REQUIRE(member);
+  REQUIRE((*member)->register_memory(mem_desc{pair_of_ranks::addr(src), 4096, -1}));
+  CHECK(run(**member, b).first);
+  CHECK(dst[0] == 7);
+}
+
+TEST_CASE("tcp: a silent stranger is closed at the handshake deadline") {
+  auto be = make_backend(backend_config{"tcp", 9, {}});
+  REQUIRE(be);
+  int fd = connect_to(tcp_port(**be));
+  REQUIRE(fd >= 0);
+  auto start = std::chrono::steady_clock::now();
+  char buf[64];
+  while (::recv(fd, buf, sizeof(buf), 0) > 0) {
+    // the challenge; then nothing until the close
+  }
+  auto took = std::chrono::steady_clock::now() - start;
+  ::close(fd);
+  CHECK(took < std::chrono::milliseconds(2500));
+}
 
 TEST_CASE("tcp: connect/close cycles from a stranger cost no lasting thread") {
   pair_of_ranks p{"tcp", 4096};
@@ -482,7 +545,7 @@ TEST_CASE("tcp: a peer trickling a batch is dropped at the batch's deadline, not
   cfg.io_timeout_ms = 300;
   auto be = make_backend(cfg);
   REQUIRE(be);
-  int fd = connect_to(tcp_port(**be));
+  int fd = connect_as_member(tcp_port(**be), 9, deployment_secret{});
   REQUIRE(fd >= 0);
   // One byte every 50 ms: each recv alone is well inside the timeout.
   auto start = std::chrono::steady_clock::now();
@@ -525,7 +588,7 @@ TEST_CASE("tcp: a header announcing a million writes allocates nothing before th
   auto before = rss();
   std::vector<int> fds;
   for (int i = 0; i < 40; ++i) {
-    int fd = connect_to(tcp_port(*p.receiver));
+    int fd = connect_as_member(tcp_port(*p.receiver), 2, deployment_secret{});
     REQUIRE(fd >= 0);
     ::send(fd, &hdr, sizeof(hdr), MSG_NOSIGNAL);
     fds.push_back(fd);

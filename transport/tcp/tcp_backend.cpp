@@ -40,6 +40,23 @@ struct wire_op {
   uint64_t size_bytes;
 };
 
+/// Receiver -> sender on connect: a fresh nonce to prove membership with.
+constexpr uint32_t challenge_magic = 0x4b564348; // "KVCH"
+struct wire_challenge {
+  uint32_t magic;
+  uint32_t reserved;
+  char nonce[32];
+};
+
+/// Sender -> receiver: its rank and HMAC(secret, nonce, sender, receiver).
+constexpr uint32_t proof_magic = 0x4b565052; // "KVPR"
+struct wire_proof {
+  uint32_t magic;
+  uint32_t reserved;
+  int64_t sender;
+  char mac[32];
+};
+
 struct wire_ack {
   uint32_t magic;
   uint32_t status; // 0: written, 1: refused
@@ -122,9 +139,45 @@ void send_ack(int fd, uint64_t xfer, bool ok, const std::string& reason) {
 
 } // namespace
 
-tcp_backend::tcp_backend(rank_id owner, std::string host, uint32_t io_timeout_ms)
-  : owner_(owner), host_(std::move(host)), io_timeout_ms_(io_timeout_ms) {
+tcp_backend::tcp_backend(rank_id owner, std::string host, uint32_t io_timeout_ms,
+                         deployment_secret secret)
+  : owner_(owner), secret_(std::move(secret)), host_(std::move(host)),
+    io_timeout_ms_(io_timeout_ms) {
   // nop
+}
+
+namespace {
+
+mac_tag tcp_proof(const deployment_secret& secret, const std::string& nonce, rank_id sender,
+                  rank_id receiver) {
+  return secret.mac("kvroom/tcp/v1", nonce, sender, receiver);
+}
+
+} // namespace
+
+rank_id tcp_backend::admit(int fd) {
+  wire_challenge c{challenge_magic, 0, {}};
+  auto n = make_nonce();
+  std::memcpy(c.nonce, n.data(), sizeof(c.nonce));
+  if (!send_all(fd, &c, sizeof(c)))
+    return -1;
+  // One deadline for the whole answer, however it trickles.
+  wire_proof p{};
+  std::string why;
+  if (!recv_by(fd, &p, sizeof(p), now_ms() + handshake_ms))
+    why = "no membership proof (closed, short or silent for " + std::to_string(handshake_ms)
+          + " ms)";
+  else if (p.magic != proof_magic)
+    why = "not a kvroom rank (no membership proof)";
+  else if (!deployment_secret::equal(std::string{p.mac, sizeof(p.mac)},
+                                     tcp_proof(secret_, n, p.sender, owner_)))
+    why = "rank " + std::to_string(p.sender)
+          + " failed to prove membership (a different deployment secret?)";
+  if (why.empty())
+    return static_cast<rank_id>(p.sender);
+  transport_warning_limited("tcp-unauthenticated", "tcp: rank " + std::to_string(owner_)
+                                                     + " refuses a connection: " + why);
+  return -1;
 }
 
 caf::error tcp_backend::start() {
@@ -221,6 +274,12 @@ void tcp_backend::accept_loop() {
 
 void tcp_backend::serve(inbound& conn) {
   int fd = conn.fd;
+  // Nothing of a peer is read as a batch before it proved membership.
+  if (admit(fd) < 0) {
+    ::shutdown(fd, SHUT_RDWR);
+    conn.done = true;
+    return;
+  }
   std::vector<wire_op> ops;
   auto refuse = [&](uint64_t xfer, const std::string& bad) {
     transport_warning_limited("tcp-refused-batch",
@@ -327,7 +386,7 @@ caf::error tcp_backend::deregister_memory(region_id id) {
   return regions_.remove(id);
 }
 
-tcp_backend::connection* tcp_backend::connection_to(const std::string& address,
+tcp_backend::connection* tcp_backend::connection_to(const std::string& address, rank_id peer,
                                                     std::string& reason) {
   if (auto i = out_.find(address); i != out_.end())
     return &i->second;
@@ -358,6 +417,21 @@ tcp_backend::connection* tcp_backend::connection_to(const std::string& address,
   set_timeouts(fd, io_timeout_ms_);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     reason = sys_error(("tcp: connect " + address).c_str());
+    ::close(fd);
+    return nullptr;
+  }
+  // The receiver's challenge, answered with this rank's proof.
+  wire_challenge ch{};
+  if (!recv_by(fd, &ch, sizeof(ch), now_ms() + io_timeout_ms_) || ch.magic != challenge_magic) {
+    reason = "tcp: " + address + " sent no membership challenge (not a kvroom rank?)";
+    ::close(fd);
+    return nullptr;
+  }
+  wire_proof p{proof_magic, 0, owner_, {}};
+  auto mac = tcp_proof(secret_, std::string{ch.nonce, sizeof(ch.nonce)}, owner_, peer);
+  std::memcpy(p.mac, mac.data(), sizeof(p.mac));
+  if (!send_all(fd, &p, sizeof(p))) {
+    reason = sys_error(("tcp: proving membership to " + address).c_str());
     ::close(fd);
     return nullptr;
   }
@@ -461,7 +535,7 @@ caf::expected<xfer_id> tcp_backend::post(const write_batch& batch) {
   auto id = next_xfer_++;
   auto& peer = batch.peer.address;
   std::string reason;
-  auto* c = connection_to(peer, reason);
+  auto* c = connection_to(peer, batch.peer.owner, reason);
   if (c == nullptr) {
     posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + reason, peer, 0};
     return id;
@@ -475,7 +549,7 @@ caf::expected<xfer_id> tcp_backend::post(const write_batch& batch) {
   }
   if (out_.find(peer) == out_.end()) {
     // The connection failed while reading acks: start over on a fresh one.
-    c = connection_to(peer, reason);
+    c = connection_to(peer, batch.peer.owner, reason);
     if (c == nullptr) {
       posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + reason, peer, 0};
       return id;

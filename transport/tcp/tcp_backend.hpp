@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kvroom/transport/auth/secret.hpp"
 #include "kvroom/transport/backend.hpp"
 #include "kvroom/transport/region_table.hpp"
 
@@ -18,7 +19,10 @@ namespace kvroom::detail {
 /// Data plane between hosts over plain TCP sockets.
 ///
 /// Receiving: a listener thread accepts peers; one thread per connection
-/// (bounded, reaped when its connection ends) reads a batch header and its
+/// (bounded, reaped when its connection ends) first challenges the peer: it
+/// must answer a fresh nonce with an HMAC keyed by the deployment secret,
+/// naming its rank, within `handshake_ms`, or it is closed unread. Then the
+/// thread reads a batch header and its
 /// write descriptors, validates every destination range against this rank's
 /// registered memory before a byte is read into it, receives the payload
 /// straight into place and acks. A bad batch is refused with a reason and
@@ -35,7 +39,8 @@ namespace kvroom::detail {
 /// `io_timeout_ms` fails, and with it its connection.
 class tcp_backend final : public backend {
 public:
-  tcp_backend(rank_id owner, std::string host, uint32_t io_timeout_ms);
+  tcp_backend(rank_id owner, std::string host, uint32_t io_timeout_ms,
+              deployment_secret secret = {});
   ~tcp_backend() override;
 
   /// Binds the listener; the backend is unusable when this fails.
@@ -54,6 +59,8 @@ public:
   static constexpr uint32_t max_ops = 1u << 20;
   static constexpr size_t max_connections = 256;
   static constexpr size_t max_unacked = 16;
+  /// A connection that has not proven membership by then is closed.
+  static constexpr uint32_t handshake_ms = 1000;
 
 private:
   /// One inbound connection and the thread serving it; reaped once done,
@@ -73,7 +80,9 @@ private:
     std::deque<xfer_id> unacked;  ///< sent, in order, ack not applied yet
     std::string inbox;            ///< ack bytes read but not parsed yet
   };
-  connection* connection_to(const std::string& address, std::string& reason);
+  connection* connection_to(const std::string& address, rank_id peer, std::string& reason);
+  /// Receiving side: challenge, proof; the proven sender's id, or -1.
+  rank_id admit(int fd);
   /// Reads what acks arrived (blocking: until none is outstanding); false
   /// when the connection failed, which fails every batch still on it.
   bool pump_acks(const std::string& address, bool block);
@@ -81,6 +90,7 @@ private:
   void fail_connection(const std::string& address, const std::string& why);
 
   rank_id owner_;
+  deployment_secret secret_;
   std::string host_;
   uint32_t io_timeout_ms_;
   uint16_t port_ = 0;

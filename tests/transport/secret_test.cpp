@@ -1,0 +1,50 @@
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kvroom/transport/auth/secret.hpp"
+
+using namespace kvroom;
+
+TEST_CASE("deployment secret: proofs bind key, label, order and every part") {
+  deployment_secret a{"0123456789abcdef-one"}, b{"0123456789abcdef-two"};
+  auto n = make_nonce();
+  REQUIRE(n.size() == 32);
+  CHECK(make_nonce() != n);
+  auto tag = a.mac("label", n, int64_t{1}, int64_t{2});
+  CHECK(tag.size() == 32);
+  CHECK(deployment_secret::equal(tag, a.mac("label", n, int64_t{1}, int64_t{2})));
+  CHECK_FALSE(deployment_secret::equal(tag, b.mac("label", n, int64_t{1}, int64_t{2})));
+  CHECK_FALSE(deployment_secret::equal(tag, a.mac("other", n, int64_t{1}, int64_t{2})));
+  CHECK_FALSE(deployment_secret::equal(tag, a.mac("label", n, int64_t{2}, int64_t{1})));
+  // Length prefixes: moving a byte between parts changes the proof.
+  CHECK_FALSE(deployment_secret::equal(a.mac("l", std::string{"ab"}, std::string{"c"}),
+                                       a.mac("l", std::string{"a"}, std::string{"bc"})));
+  CHECK_FALSE(deployment_secret::equal(tag, tag.substr(0, 16)));
+  CHECK_FALSE(deployment_secret::equal(std::string{}, std::string{}));
+}
+
+TEST_CASE("deployment secret: files must be private and long enough") {
+  char dir[] = "/tmp/kvroom-secret-XXXXXX";
+  REQUIRE(::mkdtemp(dir));
+  std::string path = std::string{dir} + "/s";
+  auto write = [&](const std::string& text, mode_t mode) {
+    std::ofstream{path} << text;
+    ::chmod(path.c_str(), mode);
+  };
+  write("a long enough deployment secret\n", 0600);
+  auto ok = deployment_secret::from_file(path);
+  REQUIRE(ok);
+  CHECK_FALSE(ok->insecure());
+  CHECK(deployment_secret::equal(ok->mac("x"), deployment_secret{"a long enough deployment secret"}.mac("x")));
+  write("a long enough deployment secret\n", 0644);
+  CHECK_FALSE(deployment_secret::from_file(path));
+  write("short\n", 0600);
+  CHECK_FALSE(deployment_secret::from_file(path));
+  CHECK_FALSE(deployment_secret::from_file(path + ".missing"));
+  ::unlink(path.c_str());
+  ::rmdir(dir);
+}
