@@ -1,4 +1,5 @@
 #include "kvroom/kit/host_kv_cache.hpp"
+#include "kvroom/transport/auth/secret.hpp"
 
 #include <cerrno>
 
@@ -72,7 +73,16 @@ uint8_t* allocate_shared(uint64_t bytes, std::vector<std::string>& names) {
   if (bytes == 0)
     return nullptr;
   static std::atomic<int> counter{0};
-  auto name = "/kvroom-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  // The pid lets operators (and tests) remove a killed rank's segments; the
+  // random part makes the name unguessable to other local users.
+  static const char hex[] = "0123456789abcdef";
+  std::string salt;
+  for (unsigned char c : make_nonce().substr(0, 8)) {
+    salt.push_back(hex[c >> 4]);
+    salt.push_back(hex[c & 15]);
+  }
+  auto name = "/kvroom-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-"
+              + salt;
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0 && errno == EEXIST) {
     // The name carries this process's id, so whoever made it is dead (a
