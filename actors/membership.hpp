@@ -2,7 +2,7 @@
 
 #include <cstdint>
 #include <optional>
-#include <shared_mutex>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -131,29 +131,46 @@ private:
   std::unordered_map<Key, item> xs_;
 };
 
-/// The nodes (processes) whose ranks proved membership to this rank. Written
-/// by the manager, read by its rooms on every message from another node, so
-/// it takes a reader-writer lock; messages from this process need no lookup.
+/// The nodes (processes) whose ranks proved membership to this rank. Only
+/// the manager writes it (rarely: once per peer process); its rooms read it
+/// on every message from another node. Copy on write: a reader takes the
+/// current immutable set, a write publishes a new one, so neither side
+/// waits for the other and the manager stays the table's one owner.
+/// Messages from this process need no lookup.
 class trust_table {
 public:
-  void add(const caf::node_id& node) {
-    std::unique_lock<std::shared_mutex> guard{mtx_};
-    nodes_.insert(node);
+  using node_set = std::unordered_set<caf::node_id>;
+
+  trust_table() : nodes_(std::make_shared<const node_set>()) {
+    // nop
   }
 
+  /// Manager only.
+  void add(const caf::node_id& node) {
+    auto cur = std::atomic_load(&nodes_);
+    if (cur->count(node) > 0)
+      return;
+    auto next = std::make_shared<node_set>(*cur);
+    next->insert(node);
+    std::atomic_store(&nodes_, std::shared_ptr<const node_set>{std::move(next)});
+  }
+
+  /// Manager only.
   void remove(const caf::node_id& node) {
-    std::unique_lock<std::shared_mutex> guard{mtx_};
-    nodes_.erase(node);
+    auto cur = std::atomic_load(&nodes_);
+    if (cur->count(node) == 0)
+      return;
+    auto next = std::make_shared<node_set>(*cur);
+    next->erase(node);
+    std::atomic_store(&nodes_, std::shared_ptr<const node_set>{std::move(next)});
   }
 
   bool contains(const caf::node_id& node) const {
-    std::shared_lock<std::shared_mutex> guard{mtx_};
-    return nodes_.count(node) > 0;
+    return std::atomic_load(&nodes_)->count(node) > 0;
   }
 
 private:
-  mutable std::shared_mutex mtx_;
-  std::unordered_set<caf::node_id> nodes_;
+  std::shared_ptr<const node_set> nodes_;
 };
 
 } // namespace kvroom
