@@ -3,6 +3,7 @@
 #include "caf/all.hpp"
 
 #include "kvroom/actors/logging.hpp"
+#include "kvroom/transport/transfer_plan.hpp"
 
 namespace kvroom {
 
@@ -15,6 +16,16 @@ void maybe_send_dst(self_ptr self) {
   auto& core = st.core;
   if (core.concluded() || !st.source || !st.initialized || st.dst_sent)
     return;
+  // That prefill rank, and no one else, may write these pages for this room
+  // until the room concludes (data planes that check grants: tcp).
+  auto& dp = core.params().data_plane;
+  if (dp && dp->enforces_grants()
+      && !dp->grant(core.params().room, st.source->rank.id,
+                    room_grant(core.params().self_entry->layout, st.init.kv_indices,
+                               st.init.aux_index))) {
+    core.fail_local("the data plane's grant table is full");
+    return;
+  }
   st.dst_sent = true;
   // From here the prefill rank may write into these pages until it is done,
   // fenced or lost: the protocol holds a terminal state until then.

@@ -192,6 +192,8 @@ void run_dead(self_ptr self, room_id room, room_effects effects) {
     switch (fx.what) {
       case room_effect::kind::publish:
         if (is_terminal(fx.state)) {
+          if (st.data_plane)
+            st.data_plane->revoke(room);
           if (st.inbox)
             self->send(st.inbox, room_event{room, fx.state, fx.error});
           published = true;
@@ -604,6 +606,7 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
   st.members = params.members ? params.members : std::make_shared<const membership>();
   st.trust = params.trust ? params.trust : std::make_shared<trust_table>();
   st.registry = params.registry;
+  st.data_plane = params.data_plane;
   st.registry_host = params.registry_host;
   st.registry_port = params.registry_port;
   // A stranger can start handshakes it never finishes: bounded, expiring.

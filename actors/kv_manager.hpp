@@ -17,6 +17,7 @@
 #include "kvroom/actors/peer_directory.hpp"
 #include "kvroom/actors/room_directory.hpp"
 #include "kvroom/actors/room_protocol.hpp"
+#include "kvroom/transport/backend.hpp"
 
 namespace kvroom {
 
@@ -53,6 +54,7 @@ struct kv_manager_state {
   std::shared_ptr<const membership> members;
   /// Nodes whose ranks proved membership; shared with this rank's rooms.
   std::shared_ptr<trust_table> trust;
+  std::shared_ptr<backend> data_plane;
   caf::actor registry;
   /// Where to reach the registry again (port 0: in this process, no retry).
   std::string registry_host;
@@ -102,6 +104,8 @@ struct kv_manager_params {
   caf::actor registry;
   std::string registry_host;
   uint16_t registry_port = 0;
+  /// Decode: revokes the grants of rooms whose actor died (see run_dead).
+  std::shared_ptr<backend> data_plane;
 };
 
 /// One rank's KV manager: routes destinations, parts and failures to room

@@ -60,7 +60,8 @@ caf::error rank::start() {
   trust_ = std::make_shared<trust_table>();
   kv_manager_params mp{ref_,          cfg_.memory, endpoints, cfg_.limits, cfg_.timeouts,
                        inbox,         cfg_.chaos,  worker_,   rt_.members(), trust_,
-                       rt_.registry(), rt_.registry_host_, rt_.registry_port_};
+                       rt_.registry(), rt_.registry_host_, rt_.registry_port_,
+                       ref_.side == role::decode ? data_plane_ : nullptr};
   manager_ = sys.spawn(kv_manager, std::move(mp));
   // Peers link to the manager directly on its own control endpoint; the
   // registry only says where it is.
@@ -188,6 +189,8 @@ caf::expected<Handle> rank::open(room_id room, role side, int32_t peer_dp,
   p.protocol.one_decider = !cfg_.chaos.local_decisions;
   p.monitor_manager = cfg_.chaos.keep_room_monitors;
   p.trust = trust_;
+  if (side == role::decode)
+    p.data_plane = data_plane_;
   auto& sys = rt_.system();
   // The room announces itself to the manager as its first act, so the
   // manager hears of it before anything else the room sends.

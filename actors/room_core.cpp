@@ -47,6 +47,10 @@ void room_core::run(room_effects& effects) {
   for (auto& fx : effects) {
     switch (fx.what) {
       case room_effect::kind::publish: {
+        // Decode: from here on nothing of the room may land in its pages;
+        // a data plane that checks grants refuses its writes from now.
+        if (is_terminal(fx.state) && params_.data_plane)
+          params_.data_plane->revoke(room);
         room_event ev{room, fx.state, std::move(fx.error)};
         if (params_.listener)
           self_->send(params_.listener, ev);
@@ -157,6 +161,8 @@ void room_core::fenced(rank_id prefill) {
 
 void room_core::clear() {
   run(protocol_->clear(now_ms()));
+  if (params_.data_plane)
+    params_.data_plane->revoke(params_.room);
   self_->quit();
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "kvroom/actors/membership.hpp"
+#include "kvroom/transport/backend.hpp"
 
 #include <chrono>
 #include <memory>
@@ -44,6 +45,8 @@ struct room_params {
   bool monitor_manager = false;
   /// Nodes whose ranks proved membership (the manager's table).
   std::shared_ptr<const trust_table> trust;
+  /// Decode rooms: the rank's data plane, for per-room write grants.
+  std::shared_ptr<backend> data_plane;
 };
 
 /// The part every room actor shares: a shell around `room_protocol` that

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "kvroom/transport/grants.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -115,6 +117,32 @@ public:
   /// owner polls then instead of on a timer. Set once, before any post.
   virtual void set_notifier(std::function<void()> notify) {
     static_cast<void>(notify);
+  }
+
+  // -- per-room write grants (receiving side; see grants.hpp) ---------------
+  // Called from any thread. Backends whose receiver reads remote writes
+  // itself (tcp) admit a batch only inside what its authenticated sender was
+  // granted for a live room; the others cannot check at the receiver (a
+  // local or shm writer copies into the memory itself, a NIC writes for
+  // verbs) and ignore them: there, only members hold the way in.
+
+  /// True when `grant` restricts what peers may write.
+  virtual bool enforces_grants() const {
+    return false;
+  }
+
+  /// `sender` may write `ranges` for `room` until `revoke(room)`. False when
+  /// the backend's grant table is full.
+  virtual bool grant(room_id room, rank_id sender, std::vector<byte_range> ranges) {
+    static_cast<void>(room);
+    static_cast<void>(sender);
+    static_cast<void>(ranges);
+    return true;
+  }
+
+  /// Nothing of `room` is written again once this returns.
+  virtual void revoke(room_id room) {
+    static_cast<void>(room);
   }
 };
 

@@ -119,4 +119,20 @@ plan_aux_writes(const memory_layout& src, const memory_layout& dst,
   return ops;
 }
 
+std::vector<byte_range> room_grant(const memory_layout& dst, const std::vector<int64_t>& kv_indices,
+                                   int64_t aux_index) {
+  std::vector<byte_range> out;
+  out.reserve(dst.kv.size() * kv_indices.size() + dst.aux.size());
+  for (auto& b : dst.kv)
+    for (auto idx : kv_indices)
+      if (idx >= 0 && static_cast<uint64_t>(idx) < b.num_pages())
+        out.push_back(byte_range{b.mem.addr + static_cast<uint64_t>(idx) * b.page_size_bytes,
+                                 b.page_size_bytes});
+  for (auto& b : dst.aux)
+    if (aux_index >= 0 && static_cast<uint64_t>(aux_index) < b.num_pages())
+      out.push_back(byte_range{b.mem.addr + static_cast<uint64_t>(aux_index) * b.page_size_bytes,
+                               b.page_size_bytes});
+  return merge_ranges(std::move(out));
+}
+
 } // namespace kvroom

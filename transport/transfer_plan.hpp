@@ -1,5 +1,7 @@
 #pragma once
 
+#include "kvroom/transport/grants.hpp"
+
 #include <cstdint>
 #include <vector>
 
@@ -33,5 +35,12 @@ plan_writes(const memory_layout& src, const memory_layout& dst,
 caf::expected<std::vector<write_op>>
 plan_aux_writes(const memory_layout& src, const memory_layout& dst,
                 int64_t src_index, int64_t dst_index);
+
+/// What a decode room grants the prefill rank that writes it: the pages
+/// `kv_indices` of every KV buffer and slot `aux_index` of every aux buffer
+/// of `dst` (the same bytes `plan_writes`/`plan_aux_writes` target),
+/// merged. Indices outside the layout are skipped (init refused them).
+std::vector<byte_range> room_grant(const memory_layout& dst, const std::vector<int64_t>& kv_indices,
+                                   int64_t aux_index);
 
 } // namespace kvroom

@@ -107,6 +107,9 @@ struct pair_of_ranks {
     receiver = std::move(*r);
     REQUIRE(sender->register_memory(mem_desc{addr(src), bytes, -1}));
     REQUIRE(receiver->register_memory(mem_desc{addr(dst), bytes, -1}));
+    // The rooms (batch tags) these tests use may write all of dst.
+    for (room_id room = 0; room < 16; ++room)
+      REQUIRE(receiver->grant(room, 1, {byte_range{addr(dst), bytes}}));
     std::mt19937_64 rng{1234};
     for (auto& b : src)
       b = static_cast<uint8_t>(rng());
@@ -214,6 +217,7 @@ TEST_CASE("deregistered memory is no longer writable") {
     REQUIRE((*s)->register_memory(mem_desc{pair_of_ranks::addr(src), 256, -1}));
     auto region = (*r)->register_memory(mem_desc{pair_of_ranks::addr(dst), 256, -1});
     REQUIRE(region);
+    REQUIRE((*r)->grant(0, 1, {byte_range{pair_of_ranks::addr(dst), 256}}));
     REQUIRE_FALSE((*r)->deregister_memory(*region));
     write_batch b;
     b.peer = (*r)->endpoint();
@@ -491,6 +495,7 @@ TEST_CASE("tcp: a peer without the deployment secret writes nothing") {
   REQUIRE((s && r));
   REQUIRE((*s)->register_memory(mem_desc{pair_of_ranks::addr(src), 4096, -1}));
   REQUIRE((*r)->register_memory(mem_desc{pair_of_ranks::addr(dst), 4096, -1}));
+  REQUIRE((*r)->grant(0, 1, {byte_range{pair_of_ranks::addr(dst), 4096}}));
   write_batch b;
   b.peer = (*r)->endpoint();
   b.ops = {{pair_of_ranks::addr(src), pair_of_ranks::addr(dst), 4096}};
@@ -503,6 +508,47 @@ TEST_CASE("tcp: a peer without the deployment secret writes nothing") {
   REQUIRE((*member)->register_memory(mem_desc{pair_of_ranks::addr(src), 4096, -1}));
   CHECK(run(**member, b).first);
   CHECK(dst[0] == 7);
+}
+
+TEST_CASE("tcp: a member writes only the pages a live room granted it") {
+  pair_of_ranks p{"tcp", 4 * 4096};
+  auto base = pair_of_ranks::addr(p.dst);
+  auto src = pair_of_ranks::addr(p.src);
+  // Room 40 grants rank 1 pages 1 and 2 of dst, nothing else.
+  REQUIRE(p.receiver->grant(40, 1, {byte_range{base + 4096, 2 * 4096}}));
+  auto zero = [&](size_t from, size_t n) {
+    return std::all_of(p.dst.begin() + from, p.dst.begin() + from + n,
+                       [](uint8_t x) { return x == 0; });
+  };
+  // Another page of the same room: refused, not a byte written.
+  auto res = run(*p.sender, p.batch({{src, base + 3 * 4096, 4096}}, 40));
+  CHECK_FALSE(res.first);
+  CHECK(res.second.find("outside the pages room 40 granted it") != std::string::npos);
+  CHECK(zero(3 * 4096, 4096));
+  // A room that granted nothing: refused.
+  res = run(*p.sender, p.batch({{src, base + 4096, 4096}}, 41));
+  CHECK_FALSE(res.first);
+  CHECK(zero(4096, 4096));
+  // The granted pages land, and the connection survived the refusals.
+  res = run(*p.sender, p.batch({{src, base + 4096, 2 * 4096}}, 40));
+  CHECK(res.first);
+  CHECK(std::memcmp(p.src.data(), p.dst.data() + 4096, 2 * 4096) == 0);
+  // After the room concluded: refused, nothing changes.
+  p.receiver->revoke(40);
+  std::fill(p.dst.begin(), p.dst.end(), 0);
+  res = run(*p.sender, p.batch({{src, base + 4096, 4096}}, 40));
+  CHECK_FALSE(res.first);
+  CHECK(zero(0, 4 * 4096));
+  // Another member (rank 3) with the grant of rank 1: refused.
+  backend_config other{"tcp", 3, {}};
+  auto third = make_backend(other);
+  REQUIRE(third);
+  REQUIRE((*third)->register_memory(mem_desc{src, 4 * 4096, -1}));
+  REQUIRE(p.receiver->grant(42, 1, {byte_range{base, 4096}}));
+  res = run(**third, p.batch({{src, base, 4096}}, 42));
+  CHECK_FALSE(res.first);
+  CHECK(res.second.find("rank 3 was granted no pages of room 42") != std::string::npos);
+  CHECK(zero(0, 4096));
 }
 
 TEST_CASE("tcp: a silent stranger is closed at the handshake deadline") {

@@ -48,3 +48,48 @@ TEST_CASE("deployment secret: files must be private and long enough") {
   ::unlink(path.c_str());
   ::rmdir(dir);
 }
+
+#include <atomic>
+#include <thread>
+
+#include "kvroom/transport/grants.hpp"
+
+TEST_CASE("grant table: writes inside a sender's grant for a live room only") {
+  grant_table t;
+  REQUIRE(t.grant(7, 1, {byte_range{1000, 100}, byte_range{1100, 50}, byte_range{2000, 10}}));
+  std::string why;
+  CHECK(t.admit(7, 1, {{1000, 150}}, why)); // merged ranges
+  CHECK(t.admit(7, 1, {{2000, 10}, {1049, 1}}, why));
+  CHECK_FALSE(t.admit(7, 1, {{1100, 51}}, why));
+  CHECK_FALSE(t.admit(7, 1, {{999, 2}}, why));
+  CHECK_FALSE(t.admit(7, 1, {{2005, 10}}, why));
+  CHECK_FALSE(t.admit(7, 2, {{1000, 1}}, why));
+  CHECK_FALSE(t.admit(8, 1, {{1000, 1}}, why));
+  // Huge sizes do not wrap around.
+  CHECK_FALSE(t.admit(7, 1, {{1000, ~uint64_t{0}}}, why));
+  t.revoke(7);
+  CHECK_FALSE(t.admit(7, 1, {{1000, 1}}, why));
+  CHECK(t.size() == 0);
+  grant_table small{1};
+  CHECK(small.grant(1, 1, {byte_range{0, 1}}));
+  CHECK_FALSE(small.grant(2, 1, {byte_range{0, 1}}));
+}
+
+TEST_CASE("grant table: revoke waits for the batch being received, then it sees the revoke") {
+  grant_table t;
+  REQUIRE(t.grant(7, 1, {byte_range{0, 4096}}));
+  std::string why;
+  auto permit = t.admit(7, 1, {{0, 4096}}, why);
+  REQUIRE(permit);
+  std::atomic<bool> revoked{false};
+  std::thread other{[&] {
+    t.revoke(7);
+    revoked = true;
+  }};
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK_FALSE(revoked);
+  CHECK(permit.revoked());
+  permit = grant_table::permit{};
+  other.join();
+  CHECK(revoked);
+}

@@ -28,6 +28,15 @@ public:
   std::vector<transport_control> take_control() override;
   caf::error on_control(const transport_control& msg) override;
   void set_notifier(std::function<void()> notify) override;
+  bool enforces_grants() const override {
+    return inner_->enforces_grants();
+  }
+  bool grant(room_id room, rank_id sender, std::vector<byte_range> ranges) override {
+    return inner_->grant(room, sender, std::move(ranges));
+  }
+  void revoke(room_id room) override {
+    inner_->revoke(room);
+  }
 
 private:
   /// The point at which `batch` fails, if the plan selects it.

@@ -26,6 +26,24 @@ public:
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
   std::optional<caf::error> copy_inline(const write_batch& batch) override;
+  bool enforces_grants() const override {
+    for (auto& p : parts_)
+      if (p->enforces_grants())
+        return true;
+    return false;
+  }
+  bool grant(room_id room, rank_id sender, std::vector<byte_range> ranges) override {
+    bool ok = true;
+    for (auto& p : parts_)
+      if (p->enforces_grants())
+        ok = p->grant(room, sender, ranges) && ok;
+    return ok;
+  }
+  void revoke(room_id room) override {
+    for (auto& p : parts_)
+      if (p->enforces_grants())
+        p->revoke(room);
+  }
   std::vector<transport_control> take_control() override;
   caf::error on_control(const transport_control& msg) override;
   void set_notifier(std::function<void()> notify) override;

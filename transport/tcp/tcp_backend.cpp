@@ -260,7 +260,7 @@ void tcp_backend::accept_loop() {
     auto& conn = inbound_.emplace_back();
     conn.fd = fd;
     try {
-      conn.thread = std::thread{[this, &conn] { serve(conn); }};
+      conn.thread = std::thread{[this, &conn] { serve_member(conn); }};
     } catch (const std::system_error& e) {
       // Out of threads or address space: refuse this peer, keep the rank.
       transport_warning_limited("tcp-no-thread", "tcp: rank " + std::to_string(owner_)
@@ -272,15 +272,22 @@ void tcp_backend::accept_loop() {
   }
 }
 
-void tcp_backend::serve(inbound& conn) {
-  int fd = conn.fd;
+void tcp_backend::serve_member(inbound& conn) {
   // Nothing of a peer is read as a batch before it proved membership.
-  if (admit(fd) < 0) {
-    ::shutdown(fd, SHUT_RDWR);
+  auto sender = admit(conn.fd);
+  if (sender < 0) {
+    ::shutdown(conn.fd, SHUT_RDWR);
     conn.done = true;
     return;
   }
+  serve(conn, sender);
+}
+
+void tcp_backend::serve(inbound& conn, rank_id sender) {
+  int fd = conn.fd;
   std::vector<wire_op> ops;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  std::vector<char> scratch;
   auto refuse = [&](uint64_t xfer, const std::string& bad) {
     transport_warning_limited("tcp-refused-batch",
                               "tcp: rank " + std::to_string(owner_) + " refuses a batch: "
@@ -339,19 +346,50 @@ void tcp_backend::serve(inbound& conn) {
     if (bad.empty() && total != h.total_bytes)
       bad = "batch announces " + std::to_string(h.total_bytes)
             + " payload bytes but its writes sum to " + std::to_string(total);
+    // Registered is not enough: the pages must be this sender's, for a live
+    // room (the batch's tag).
     if (!bad.empty()) {
       refuse(h.xfer, bad);
       break; // the unread payload makes the stream unusable: drop it
     }
-    bool ok = true;
+    grant_table::permit permit;
+    ranges.clear();
     for (auto& op : ops)
-      if (!recv_by(fd, reinterpret_cast<void*>(op.dst_addr), op.size_bytes, deadline)) {
-        ok = false;
-        break;
+      ranges.emplace_back(op.dst_addr, op.size_bytes);
+    permit = grants_.admit(h.tag, sender, ranges, bad);
+    // Not granted (most often: a late batch of a room that concluded here):
+    // its payload is read and dropped below, and the connection stays up
+    // for the sender's other rooms.
+    bool ok = true;
+    bool revoked = !permit;
+    for (auto& op : ops) {
+      // The room concluded mid-batch: the rest is read and dropped, so
+      // nothing lands once poll() said Success or Failed.
+      revoked = revoked || permit.revoked();
+      if (revoked) {
+        scratch.resize(std::min<uint64_t>(op.size_bytes, 1 << 16));
+        for (uint64_t left = op.size_bytes; left > 0 && ok;) {
+          auto take = std::min<uint64_t>(left, scratch.size());
+          ok = recv_by(fd, scratch.data(), take, deadline);
+          left -= take;
+        }
+      } else {
+        ok = recv_by(fd, reinterpret_cast<void*>(op.dst_addr), op.size_bytes, deadline);
       }
+      if (!ok)
+        break;
+    }
     if (!ok)
       break; // short or late payload: the sender sees its connection fail
-    send_ack(fd, h.xfer, true, {});
+    permit = grant_table::permit{};
+    if (!bad.empty())
+      refuse(h.xfer, bad);
+    else if (revoked)
+      send_ack(fd, h.xfer, false,
+               "room " + std::to_string(h.tag) + " concluded while this batch arrived: the "
+                 + "rest was dropped");
+    else
+      send_ack(fd, h.xfer, true, {});
     if (ops.capacity() > chunk)
       std::vector<wire_op>{}.swap(ops); // a large batch's descriptors go
   }

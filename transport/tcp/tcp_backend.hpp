@@ -52,6 +52,15 @@ public:
   caf::expected<region_id> register_memory(const mem_desc& mem) override;
   caf::error deregister_memory(region_id id) override;
   caf::expected<xfer_id> post(const write_batch& batch) override;
+  bool enforces_grants() const override {
+    return true;
+  }
+  bool grant(room_id room, rank_id sender, std::vector<byte_range> ranges) override {
+    return grants_.grant(room, sender, std::move(ranges));
+  }
+  void revoke(room_id room) override {
+    grants_.revoke(room);
+  }
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
 
@@ -73,7 +82,8 @@ private:
 
   void accept_loop();
   void reap();
-  void serve(inbound& conn);
+  void serve(inbound& conn, rank_id sender);
+  void serve_member(inbound& conn);
   struct connection {
     int fd = -1;
     rank_id peer = -1;
@@ -102,6 +112,7 @@ private:
   std::mutex conns_mtx_;
   std::list<inbound> inbound_;
   region_table regions_;
+  grant_table grants_;
   // Sending side: used by the one worker thread only.
   std::unordered_map<std::string, connection> out_;
   struct result {

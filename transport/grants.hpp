@@ -1,0 +1,108 @@
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kvroom/messages/ids.hpp"
+
+namespace kvroom {
+
+/// A byte range of registered memory: [addr, addr + size).
+struct byte_range {
+  uint64_t addr = 0;
+  uint64_t size = 0;
+};
+
+/// Per-room write grants on a receiving rank: which sender may write which
+/// bytes, for which live room. A receiver whose data plane reads remote
+/// writes itself (tcp) admits a batch only when every write lies inside
+/// what its authenticated sender was granted for the batch's room; the
+/// grant ends when the room concludes, so nothing lands after `poll()`
+/// returned Success or Failed.
+///
+/// Thread-safe: rooms grant and revoke from actor threads, connection
+/// threads admit. `revoke` waits for the batches of that room being received
+/// at that moment (never for other rooms'), so once it returns no byte of
+/// the room is written again.
+class grant_table {
+public:
+  explicit grant_table(size_t max_grants = 1u << 20) : max_grants_(max_grants) {
+    // nop
+  }
+
+  /// `sender` may write `ranges` for `room` (merged with what it had).
+  /// False when the table is full.
+  bool grant(room_id room, rank_id sender, std::vector<byte_range> ranges);
+
+  /// No sender writes `room` again. Waits for batches of it in progress.
+  void revoke(room_id room);
+
+  /// While alive, the batch it admitted may write; then `revoke` may go on.
+  class permit {
+  public:
+    permit() = default;
+    permit(permit&& other) noexcept : table_(other.table_), room_(other.room_) {
+      other.table_ = nullptr;
+    }
+    permit& operator=(permit&& other) noexcept {
+      if (this != &other) {
+        release();
+        table_ = other.table_;
+        room_ = other.room_;
+        other.table_ = nullptr;
+      }
+      return *this;
+    }
+    ~permit() {
+      release();
+    }
+
+    explicit operator bool() const noexcept {
+      return table_ != nullptr;
+    }
+
+    /// The room was revoked while this batch was admitted: write no more
+    /// (the caller reads what is left of the batch into a scratch buffer).
+    bool revoked() const;
+
+  private:
+    friend class grant_table;
+    void release() noexcept;
+    permit(grant_table* t, room_id r) : table_(t), room_(r) {
+      // nop
+    }
+    grant_table* table_ = nullptr;
+    room_id room_ = 0;
+  };
+
+  /// Admits a batch of `ops` (destination address, size) from `sender` for
+  /// `room`, or says why not in `why` and returns an empty permit.
+  permit admit(room_id room, rank_id sender,
+               const std::vector<std::pair<uint64_t, uint64_t>>& ops, std::string& why);
+
+  size_t size() const;
+
+private:
+  struct entry {
+    std::unordered_map<rank_id, std::vector<byte_range>> by_sender;
+    uint32_t active = 0;
+    bool revoked = false;
+  };
+
+  static bool inside(const std::vector<byte_range>& xs, uint64_t addr, uint64_t size);
+
+  size_t max_grants_;
+  mutable std::mutex mtx_;
+  std::condition_variable idle_;
+  std::unordered_map<room_id, entry> rooms_;
+};
+
+/// Sorts and merges touching or overlapping ranges.
+std::vector<byte_range> merge_ranges(std::vector<byte_range> xs);
+
+} // namespace kvroom
