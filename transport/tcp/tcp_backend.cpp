@@ -247,12 +247,18 @@ void tcp_backend::accept_loop() {
     if (fd < 0)
       continue;
     std::lock_guard<std::mutex> guard{conns_mtx_};
-    if (inbound_.size() >= max_connections) {
+    size_t handshaking = 0;
+    for (auto& c : inbound_)
+      handshaking += c.sender < 0 && !c.done ? 1 : 0;
+    if (inbound_.size() >= max_connections || handshaking >= max_handshakes) {
       transport_warning_limited("tcp-refused-connection",
                                 "tcp: rank " + std::to_string(owner_)
                                   + " refuses a connection: "
-                                  + std::to_string(max_connections)
-                                  + " peers connected already");
+                                  + (handshaking >= max_handshakes
+                                       ? std::to_string(max_handshakes)
+                                           + " connections have not proven membership yet"
+                                       : std::to_string(max_connections)
+                                           + " peers connected already"));
       ::close(fd);
       continue;
     }
@@ -275,6 +281,21 @@ void tcp_backend::accept_loop() {
 void tcp_backend::serve_member(inbound& conn) {
   // Nothing of a peer is read as a batch before it proved membership.
   auto sender = admit(conn.fd);
+  if (sender >= 0) {
+    std::lock_guard<std::mutex> guard{conns_mtx_};
+    size_t same = 0;
+    for (auto& c : inbound_)
+      same += &c != &conn && c.sender == sender && !c.done ? 1 : 0;
+    if (same >= max_per_peer) {
+      transport_warning_limited("tcp-refused-connection",
+                                "tcp: rank " + std::to_string(owner_)
+                                  + " refuses a connection: rank " + std::to_string(sender)
+                                  + " holds " + std::to_string(same) + " already");
+      sender = -1;
+    } else {
+      conn.sender = sender;
+    }
+  }
   if (sender < 0) {
     ::shutdown(conn.fd, SHUT_RDWR);
     conn.done = true;

@@ -67,6 +67,12 @@ public:
   /// Most writes in one batch and concurrent inbound connections.
   static constexpr uint32_t max_ops = 1u << 20;
   static constexpr size_t max_connections = 256;
+  /// Of those, at most this many still in their handshake: what strangers
+  /// can hold (each for at most `handshake_ms`).
+  static constexpr size_t max_handshakes = 64;
+  /// Connections per authenticated sender (it uses one; more while an old
+  /// one winds down): a member cannot take the others' slots either.
+  static constexpr size_t max_per_peer = 4;
   static constexpr size_t max_unacked = 16;
   /// A connection that has not proven membership by then is closed.
   static constexpr uint32_t handshake_ms = 1000;
@@ -78,6 +84,7 @@ private:
     int fd = -1;
     std::thread thread;
     std::atomic<bool> done{false};
+    rank_id sender = -1;  ///< set once it proved membership (under conns_mtx_)
   };
 
   void accept_loop();
