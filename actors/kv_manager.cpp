@@ -726,9 +726,21 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
     [=](rank_down& msg) {
       if (!detail::from_registry(self))
         return;
-      // The registry's node saw the loss; handled once, whichever of this
-      // and our own monitor's down message comes first.
-      if (auto peer = self->state.peers->take_peer(msg.rank.id)) {
+      auto& st = self->state;
+      // A peer we linked to directly: our own monitor of that link decides.
+      // The registry losing its connection to a rank says nothing about
+      // ours (a restarting registry, a registry node's flaky network).
+      if (auto e = st.peers->find(msg.rank.id); e && e->control_port != 0) {
+        logger()->debug("{}: the registry lost {}; our link to it decides",
+                        to_string(me(self)), to_string(msg.rank));
+        return;
+      }
+      // Listed, never linked: nothing to wait for any more.
+      st.peers->unlist(msg.rank.id);
+      st.joining.erase(msg.rank.id);
+      // In this process: handled once, whichever of this and our own
+      // monitor's down message comes first.
+      if (auto peer = st.peers->take_peer(msg.rank.id)) {
         self->demonitor(peer->manager);
         on_peer_down(self, *peer, msg.reason + " (seen by the bootstrap registry)",
                      msg.orderly);

@@ -5,6 +5,7 @@
 #include "caf/all.hpp"
 #include "caf/io/all.hpp"
 
+#include "kvroom/actors/control_endpoint.hpp"
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/actors/room_core.hpp"
 #include "kvroom/messages/error.hpp"
@@ -54,7 +55,7 @@ void log_stranger(manager_ptr self, const std::string& text) {
 }
 
 caf::io::middleman_actor middleman(manager_ptr self) {
-  return self->home_system().middleman().actor_handle();
+  return control_connector(self->home_system());
 }
 
 void schedule_reconnect(manager_ptr self) {

@@ -51,6 +51,12 @@ public:
   /// the listing arrives (a peer that linked to us first).
   entry_ptr link(rank_id id, uint64_t incarnation, const caf::actor& manager);
 
+  /// Forgets a listed, not yet usable rank (the registry saw it go).
+  void unlist(rank_id id) {
+    listed_.erase(id);
+    early_links_.erase(id);
+  }
+
   /// The listed (not yet usable) entry of rank `id`, if any.
   entry_ptr listed(rank_id id) const;
 

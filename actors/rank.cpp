@@ -3,6 +3,7 @@
 #include "caf/all.hpp"
 #include "caf/io/all.hpp"
 
+#include "kvroom/actors/control_endpoint.hpp"
 #include "kvroom/actors/decode_room.hpp"
 #include "kvroom/actors/kv_manager.hpp"
 #include "kvroom/actors/logging.hpp"
@@ -68,8 +69,7 @@ caf::error rank::start() {
   std::string control_host;
   uint16_t control_port = 0;
   if (cfg_.network && sys.has_middleman()) {
-    auto port = sys.middleman().publish(manager_, cfg_.control_port,
-                                        cfg_.control_host.c_str(), true);
+    auto port = detail::publish_control(sys, manager_, cfg_.control_port, cfg_.control_host);
     if (!port) {
       abandon();
       return make_error(errc::unavailable, to_string(ref_) + ": cannot publish the control "

@@ -7,8 +7,10 @@
 
 #include "caf/all.hpp"
 #include "caf/io/all.hpp"
+#include "caf/openssl/manager.hpp"
 
 #include "kvroom/actors/bootstrap_registry.hpp"
+#include "kvroom/actors/control_endpoint.hpp"
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/actors/membership.hpp"
 #include "kvroom/actors/rank.hpp"
@@ -30,6 +32,12 @@ void prepare_config(caf::actor_system_config& cfg,
   cfg.set("scheduler.max-threads", threads);
   if (opts.network) {
     cfg.load<caf::io::middleman>();
+    if (!opts.tls_certificate.empty() || !opts.tls_key.empty() || !opts.tls_cafile.empty()) {
+      cfg.load<caf::openssl::manager>();
+      cfg.openssl_certificate = opts.tls_certificate;
+      cfg.openssl_key = opts.tls_key;
+      cfg.openssl_cafile = opts.tls_cafile;
+    }
     // Control messages between ranks that met through the registry are
     // relayed by the registry's node (bulk bytes never are). CAF 0.17's
     // automatic direct connections were seen to report healthy peers as
@@ -85,8 +93,7 @@ caf::expected<uint16_t> runtime::publish_registry(uint16_t port,
   if (registry_.node() != sys_->node())
     return make_error(errc::invalid_config,
                       "this runtime uses a remote registry; it has none to publish");
-  auto res = sys_->middleman().publish(registry_, port,
-                                       host.empty() ? nullptr : host.c_str(), true);
+  auto res = detail::publish_control(*sys_, registry_, port, host);
   if (!res)
     return make_error(errc::unavailable, "cannot publish the bootstrap registry on port "
                                            + std::to_string(port) + ": "
@@ -103,7 +110,7 @@ caf::error runtime::connect_registry(const std::string& host, uint16_t port,
   auto backoff = std::chrono::milliseconds(50);
   std::string last;
   for (;;) {
-    auto remote = sys_->middleman().remote_actor(host, port);
+    auto remote = detail::connect_control(*sys_, host, port);
     if (remote) {
       if (registry_.node() == sys_->node())
         caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);

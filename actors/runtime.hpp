@@ -41,6 +41,15 @@ struct runtime_options {
   /// registry prove membership with it. Empty: an insecure deployment, said
   /// once in the log; fine in one process, not on a network others reach.
   deployment_secret secret;
+  /// Control-plane TLS (CAF's OpenSSL module): PEM certificate and key of
+  /// this process and the CA every peer's certificate must chain to. All
+  /// three or none; with them, ranks and registries listen and dial over
+  /// mutual TLS only, so a client without a certificate of the deployment's
+  /// CA cannot even speak CAF's protocol to them. The tcp data plane stays
+  /// plain TCP (membership-checked, not encrypted).
+  std::string tls_certificate;
+  std::string tls_key;
+  std::string tls_cafile;
 };
 
 /// Adds kvroom's message types and scheduler defaults to a CAF config an

@@ -33,19 +33,17 @@ public:
   std::string bootstrap_host = "127.0.0.1";
   int64_t bootstrap_port = 0;
   int64_t max_ranks = 4096;
-  std::string secret_file;
-  bool insecure = false;
+  join_options join;
   int64_t heartbeat_ms = 100;
   int64_t connection_timeout_ms = 1000;
   std::string log_level = "info";
 
   registry_config() {
-    opt_group{custom_options_, "global"}
-      .add(bootstrap_host, "bootstrap-host", "IPv4 address to listen on (not all interfaces)")
+    opt_group group{custom_options_, "global"};
+    join.add_to(group);
+    group.add(bootstrap_host, "bootstrap-host", "IPv4 address to listen on (not all interfaces)")
       .add(bootstrap_port, "bootstrap-port", "port to listen on")
       .add(max_ranks, "max-ranks", "most ranks that may register")
-      .add(secret_file, "secret-file", "the deployment secret (mode 0600)")
-      .add(insecure, "insecure", "run without a deployment secret")
       .add(heartbeat_ms, "heartbeat-ms", "CAF middleman heartbeat (same on every node)")
       .add(connection_timeout_ms, "connection-timeout-ms", "a silent peer is lost after this")
       .add(log_level, "log-level", "trace, debug, info, warn, error, off");
@@ -69,10 +67,9 @@ int run_registry(int argc, char** argv) {
     return bad("--bootstrap-port is required");
   if (cfg.max_ranks < 1 || cfg.max_ranks > 1'000'000)
     return bad("--max-ranks must be in [1, 1000000]");
-  auto secret = load_secret("registry", cfg.secret_file, cfg.insecure);
-  if (!secret)
-    return bad(describe(secret.error()));
   runtime_options opts;
+  if (auto err = cfg.join.apply("registry", opts))
+    return bad(describe(err));
   opts.network = true;
   opts.heartbeat_ms = static_cast<uint32_t>(cfg.heartbeat_ms);
   opts.connection_timeout_ms = static_cast<uint32_t>(cfg.connection_timeout_ms);
@@ -80,7 +77,7 @@ int run_registry(int argc, char** argv) {
   prepare_config(cfg, opts);
   caf::actor_system sys{cfg};
   {
-    runtime rt{sys, static_cast<uint32_t>(cfg.max_ranks), std::move(*secret)};
+    runtime rt{sys, static_cast<uint32_t>(cfg.max_ranks), std::move(opts.secret)};
     auto port = rt.publish_registry(static_cast<uint16_t>(cfg.bootstrap_port),
                                     cfg.bootstrap_host);
     if (!port)

@@ -45,8 +45,7 @@ public:
   std::string tcp_host = "127.0.0.1";
   std::string control_host;
   int64_t control_port = 0;
-  std::string secret_file;
-  bool insecure = false;
+  join_options join;
   int64_t heartbeat_ms = 100;
   int64_t connection_timeout_ms = 1000;
   int64_t timeout_ms = 5000;
@@ -68,8 +67,9 @@ public:
   double p_transfer = 0.0;
 
   serve_config() {
-    opt_group{custom_options_, "global"}
-      .add(role, "role", "prefill or decode")
+    opt_group group{custom_options_, "global"};
+    join.add_to(group);
+    group.add(role, "role", "prefill or decode")
       .add(dp, "dp", "data-parallel rank")
       .add(tp, "tp", "tensor-parallel rank")
       .add(tp_size, "tp-size", "tensor-parallel size")
@@ -81,8 +81,6 @@ public:
       .add(tcp_host, "tcp-host", "IPv4 address the tcp data plane binds and advertises")
       .add(control_host, "control-host", "IPv4 address of this rank's control endpoint (default: --tcp-host)")
       .add(control_port, "control-port", "port of this rank's control endpoint (0: any)")
-      .add(secret_file, "secret-file", "the deployment secret (mode 0600), same on every rank")
-      .add(insecure, "insecure", "run without a deployment secret")
       .add(heartbeat_ms, "heartbeat-ms", "CAF middleman heartbeat interval")
       .add(connection_timeout_ms, "connection-timeout-ms", "a silent peer is lost after this")
       .add(timeout_ms, "timeout-ms", "room state timeouts (decode waits twice as long)")
@@ -158,13 +156,12 @@ int run_serve(int argc, char** argv) {
     return bad("the registry is published by a prefill rank");
   if (cfg.control_port < 0 || cfg.control_port > 65535)
     return bad("--control-port must be in [0, 65535]");
-  auto secret = load_secret("serve", cfg.secret_file, cfg.insecure);
-  if (!secret)
-    return bad(describe(secret.error()));
   if (cfg.layers < 1 || cfg.page_bytes < 8 || cfg.pages_per_room < 1 || cfg.concurrency < 1
       || cfg.rooms < 0 || cfg.then_rooms < 0 || cfg.timeout_ms < 1)
     return bad("sizes must be positive");
   runtime_options opts;
+  if (auto err = cfg.join.apply("serve", opts))
+    return bad(describe(err));
   opts.network = true;
   opts.heartbeat_ms = static_cast<uint32_t>(cfg.heartbeat_ms);
   opts.connection_timeout_ms = static_cast<uint32_t>(cfg.connection_timeout_ms);
@@ -175,7 +172,7 @@ int run_serve(int argc, char** argv) {
   std::vector<outcome> outcomes;
   rank_ref me;
   {
-    runtime rt{sys, 4096, std::move(*secret)};
+    runtime rt{sys, 4096, std::move(opts.secret)};
     if (cfg.publish_registry) {
       auto port = rt.publish_registry(static_cast<uint16_t>(cfg.bootstrap_port),
                                       cfg.bootstrap_host);

@@ -1,12 +1,14 @@
 # Finds CAF 0.17 (Debian's libcaf-dev ships neither a CMake config nor a .pc).
 #
-# Provides CAF::core and CAF::io, and CAF_VERSION (e.g. 1706) read from
+# Provides CAF::core, CAF::io and CAF::openssl, and CAF_VERSION (e.g. 1706) read from
 # caf/config.hpp. Set CAF_ROOT to search a non-system prefix first.
 include(FindPackageHandleStandardArgs)
 
 find_path(CAF_INCLUDE_DIR caf/config.hpp HINTS ${CAF_ROOT}/include)
 find_library(CAF_CORE_LIBRARY NAMES caf_core HINTS ${CAF_ROOT}/lib)
 find_library(CAF_IO_LIBRARY NAMES caf_io HINTS ${CAF_ROOT}/lib)
+# TLS for the middleman (libcaf-openssl0.17): control-plane TLS.
+find_library(CAF_OPENSSL_LIBRARY NAMES caf_openssl HINTS ${CAF_ROOT}/lib)
 
 if(CAF_INCLUDE_DIR)
   file(STRINGS "${CAF_INCLUDE_DIR}/caf/config.hpp" _caf_version_line
@@ -16,7 +18,7 @@ if(CAF_INCLUDE_DIR)
 endif()
 
 find_package_handle_standard_args(CAF
-  REQUIRED_VARS CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY
+  REQUIRED_VARS CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY CAF_OPENSSL_LIBRARY
   VERSION_VAR CAF_VERSION)
 
 if(CAF_FOUND)
@@ -37,5 +39,12 @@ if(CAF_FOUND)
       IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
       INTERFACE_LINK_LIBRARIES CAF::core)
   endif()
+  if(CAF_OPENSSL_LIBRARY AND NOT TARGET CAF::openssl)
+    find_package(OpenSSL REQUIRED COMPONENTS SSL Crypto)
+    add_library(CAF::openssl UNKNOWN IMPORTED)
+    set_target_properties(CAF::openssl PROPERTIES
+      IMPORTED_LOCATION "${CAF_OPENSSL_LIBRARY}"
+      INTERFACE_LINK_LIBRARIES "CAF::io;OpenSSL::SSL;OpenSSL::Crypto")
+  endif()
 endif()
-mark_as_advanced(CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY)
+mark_as_advanced(CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY CAF_OPENSSL_LIBRARY)
