@@ -33,7 +33,8 @@ void maybe_send_dst(self_ptr self) {
   dst_info info;
   info.room = core.params().room;
   info.decode_rank = core.params().self;
-  info.decode_room = caf::actor_cast<caf::actor>(self);
+  if (core.local(st.source->manager))
+    info.decode_room = caf::actor_cast<caf::actor>(self);
   info.kv_indices = st.init.kv_indices;
   info.aux_index = st.init.aux_index;
   // Straight to the prefill rank's manager; this rank's manager hears where
@@ -163,14 +164,21 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
         return;
       }
       auto& me = core.params().self;
+      // The sender's room when it wrote to us itself (same process); from
+      // another process the confirmation came through our manager.
+      auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+      if (!core.local(sender) || sender == core.params().manager)
+        sender = nullptr;
       part_done part{core.params().room, me.tp_rank, me.tp_size, me.id,
-                     caf::actor_cast<caf::actor>(self), msg.src_rank,
-                     caf::actor_cast<caf::actor>(self->current_sender())};
+                     st.decider && core.local(st.decider->manager)
+                       ? caf::actor_cast<caf::actor>(self)
+                       : caf::actor{},
+                     msg.src_rank, sender};
       // Straight to the decider: its room actor when it is this slot's
-      // sender, else its manager (which parks the part until the room opens).
-      if (st.decider && msg.src_rank == st.decider->rank.id) {
-        auto decider_room = part.prefill_room; // `part` moves into the message
-        self->send(decider_room, std::move(part));
+      // sender in this process, else its manager (which parks the part
+      // until the room opens).
+      if (st.decider && msg.src_rank == st.decider->rank.id && sender) {
+        self->send(sender, std::move(part));
       } else if (st.decider) {
         self->send(st.decider->manager, std::move(part));
       } else {

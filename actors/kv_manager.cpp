@@ -313,6 +313,8 @@ void on_dst(self_ptr self, dst_info& info) {
   auto reply_failure = [&](kv_transfer_error err) {
     if (info.decode_room)
       self->send(info.decode_room, room_failed{room, std::move(err), true, me(self).id});
+    else
+      send_to_rank(self, info.decode_rank.id, room_failed{room, std::move(err), true, me(self).id});
     send_fenced(self, room, info.decode_rank.id);
   };
   if (auto* t = st.rooms->tombstone_of(room)) {
@@ -564,6 +566,8 @@ void sweep(self_ptr self) {
                    to_string(me(self)), room, to_string(x.decode_rank));
     if (x.decode_room)
       self->send(x.decode_room, room_failed{room, err, true, me(self).id});
+    else
+      send_to_rank(self, x.decode_rank.id, room_failed{room, err, true, me(self).id});
     send_fenced(self, room, x.decode_rank.id);
   }
   st.peers->expire(now);
@@ -705,6 +709,22 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
       }
       if (auto d = st.dead.find(msg.room); d != st.dead.end())
         run_dead(self, msg.room, d->second.fenced(msg.prefill_rank, now_ms()));
+    },
+    // Decode: a prefill room in another process reports progress by room id.
+    [=](transfer_started& msg) {
+      if (!detail::from_member(self, "transfer_started"))
+        return;
+      if (auto* entry = self->state.rooms->find(msg.room))
+        self->send(entry->actor, msg);
+    },
+    [=](transfer_done& msg) {
+      if (!detail::from_member(self, "transfer_done"))
+        return;
+      auto& st = self->state;
+      if (auto* entry = st.rooms->find(msg.room))
+        self->send(entry->actor, msg);
+      else if (auto d = st.dead.find(msg.room); d != st.dead.end())
+        run_dead(self, msg.room, d->second.source_done(msg.src_rank, now_ms()));
     },
     [=](to_rank& msg) {
       if (detail::from_member(self, "to_rank"))

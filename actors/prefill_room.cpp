@@ -13,6 +13,17 @@ namespace {
 
 using self_ptr = counted_actor<prefill_room_state>*;
 
+/// To the decode room: directly in this process, else through its manager
+/// (by room id: no proxy per room crosses processes).
+template <class T>
+void to_decode(self_ptr self, T&& msg) {
+  auto& st = self->state;
+  if (st.dst.decode_room)
+    self->send(st.dst.decode_room, std::forward<T>(msg));
+  else if (st.peer)
+    self->send(st.peer->manager, std::forward<T>(msg));
+}
+
 /// Checks that the declared pages and the decode allocation agree; fails the
 /// room otherwise (a decode rank with fewer pages would read garbage).
 bool check_counts(self_ptr self) {
@@ -77,8 +88,7 @@ void pump(self_ptr self) {
   if (!st.started) {
     st.started = true;
     core.advance(kv_poll::transferring);
-    self->send(st.dst.decode_room,
-               transfer_started{core.params().room, core.params().self.id});
+    to_decode(self, transfer_started{core.params().room, core.params().self.id});
   }
   if (auto& shortcut = core.params().shortcut) {
     if (auto res = shortcut->try_copy(batch)) {
@@ -220,9 +230,8 @@ void on_result(self_ptr self, const transfer_result& res) {
   }
   if (core.concluded())
     return;
-  self->send(st.dst.decode_room,
-             transfer_done{core.params().room, core.params().self.id,
-                           st.bytes_moved, st.planned_pages});
+  to_decode(self, transfer_done{core.params().room, core.params().self.id, st.bytes_moved,
+                                st.planned_pages});
   // Every byte landed; Success waits for the room's decider.
   core.prepare();
 }

@@ -84,8 +84,13 @@ void room_core::run(room_effects& effects) {
                       to_rank{fx.rank, caf::make_message(room_committed{room})});
         break;
       case room_effect::kind::commit:
-        for (auto& kvp : participants_)
-          self_->send(kvp.second, room_committed{room});
+        for (auto& kvp : participants_) {
+          if (kvp.second)
+            self_->send(kvp.second, room_committed{room});
+          else
+            self_->send(params_.manager,
+                        to_rank{kvp.first, caf::make_message(room_committed{room})});
+        }
         break;
       case room_effect::kind::fence_expired:
         logger()->error("room {} on {}: Failed published without every "
@@ -125,9 +130,11 @@ void room_core::prepare() {
 }
 
 void room_core::on_part(const part_done& part) {
-  if (part.decode_room)
+  // A participant in another process comes without a handle (no proxy per
+  // room crosses processes): its commit goes through the managers.
+  if (part.decode_rank >= 0)
     participants_[part.decode_rank] = part.decode_room;
-  if (part.prefill_room && part.prefill_rank != params_.self.id)
+  if (part.prefill_rank >= 0 && part.prefill_rank != params_.self.id)
     participants_[part.prefill_rank] = part.prefill_room;
   run(protocol_->part_done(part.slot, part.slots, now_ms()));
 }

@@ -76,6 +76,14 @@ public:
   /// The message being handled comes from this process or from a node that
   /// proved membership. Room actors are reachable from every node that ever
   /// got their handle; what a stranger sends them changes nothing.
+  /// True for actors of this process: only they get a room's own handle.
+  /// A handle sent to another process makes CAF create, announce and later
+  /// kill a proxy for it there, several wire frames per room; rooms in
+  /// other processes are addressed through their manager by room id.
+  bool local(const caf::actor& other) const {
+    return other && other.node() == self_->node();
+  }
+
   bool from_member() const {
     auto& sender = self_->current_sender();
     return !sender || sender->node() == self_->node()
@@ -112,7 +120,8 @@ private:
   caf::event_based_actor* self_ = nullptr;
   room_params params_;
   std::unique_ptr<room_protocol> protocol_;
-  // Coordinator: the room actors to commit, by rank id.
+  // Coordinator: the room actors to commit, by rank id (null: in another
+  // process, reached through its manager).
   std::unordered_map<rank_id, caf::actor> participants_;
 };
 

@@ -225,6 +225,12 @@ point measure(const std::string& name, int64_t block, int64_t batch, double seco
     out.skipped = describe(a.error());
     return out;
   }
+  // Every batch here is room 0 of sender rank 1: granted all of dst, as a
+  // decode room grants its pages (receivers that check grants: tcp).
+  if (!r.grant(0, 1, {byte_range{dst.addr(), bytes}})) {
+    out.skipped = "the receiver's grant table is full";
+    return out;
+  }
   if (auto b = r.register_memory({dst.addr(), bytes, dst.device()}); !b) {
     out.skipped = describe(b.error());
     return out;

@@ -17,6 +17,13 @@
 
 #include "kvroom/kit/harness.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <thread>
+
 #include "benches.hpp"
 #include "report.hpp"
 
@@ -32,6 +39,9 @@ public:
   int64_t rooms = 3000;
   std::string signals = "sigkill,sigstop";
   int64_t trials = 3;
+  int64_t latency_rooms = 1000;
+  int64_t threads = 1;
+  int64_t idle_us = 10;
   process_config() {
     opt_group{custom_options_, "global"}
       .add(kvroom, "kvroom", "path of the kvroom command (default: next to this one)")
@@ -39,9 +49,58 @@ public:
       .add(tps, "tps", "processes: TP sizes (1: 1P x 1D, 2: 2P x 2D), comma-separated")
       .add(rooms, "rooms", "rooms per point (processes) or per trial (detect)")
       .add(signals, "signals", "detect: sigkill, sigstop or both")
-      .add(trials, "trials", "detect: runs per signal");
+      .add(trials, "trials", "detect: runs per signal")
+      .add(latency_rooms, "latency-rooms", "processes: rooms of the one-at-a-time latency run (0: none)")
+      .add(threads, "threads", "serve --threads (CAF scheduler threads per rank process)")
+      .add(idle_us, "idle-us", "serve --idle-us (its scheduler loop's sleep when idle)");
   }
 };
+
+/// Round trips of one byte over a loopback TCP connection (TCP_NODELAY both
+/// ways, an echo thread): the floor any cross-process control message pays.
+std::vector<double> tcp_round_trips_us(int n) {
+  std::vector<double> out;
+  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (ls < 0 || ::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0
+      || ::listen(ls, 1) != 0 || ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (ls >= 0)
+      ::close(ls);
+    return out;
+  }
+  std::thread echo{[ls] {
+    int fd = ::accept(ls, nullptr, nullptr);
+    if (fd < 0)
+      return;
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    char c;
+    while (::recv(fd, &c, 1, 0) == 1 && ::send(fd, &c, 1, 0) == 1) {
+    }
+    ::close(fd);
+  }};
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    char c = 'k';
+    for (int i = 0; i < n; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      if (::send(fd, &c, 1, 0) != 1 || ::recv(fd, &c, 1, 0) != 1)
+        break;
+      out.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                      .count());
+    }
+  }
+  if (fd >= 0)
+    ::close(fd);
+  echo.join();
+  ::close(ls);
+  return out;
+}
 
 /// The `kvroom` command: as given, next to this program (installed), or in
 /// the build tree's cli/ (built).
@@ -185,7 +244,9 @@ int bench_processes(int argc, char** argv) {
       if (d.dir.empty() || !d.start({"--rooms=" + std::to_string(cfg.rooms),
                                      "--concurrency=" + std::to_string(c), "--layers=1",
                                      "--page-bytes=256", "--pages-per-room=1",
-                                     "--timeout-ms=10000"})) {
+                                     "--timeout-ms=10000",
+                                     "--threads=" + std::to_string(cfg.threads),
+                                     "--idle-us=" + std::to_string(cfg.idle_us)})) {
         std::printf("%lldP x %lldD: ranks did not start (see %s)\n", static_cast<long long>(tp),
                     static_cast<long long>(tp), d.dir.c_str());
         return 1;
@@ -226,7 +287,46 @@ int bench_processes(int argc, char** argv) {
       std::filesystem::remove_all(d.dir);
     }
   }
-  auto out = json_object{}.str("bench", "processes").raw("points", json_array(rows)).dump();
+  // One tiny room at a time across two processes, against the loopback TCP
+  // round trip of the same run: what a room costs beyond the wire.
+  json_object lat;
+  if (cfg.latency_rooms > 0) {
+    deployment d{exe, 1};
+    if (d.dir.empty() || !d.start({"--rooms=" + std::to_string(cfg.latency_rooms),
+                                   "--concurrency=1", "--layers=1", "--page-bytes=256",
+                                   "--pages-per-room=1", "--timeout-ms=10000",
+                                   "--threads=" + std::to_string(cfg.threads), "--idle-us=0"})) {
+      std::printf("latency: ranks did not start (see %s)\n", d.dir.c_str());
+      return 1;
+    }
+    d.go();
+    if (!d.wait_all(std::chrono::seconds(120))) {
+      std::printf("latency: did not finish in 120 s (see %s)\n", d.dir.c_str());
+      return 1;
+    }
+    std::vector<double> us;
+    for (auto& [room, r] : harness::read_report(d.report_of(d.procs[1])))
+      if (r.state == kv_poll::success)
+        us.push_back(static_cast<double>(r.latency_us));
+    std::filesystem::remove_all(d.dir);
+    auto rtt = tcp_round_trips_us(10'000);
+    auto p50 = percentile(us, 50), p99 = percentile(us, 99);
+    auto r50 = percentile(rtt, 50), r99 = percentile(rtt, 99);
+    std::printf("latency, one tiny room at a time (decode: open to Success), %zu rooms: p50 %.0f us, "
+                "p99 %.0f us; loopback TCP round trip, same run: p50 %.1f us, p99 %.1f us "
+                "(room p50 = %.1f round trips)\n",
+                us.size(), p50, p99, r50, r99, r50 > 0 ? p50 / r50 : 0.0);
+    lat.num("rooms", static_cast<double>(us.size()))
+      .num("room_p50_us", p50)
+      .num("room_p99_us", p99)
+      .num("tcp_rtt_p50_us", r50)
+      .num("tcp_rtt_p99_us", r99);
+  }
+  auto out = json_object{}
+               .str("bench", "processes")
+               .raw("points", json_array(rows))
+               .raw("latency", lat.dump(4))
+               .dump();
   std::printf("%s\n", out.c_str());
   return cfg.json.empty() || write_file(cfg.json, out) ? 0 : 1;
 }

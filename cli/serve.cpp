@@ -47,6 +47,8 @@ public:
   int64_t control_port = 0;
   join_options join;
   int64_t heartbeat_ms = 100;
+  int64_t threads = 0;
+  int64_t idle_us = 50;
   int64_t connection_timeout_ms = 1000;
   int64_t timeout_ms = 5000;
   int64_t layers = 4;
@@ -82,6 +84,8 @@ public:
       .add(control_host, "control-host", "IPv4 address of this rank's control endpoint (default: --tcp-host)")
       .add(control_port, "control-port", "port of this rank's control endpoint (0: any)")
       .add(heartbeat_ms, "heartbeat-ms", "CAF middleman heartbeat interval")
+      .add(threads, "threads", "CAF scheduler threads (0: the hardware's, at least 2)")
+      .add(idle_us, "idle-us", "the scheduler loop sleeps this long when nothing changed (0: yields)")
       .add(connection_timeout_ms, "connection-timeout-ms", "a silent peer is lost after this")
       .add(timeout_ms, "timeout-ms", "room state timeouts (decode waits twice as long)")
       .add(layers, "layers", "layers (K and V buffer each)")
@@ -108,6 +112,7 @@ struct outcome {
   kv_poll state = kv_poll::bootstrapping;
   std::optional<kv_transfer_error> error;
   int64_t opened_at_ms = 0;     // system clock, comparable across processes
+  int64_t latency_us = 0;       // open to conclusion, as this rank's scheduler saw it
   int64_t concluded_at_ms = 0;
   std::string data_error;
 };
@@ -164,6 +169,9 @@ int run_serve(int argc, char** argv) {
     return bad(describe(err));
   opts.network = true;
   opts.heartbeat_ms = static_cast<uint32_t>(cfg.heartbeat_ms);
+  if (cfg.threads < 0 || cfg.threads > 256)
+    return bad("--threads must be in [0, 256]");
+  opts.max_threads = static_cast<size_t>(cfg.threads);
   opts.connection_timeout_ms = static_cast<uint32_t>(cfg.connection_timeout_ms);
   opts.log_level = cfg.log_level;
   prepare_config(cfg, opts);
@@ -234,6 +242,7 @@ int run_serve(int argc, char** argv) {
       struct timing {
         int64_t opened_ms = 0;
         int64_t ready_ms = 0;  // decode: first seen waiting for input
+        clock_type::time_point opened{};
       };
       std::vector<timing> by_slot(static_cast<size_t>(cfg.concurrency));
       auto last_open = clock_type::now();
@@ -242,7 +251,7 @@ int run_serve(int argc, char** argv) {
         return clock_type::now() - last_open >= std::chrono::microseconds(cfg.pace_us);
       };
       hooks.opened = [&](loop_room& l) {
-        by_slot[l.slot] = timing{wall_ms(), 0};
+        by_slot[l.slot] = timing{wall_ms(), 0, clock_type::now()};
         last_open = clock_type::now();
         if (side == role::prefill)
           mem.write_room(key(l.id), pages_of(l.slot), static_cast<int64_t>(l.slot));
@@ -272,6 +281,9 @@ int run_serve(int argc, char** argv) {
         o.room = l.id;
         o.state = h.poll();
         o.opened_at_ms = by_slot[l.slot].opened_ms;
+        o.latency_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                         clock_type::now() - by_slot[l.slot].opened)
+                         .count();
         o.concluded_at_ms = wall_ms();
         if (o.state == kv_poll::failed)
           o.error = h.failure();
@@ -310,8 +322,12 @@ int run_serve(int argc, char** argv) {
                        st ? std::to_string(st->parked).c_str() : "?", rooms_text.c_str());
           last_progress = clock_type::now();
         }
-        if (!progressed)
-          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (!progressed) {
+          if (cfg.idle_us > 0)
+            std::this_thread::sleep_for(std::chrono::microseconds(cfg.idle_us));
+          else
+            std::this_thread::yield();
+        }
       }
     };
     if (!cfg.wait_file.empty() && !wait_for_file(cfg.wait_file, 120'000))
@@ -343,6 +359,7 @@ int run_serve(int argc, char** argv) {
     json += (i ? ",\n  " : "\n  ");
     json += "{\"room\": " + std::to_string(o.room) + ", \"state\": \"" + to_string(o.state)
             + "\", \"opened_ms\": " + std::to_string(o.opened_at_ms)
+            + ", \"latency_us\": " + std::to_string(o.latency_us)
             + ", \"at_ms\": " + std::to_string(o.concluded_at_ms);
     if (o.error)
       json += ", \"origin_rank\": " + std::to_string(o.error->origin_rank)

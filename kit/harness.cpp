@@ -119,6 +119,7 @@ std::map<room_id, report_line> read_report(const std::string& path) {
       r.state = st;
     r.opened_ms = std::atoll(field(line, "opened_ms").c_str());
     r.at_ms = std::atoll(field(line, "at_ms").c_str());
+    r.latency_us = std::atoll(field(line, "latency_us").c_str());
     r.data_error = field(line, "data_error");
     if (r.state == kv_poll::failed)
       r.error = kv_transfer_error{std::strtoull(room.c_str(), nullptr, 10),

@@ -58,6 +58,7 @@ struct report_line {
   std::optional<kv_transfer_error> error;
   int64_t opened_ms = 0;
   int64_t at_ms = 0;  ///< concluded
+  int64_t latency_us = 0;  ///< open to conclusion on that rank
   std::string data_error;
 };
 
