@@ -85,13 +85,18 @@ void pump(self_ptr self) {
   st.planned_pages += n;
   st.job_in_flight = st.next_job++;
   st.last_in_flight = chunk.is_last;
-  if (!st.started) {
+  bool first = !st.started;
+  if (first) {
     st.started = true;
     core.advance(kv_poll::transferring);
-    to_decode(self, transfer_started{core.params().room, core.params().self.id});
   }
   if (auto& shortcut = core.params().shortcut) {
     if (auto res = shortcut->try_copy(batch)) {
+      // A room moved whole by one inline copy: decode hears transfer_done
+      // at once, so "started" would only cost it a message (a cross-process
+      // one, the expensive kind).
+      if (first && (!chunk.is_last || *res))
+        to_decode(self, transfer_started{core.params().room, core.params().self.id});
       auto bytes = batch.total_bytes();
       on_result(self, transfer_result{core.params().room, st.job_in_flight, !*res,
                                       *res ? describe(*res) : std::string{},
@@ -99,6 +104,8 @@ void pump(self_ptr self) {
       return;
     }
   }
+  if (first)
+    to_decode(self, transfer_started{core.params().room, core.params().self.id});
   self->send(core.params().worker,
              transfer_job{core.params().room, st.job_in_flight,
                           std::move(batch)});

@@ -116,6 +116,18 @@ caf::expected<shm_backend::mapping> shm_backend::map_segment(const std::string& 
 }
 
 caf::expected<xfer_id> shm_backend::post(const write_batch& batch) {
+  if (auto err = copy(batch))
+    return err;
+  auto id = next_xfer_++;
+  posted_.emplace(id, xfer_status::done);
+  return id;
+}
+
+std::optional<caf::error> shm_backend::copy_inline(const write_batch& batch) {
+  return copy(batch);
+}
+
+caf::error shm_backend::copy(const write_batch& batch) {
   if (batch.peer.transport != "shm")
     return make_error(errc::invalid_argument,
                       "shm backend cannot reach a '" + batch.peer.transport + "' endpoint");
@@ -129,6 +141,7 @@ caf::expected<xfer_id> shm_backend::post(const write_batch& batch) {
   targets.reserve(batch.ops.size());
   {
     auto guard = regions_.lock();
+    std::unique_lock<std::mutex> maps{mapped_mtx_};
     for (size_t i = 0; i < batch.ops.size(); ++i) {
       auto& op = batch.ops[i];
       if (!regions_.covers(op.src_addr, op.size_bytes))
@@ -156,13 +169,12 @@ caf::expected<xfer_id> shm_backend::post(const write_batch& batch) {
                             + r->segment);
       targets.push_back(m->base + at);
     }
+    maps.unlock(); // mappings are never removed while the backend lives
     for (size_t i = 0; i < batch.ops.size(); ++i)
       std::memcpy(targets[i], reinterpret_cast<const void*>(batch.ops[i].src_addr),
                   batch.ops[i].size_bytes);
   }
-  auto id = next_xfer_++;
-  posted_.emplace(id, xfer_status::done);
-  return id;
+  return caf::none;
 }
 
 xfer_status shm_backend::poll(xfer_id id, std::string& reason) {

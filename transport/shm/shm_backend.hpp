@@ -1,5 +1,7 @@
 #pragma once
 
+#include <mutex>
+
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -31,8 +33,13 @@ public:
   caf::expected<xfer_id> post(const write_batch& batch) override;
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
+  /// Thread-safe: a memcpy into the peer's mapped segment, finished inside
+  /// the call (rooms copy small batches without the worker's thread hop).
+  std::optional<caf::error> copy_inline(const write_batch& batch) override;
 
 private:
+  caf::error copy(const write_batch& batch);
+
   struct mapping {
     uint8_t* base = nullptr;
     uint64_t size = 0;
@@ -44,6 +51,8 @@ private:
   rank_id owner_;
   region_table regions_;
   std::map<region_id, shm_region> exposed_;
+  /// Guards `mapped_`: the worker and rooms' inline copies both map.
+  std::mutex mapped_mtx_;
   std::unordered_map<std::string, mapping> mapped_;
   std::unordered_map<xfer_id, xfer_status> posted_;
   xfer_id next_xfer_ = 1;
