@@ -1,6 +1,8 @@
 // The KV manager's tables as plain classes: no actor system, time passed in.
 #include <catch2/catch.hpp>
 
+#include "kvroom/actors/bootstrap_registry.hpp"
+#include "kvroom/actors/membership.hpp"
 #include "kvroom/actors/parking.hpp"
 #include "kvroom/actors/peer_directory.hpp"
 #include "kvroom/actors/room_directory.hpp"
@@ -210,4 +212,59 @@ TEST_CASE("peer directory: ranks with a control endpoint are usable only once li
   CHECK(later.to_link.empty());
   CHECK(later.usable.size() == 1);
   CHECK(dir.find(101));
+}
+
+TEST_CASE("membership: proofs bind both nonces, both ids and the roles") {
+  membership m{deployment_secret{"a deployment secret of some length"}};
+  membership other{deployment_secret{"another deployment's secret here"}};
+  auto na = make_nonce(), nb = make_nonce();
+  // B accepts A: A checks B's proof with the same inputs.
+  auto accept = m.accept_proof(na, nb, 2, 1);
+  CHECK(membership::matches(accept, m.accept_proof(na, nb, 2, 1)));
+  CHECK_FALSE(membership::matches(accept, other.accept_proof(na, nb, 2, 1)));
+  CHECK_FALSE(membership::matches(accept, m.accept_proof(nb, na, 2, 1)));
+  CHECK_FALSE(membership::matches(accept, m.accept_proof(na, nb, 1, 2)));
+  // A's answer to B cannot be made from B's (reflection): other label.
+  CHECK_FALSE(membership::matches(m.join_proof(nb, na, 1, 7, 2), accept));
+  CHECK_FALSE(membership::matches(m.join_proof(nb, na, 1, 7, 2), m.join_proof(nb, na, 1, 8, 2)));
+  // Registration: the registry's proof is not the rank's, ids and
+  // incarnations matter.
+  CHECK_FALSE(membership::matches(m.registry_proof(na, nb), m.rank_proof(na, nb, 0, 0)));
+  CHECK_FALSE(membership::matches(m.rank_proof(nb, na, 5, 1), m.rank_proof(nb, na, 6, 1)));
+  CHECK_FALSE(membership::matches(m.rank_proof(nb, na, 5, 1), m.rank_proof(nb, na, 5, 2)));
+  // An insecure deployment runs the same proofs with a key everyone knows.
+  membership open;
+  CHECK(open.insecure());
+  CHECK(membership::matches(open.registry_proof(na, nb), membership{}.registry_proof(na, nb)));
+}
+
+TEST_CASE("pending table: bounded, expiring, taken once") {
+  pending_table<int, std::string> t{2, 100};
+  CHECK(t.put(1, "a", 0));
+  CHECK(t.put(2, "b", 0));
+  CHECK_FALSE(t.put(3, "c", 50)); // full, nothing expired yet
+  CHECK(t.put(3, "c", 101));      // the first two expired
+  CHECK(t.size() == 1);
+  CHECK(t.take(3, 150) == std::optional<std::string>{"c"});
+  CHECK_FALSE(t.take(3, 150));
+  CHECK(t.put(4, "d", 200));
+  CHECK_FALSE(t.take(4, 301)); // past its deadline
+}
+
+TEST_CASE("layout check: refuses what cannot be mapped, with the reason") {
+  auto entry = [](rank_id id, uint64_t page, size_t buffers, int32_t tp) {
+    rank_entry e;
+    e.rank = make_rank(role::prefill, 0, 0, id);
+    e.rank.tp_size = tp;
+    for (size_t i = 0; i < buffers; ++i)
+      e.layout.kv.push_back(paged_buffer{mem_desc{0x1000 * (i + 1), 64 * page, -1}, page});
+    return e;
+  };
+  std::vector<rank_entry> ranks{entry(0, 4096, 4, 1)};
+  CHECK(layout_conflict(ranks, entry(1, 4096, 4, 1)).empty());
+  CHECK(layout_conflict(ranks, entry(1, 8192, 4, 1)).find("8192 B pages") != std::string::npos);
+  CHECK(layout_conflict(ranks, entry(1, 4096, 2, 1)).find("2 KV buffers") != std::string::npos);
+  CHECK(layout_conflict(ranks, entry(1, 4096, 4, 2)).find("TP size 2") != std::string::npos);
+  // Registering again (same id) is checked against the others only.
+  CHECK(layout_conflict(ranks, entry(0, 8192, 4, 1)).empty());
 }
