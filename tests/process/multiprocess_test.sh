@@ -138,7 +138,7 @@ sigstop)
   ;;
 
 malformed)
-  group "$(port)" --rooms=300 --pace-us=2000
+  group "$(port)" --rooms=300 --pace-us=8000
   for r in p0 p1 d0 d1; do wait_for '"ready"' $r.log 20 || fail "$r not ready"; done
   addr=$(sed -n 's/.*"tcp": "\([0-9.]*:[0-9]*\)".*/\1/p' d0.log | head -n 1)
   host=${addr%:*}; tport=${addr#*:}
@@ -147,6 +147,12 @@ malformed)
   exec 3<>/dev/tcp/$host/$tport && printf 'GET / HTTP/1.0\r\n\r\n' >&3 && exec 3>&-
   exec 3<>/dev/tcp/$host/$tport && printf 'MRVK\x01\x00\x00\x00\x01\0\0\0\0\0\0\0\x07\0\0\0\0\0\0\0\x01\0\0\0\0\0\0\0\x10\0\0\0\0\0\0\0\x00\x10\0\0\0\0\0\0\x10\0\0\0\0\0\0\0' >&3 && exec 3>&-
   exec 3<>/dev/tcp/$host/$tport && printf 'MRVK\x01\x00\x00\x00\x01\0\0\0\0\0\0\0\x07\0\0\0\0\0\0\0\xff\xff\xff\xff\0\0\0\0' >&3 && exec 3>&-
+  # Connect/close churn while the rooms run: the rank's threads stay flat.
+  threads_before=$(ps -o nlwp= -p "$PID_d0" | tr -d ' ')
+  for i in $(seq 1 2000); do (exec 3<>/dev/tcp/$host/$tport) 2>/dev/null; done
+  sleep 0.5
+  threads_after=$(ps -o nlwp= -p "$PID_d0" | tr -d ' ')
+  [ "$threads_after" -le $((threads_before + 2)) ] || fail "d0 went from $threads_before to $threads_after threads after 2000 connect/close cycles"
   # A silent client is closed at the handshake deadline (1 s), unread.
   t0=$(now_ms)
   timeout 10 bash -c "exec 3<>/dev/tcp/$host/$tport; cat <&3 > /dev/null" || fail "a silent client was not closed"
@@ -155,7 +161,7 @@ malformed)
   for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
   check_all_ok 300
   grep -q "refuses a connection: no membership proof" d0.log || fail "d0 did not report the unauthenticated clients"
-  echo "ok: garbage and forged batches from clients without a membership proof refused unread; a silent client closed after ${silent} ms; the rank kept serving, 300 rooms byte-exact"
+  echo "ok: garbage and forged batches from clients without a membership proof refused unread; 2000 connect/close cycles left d0 at $threads_after threads (was $threads_before); a silent client closed after ${silent} ms; the rank kept serving, 300 rooms byte-exact"
   ;;
 
 netns)
