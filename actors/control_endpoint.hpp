@@ -19,6 +19,9 @@ namespace kvroom::detail {
 caf::expected<uint16_t> publish_control(caf::actor_system& sys, const caf::actor& whom,
                                         uint16_t port, const std::string& host);
 
+/// Closes what `publish_control` opened.
+void unpublish_control(caf::actor_system& sys, const caf::actor& whom, uint16_t port);
+
 /// Connects to what is published at `host:port` (blocking; start-up only).
 caf::expected<caf::actor> connect_control(caf::actor_system& sys, const std::string& host,
                                           uint16_t port);

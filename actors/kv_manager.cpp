@@ -467,6 +467,16 @@ void on_peer_down(self_ptr self, const rank_entry& lost, const std::string& reas
     if (e.transport == "tcp")
       where = " at " + e.address;
   auto text = "rank " + to_string(peer) + where + " lost: " + reason;
+  // Its process no longer counts as a member unless another linked rank
+  // lives there (the table stays as small as the deployment).
+  if (lost.manager && lost.manager.node() != self->node()) {
+    auto node = lost.manager.node();
+    bool shared = st.registry && st.registry.node() == node;
+    for (auto& e : st.peers->all())
+      shared = shared || (e->rank.id != peer.id && e->manager && e->manager.node() == node);
+    if (!shared)
+      st.trust->remove(node);
+  }
   size_t open = 0;
   st.rooms->for_each([&](room_id, const room_directory::entry& e) {
     open += is_terminal(e.state) ? 0 : 1;

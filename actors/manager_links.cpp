@@ -206,6 +206,12 @@ void on_registry_down(manager_ptr self, const caf::error& reason) {
                  "directory; reconnecting",
                  to_string(me(self)), st.registry_host, st.registry_port,
                  caf::to_string(reason));
+  auto node = st.registry.node();
+  bool shared = node == self->node();
+  for (auto& e : st.peers->all())
+    shared = shared || (e->manager && e->manager.node() == node);
+  if (!shared)
+    st.trust->remove(node);
   st.registry = nullptr;
   st.reconnect_ms = 0;
   schedule_reconnect(self);

@@ -119,6 +119,9 @@ caf::error rank::start() {
 rank::~rank() {
   for (auto& kvp : rooms_)
     kvp.second->cleared = true;
+  // The control port goes with the rank (an embedder may start another).
+  if (entry_ && entry_->control_port != 0 && manager_)
+    detail::unpublish_control(rt_.system(), manager_, entry_->control_port);
   // No room copies from (or into) this rank's memory after this.
   if (shortcut_)
     shortcut_->close();

@@ -9,7 +9,12 @@
 #include <set>
 #include <thread>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "caf/all.hpp"
+#include "caf/io/all.hpp"
 
 #include "kvroom/kit/testkit.hpp"
 #include "kvroom/actors/local_messages.hpp"
@@ -665,6 +670,44 @@ TEST_CASE("bad rank configurations are refused with the field named") {
   cfg.memory = cache.layout();
   cfg.transport = "smoke-signals";
   CHECK(describe(rt.add_rank(cfg).error()).find("smoke-signals") != std::string::npos);
+}
+
+TEST_CASE("a networked rank publishes its control endpoint and closes it when it goes") {
+  runtime_options opts{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"};
+  opts.network = true;
+  opts.secret = deployment_secret{"a secret of a test deployment"};
+  runtime rt{opts};
+  host_kv_cache cache{small_shape()};
+  rank_config cfg;
+  cfg.memory = cache.layout();
+  cfg.network = true;
+  std::string addr;
+  {
+    auto r = rt.add_rank(cfg);
+    REQUIRE(r);
+    addr = (*r)->control_address();
+    REQUIRE(addr.rfind("127.0.0.1:", 0) == 0);
+    auto stats = (*r)->stats();
+    REQUIRE(stats);
+    CHECK(stats->stranger_messages == 0);
+  }
+  // The port is free again: a plain socket can bind it.
+  auto port = static_cast<uint16_t>(std::stoi(addr.substr(addr.rfind(':') + 1)));
+  bool bound = false;
+  for (int i = 0; i < 100 && !bound; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bound = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    ::close(fd);
+    if (!bound)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(bound);
 }
 
 TEST_CASE("an actor-based scheduler can subscribe to room events") {
