@@ -99,7 +99,10 @@ void begin_link(manager_ptr self, rank_id id) {
   if (i == st.joining.end())
     return;
   auto& l = i->second;
-  l.mine = make_nonce();
+  // One nonce per link, kept across retries: a late reply to an earlier
+  // attempt still verifies instead of reading as a failed proof.
+  if (l.mine.empty())
+    l.mine = make_nonce();
   l.peer = nullptr;
   l.finished = false;
   l.started_ms = now_ms();
@@ -252,7 +255,7 @@ void start_links(manager_ptr self, const std::vector<std::shared_ptr<const rank_
     if (id > me(self).id)
       begin_link(self, id);
     else
-      l.retry_at_ms = now_ms() + 2000;
+      l.retry_at_ms = now_ms() + 500;
   }
 }
 
@@ -262,7 +265,10 @@ void retry_links(manager_ptr self, uint64_t now) {
   std::vector<rank_id> again;
   for (auto& kvp : st.joining) {
     auto& l = kvp.second;
-    if (l.retry_at_ms != 0 ? now >= l.retry_at_ms : now - l.started_ms > deadline)
+    // Connected but no answer for a while: a handshake message was lost
+    // (CAF drops what was in flight on a connection it closes); again.
+    bool stalled = l.peer && now - l.started_ms > 500;
+    if (l.retry_at_ms != 0 ? now >= l.retry_at_ms : stalled || now - l.started_ms > deadline)
       again.push_back(kvp.first);
   }
   for (auto id : again)
@@ -276,7 +282,15 @@ void on_link_hello(manager_ptr self, link_hello& msg) {
   auto sender = self->current_sender();
   if (!sender || msg.nonce.size() != 32)
     return;
-  kv_manager_state::incoming_link in{msg.from, msg.incarnation, msg.nonce, make_nonce()};
+  // A retry of the same link (same nonce) gets the same answer, so a late
+  // finish of the earlier attempt still verifies.
+  nonce mine;
+  if (auto* prev = st.accepting->find(sender->address());
+      prev && prev->from == msg.from && prev->theirs == msg.nonce)
+    mine = prev->mine;
+  else
+    mine = make_nonce();
+  kv_manager_state::incoming_link in{msg.from, msg.incarnation, msg.nonce, std::move(mine)};
   auto reply = link_reply{me(self).id, in.mine,
                           st.members->accept_proof(msg.nonce, in.mine, me(self).id, msg.from)};
   if (!st.accepting->put(sender->address(), std::move(in), now_ms())) {
