@@ -124,6 +124,7 @@ void begin_link(manager_ptr self, rank_id id) {
           return;
         }
         j->second.peer = caf::actor_cast<caf::actor>(std::move(ptr));
+        j->second.started_ms = now_ms(); // the handshake's clock starts now
         self->send(j->second.peer,
                    link_hello{me(self).id, st.self_entry->incarnation, j->second.mine});
       },
