@@ -589,6 +589,16 @@ uint64_t lost_window_ms(const room_timeouts& t) {
   return std::min<uint64_t>(t.bootstrap_ms, 3000);
 }
 
+/// A handler that acts on `T` only from this process or from a node whose
+/// rank proved membership.
+template <class T, class Fn>
+auto members_only(self_ptr self, const char* what, Fn fn) {
+  return [=](T& msg) {
+    if (detail::from_member(self, what))
+      fn(self, msg);
+  };
+}
+
 } // namespace
 
 void detail::on_peer_usable(detail::manager_ptr self,
@@ -669,26 +679,11 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
   return {
     // Every handler acts only on messages from this process or from a node
     // whose rank proved membership (see manager_links.hpp).
-    [=](room_opened& msg) {
-      if (detail::from_member(self, "room_opened"))
-        on_opened(self, msg);
-    },
-    [=](room_concluded& msg) {
-      if (detail::from_member(self, "room_concluded"))
-        on_concluded(self, msg);
-    },
-    [=](dst_info& msg) {
-      if (detail::from_member(self, "a destination"))
-        on_dst(self, msg);
-    },
-    [=](room_failed& msg) {
-      if (detail::from_member(self, "room_failed"))
-        on_failed(self, msg);
-    },
-    [=](part_done& msg) {
-      if (detail::from_member(self, "part_done"))
-        on_part(self, msg);
-    },
+    members_only<room_opened>(self, "room_opened", on_opened),
+    members_only<room_concluded>(self, "room_concluded", on_concluded),
+    members_only<dst_info>(self, "a destination", on_dst),
+    members_only<room_failed>(self, "room_failed", on_failed),
+    members_only<part_done>(self, "part_done", on_part),
     [=](to_decider& msg) {
       if (!detail::from_member(self, "to_decider"))
         return;
