@@ -92,8 +92,10 @@ caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
   // Only this process may stop the registry: an exit message from another
   // node (a rank's runtime ending, a stranger) changes nothing.
   self->set_exit_handler([=](caf::exit_msg& msg) {
+    // Anonymous is not local: CAF 0.17 delivers a remote anonymous exit
+    // without a sender, and its source may name this very actor.
     auto& sender = self->current_sender();
-    if (msg.source.node() == self->node() && (!sender || sender->node() == self->node()))
+    if (sender && sender->node() == self->node() && msg.source.node() == self->node())
       self->quit(msg.reason);
   });
   self->set_down_handler([=](caf::down_msg& msg) {

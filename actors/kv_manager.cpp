@@ -648,8 +648,10 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
   // Rooms do not monitor their manager (see room_core::init): it ends them.
   self->set_exit_handler([=](caf::exit_msg& msg) {
     // Only this process stops a rank (a stranger's exit message is dropped).
+    // The rank sends its exit as an actor: a remote anonymous exit arrives
+    // without a sender, and its source may name this very manager.
     auto& sender = self->current_sender();
-    if (msg.source.node() != self->node() || (sender && sender->node() != self->node())) {
+    if (!sender || sender->node() != self->node() || msg.source.node() != self->node()) {
       detail::from_member(self, "an exit message");
       return;
     }

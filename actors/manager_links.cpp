@@ -31,9 +31,12 @@ std::string endpoint_text(const rank_entry& e) {
 }
 
 bool local_or_trusted(manager_ptr self, const caf::strong_actor_ptr& sender) {
-  // An anonymous message can only come from this process: CAF stamps every
-  // remote message with its sender's node.
-  if (!sender || sender->node() == self->node())
+  // No sender is no proof of anything: CAF 0.17 delivers a remote node's
+  // anonymous message without a sender, exactly like a local one. Every
+  // actor of this process sends to its manager as itself.
+  if (!sender)
+    return false;
+  if (sender->node() == self->node())
     return true;
   return self->state.trust && self->state.trust->contains(sender->node());
 }
@@ -147,20 +150,23 @@ bool from_member(manager_ptr self, const char* what) {
   auto& sender = self->current_sender();
   if (local_or_trusted(self, sender))
     return true;
-  log_stranger(self, std::string{"dropped "} + what + " from an unauthenticated node "
-                       + caf::to_string(sender->node()));
+  log_stranger(self, std::string{"dropped "} + what
+                       + (sender ? " from an unauthenticated node " + caf::to_string(sender->node())
+                                 : std::string{" sent anonymously (from an unauthenticated node)"}));
   return false;
 }
 
 bool from_registry(manager_ptr self) {
   auto& sender = self->current_sender();
-  if (!sender || sender->node() == self->node())
+  // Anonymous: possibly a stranger (see local_or_trusted).
+  if (sender && sender->node() == self->node())
     return true;
   auto& st = self->state;
-  if (st.registry && sender->node() == st.registry.node())
+  if (sender && st.registry && sender->node() == st.registry.node())
     return true;
-  log_stranger(self, "dropped a directory message not sent by the bootstrap registry (node "
-                       + caf::to_string(sender->node()) + ")");
+  log_stranger(self, "dropped a directory message not sent by the bootstrap registry ("
+                       + (sender ? "node " + caf::to_string(sender->node()) : std::string{"anonymous"})
+                       + ")");
   return false;
 }
 

@@ -84,10 +84,13 @@ public:
     return other && other.node() == self_->node();
   }
 
+  /// Peer messages always have a sender (the manager or a local room); an
+  /// anonymous one could come from anywhere (CAF 0.17 delivers a remote
+  /// anonymous message without a sender).
   bool from_member() const {
     auto& sender = self_->current_sender();
-    return !sender || sender->node() == self_->node()
-           || (params_.trust && params_.trust->contains(sender->node()));
+    return sender && (sender->node() == self_->node()
+                      || (params_.trust && params_.trust->contains(sender->node())));
   }
 
   void advance(kv_poll next);

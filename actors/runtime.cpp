@@ -20,8 +20,6 @@
 
 namespace kvroom {
 
-std::atomic<uint64_t> detail::handled_messages{0};
-
 void prepare_config(caf::actor_system_config& cfg,
                     const runtime_options& opts) {
   add_message_types(cfg);
@@ -73,6 +71,11 @@ void runtime::init(uint32_t max_ranks, deployment_secret secret) {
   registry_ = sys_->spawn(bootstrap_registry, max_ranks, members_);
 }
 
+void runtime::stop_local_registry() {
+  caf::scoped_actor self{*sys_};
+  self->send_exit(registry_, caf::exit_reason::user_shutdown);
+}
+
 runtime::~runtime() {
   // Ranks hold actors of this system and scoped actors on it: destroying the
   // system under them would deadlock or dangle.
@@ -80,7 +83,7 @@ runtime::~runtime() {
   // Only a registry of our own: a remote one serves the rest of the
   // deployment after this process is gone.
   if (registry_ && registry_.node() == sys_->node())
-    caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
+    stop_local_registry();
   registry_ = nullptr;
   owned_sys_.reset();
 }
@@ -113,7 +116,7 @@ caf::error runtime::connect_registry(const std::string& host, uint16_t port,
     auto remote = detail::connect_control(*sys_, host, port);
     if (remote) {
       if (registry_.node() == sys_->node())
-        caf::anon_send_exit(registry_, caf::exit_reason::user_shutdown);
+        stop_local_registry();
       registry_ = std::move(*remote);
       registry_host_ = host;
       registry_port_ = port;

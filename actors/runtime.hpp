@@ -113,6 +113,9 @@ private:
   std::unique_ptr<caf::actor_system> owned_sys_;
   caf::actor_system* sys_ = nullptr;
   void init(uint32_t max_ranks, deployment_secret secret);
+  /// Sent as an actor: the registry ignores anonymous exits (a remote
+  /// anonymous message arrives without a sender).
+  void stop_local_registry();
 
   caf::actor registry_;
   std::string registry_host_;

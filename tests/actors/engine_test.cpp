@@ -436,10 +436,13 @@ TEST_CASE("late messages after conclusion or clear change nothing") {
   REQUIRE(reaches(h.receivers[0], kv_poll::success));
   REQUIRE(reaches(h.senders[0], kv_poll::success));
   auto& mgr = g.decode[0]->manager();
+  // A peer in this process (managers drop anonymous messages: a remote
+  // stranger's arrive without a sender too).
+  caf::scoped_actor peer{g.rt.system()};
   kv_transfer_error late{9, "late failure", false, 12345};
   SECTION("a late failure after Success is ignored") {
-    caf::anon_send(mgr, room_failed{9, late, true});
-    caf::anon_send(h.receivers[0].room() == 9 ? g.prefill[0]->manager() : mgr,
+    peer->send(mgr, room_failed{9, late, true});
+    peer->send(h.receivers[0].room() == 9 ? g.prefill[0]->manager() : mgr,
                    room_failed{9, late, true});
     CHECK_FALSE(h.senders[0].abort("too late"));
     // Let both managers and rooms process everything sent so far.
@@ -454,11 +457,11 @@ TEST_CASE("late messages after conclusion or clear change nothing") {
     REQUIRE_FALSE(h.receivers[0].clear());
     REQUIRE_FALSE(h.senders[0].clear());
     REQUIRE(all_quiet(g));
-    caf::anon_send(mgr, room_failed{9, late, true});
+    peer->send(mgr, room_failed{9, late, true});
     dst_info info;
     info.room = 9;
     info.decode_rank = g.decode[0]->ref();
-    caf::anon_send(g.prefill[0]->manager(), info);
+    peer->send(g.prefill[0]->manager(), info);
     auto st = stats_of(*g.decode[0]);
     CHECK(st.live_rooms == 0);
     CHECK(st.failure_records == 0);
@@ -468,6 +471,38 @@ TEST_CASE("late messages after conclusion or clear change nothing") {
     CHECK(g.decode[0]->open_rooms() == 0);
     CHECK(h.receivers[0].clear() == make_error(errc::room_cleared));
   }
+}
+
+TEST_CASE("anonymous messages and exits or downs not sent by the actor they name change nothing") {
+  // CAF 0.17 delivers a remote node's anonymous message without a sender,
+  // and an exit or down message with any source address; in-process, an
+  // anonymous message is what a stranger's looks like.
+  group::options opt;
+  opt.tp = 1;
+  group g{opt};
+  auto h = open_room(g, 11);
+  REQUIRE(reaches(h.receivers[0], kv_poll::waiting_for_input));
+  auto& dmgr = g.decode[0]->manager();
+  auto& pmgr = g.prefill[0]->manager();
+  auto before = stats_of(*g.decode[0]).stranger_messages;
+  kv_transfer_error forged{11, "forged", true, 0};
+  caf::anon_send(dmgr, room_failed{11, forged, true});
+  caf::anon_send(pmgr, room_failed{11, forged, false, g.decode[0]->ref().id});
+  caf::anon_send(dmgr, room_committed{11});
+  // A kill that names the manager itself, and the peer "lost".
+  caf::anon_send_exit(dmgr, caf::exit_reason::kill);
+  caf::anon_send_exit(pmgr, caf::exit_reason::kill);
+  caf::anon_send(dmgr, caf::down_msg{pmgr.address(), caf::exit_reason::kill});
+  caf::scoped_actor stranger{g.rt.system()};
+  stranger->send(dmgr, caf::down_msg{pmgr.address(), caf::exit_reason::kill});
+  drive_room(g, h, 11, {0, 1}, {2, 3}, 0, 1);
+  REQUIRE(reaches(h.receivers[0], kv_poll::success));
+  REQUIRE(reaches(h.senders[0], kv_poll::success));
+  std::string why;
+  CHECK(g.decode_cache(0).check_room(key(11, 0), {2, 3}, 1, &why));
+  INFO(why);
+  CHECK(stats_of(*g.decode[0]).stranger_messages >= before + 2);
+  CHECK(stats_of(*g.prefill[0]).origin_failures == 0);
 }
 
 TEST_CASE("each timeout fires in its own state") {
@@ -597,7 +632,8 @@ TEST_CASE("out-of-range destination indices fail the room with a clear reason an
     info.decode_room = catcher;
     info.kv_indices = {1, 1'000'000};
     info.aux_index = 0;
-    caf::anon_send(g.prefill[0]->manager(), info);
+    caf::scoped_actor peer{g.rt.system()};
+    peer->send(g.prefill[0]->manager(), info);
     REQUIRE(reaches(*s, kv_poll::waiting_for_input));
     g.prefill_cache(0).write_room(42, {0, 1}, 0);
     REQUIRE_FALSE(s->init(2, 0));
@@ -744,7 +780,8 @@ TEST_CASE("a room actor killed mid-room fails the room on every rank") {
   REQUIRE(reaches(h.senders[0], kv_poll::waiting_for_input));
   auto victim = g.prefill[0]->room_actor(71);
   REQUIRE(victim);
-  caf::anon_send_exit(victim, caf::exit_reason::kill);
+  caf::scoped_actor killer{g.rt.system()};
+  killer->send_exit(victim, caf::exit_reason::kill);
   REQUIRE(reaches(h.senders[0], kv_poll::failed));
   auto origin = h.senders[0].failure();
   REQUIRE(origin);

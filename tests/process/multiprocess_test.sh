@@ -277,11 +277,16 @@ auth)
   [ -n "$STRANGER" ] || fail "no stranger client given"
   ctl=()
   for r in p0 p1 d0 d1; do ctl+=("$(sed -n 's/.*"control": "\([0-9.]*:[0-9]*\)".*/\1/p' $r.log | head -n 1)"); done
+  # The registry too (it gets the same forgeries and exits).
+  ctl+=("127.0.0.1:$p")
   timeout 30 "$STRANGER" 300 "${ctl[@]}" > stranger.log 2>&1 || fail "stranger reached no rank: $(cat stranger.log)"
   for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
   check_all_ok 300
   for r in p0 p1 d0 d1; do
     grep -q "dropped .*\(unauthenticated node\|not sent by the bootstrap registry\)" $r.log || fail "$r did not report the stranger's messages"
+    grep -q "dropped .*sent anonymously\|(anonymous)" $r.log || fail "$r did not report the stranger's anonymous messages"
+    grep -q "dropped an exit message not sent by the actor it names" $r.log || fail "$r did not report the stranger's exit messages"
+    grep -q "bootstrap registry .* lost" $r.log && fail "$r lost the registry to a stranger's exit message"
   done
   echo "ok: wrong secret, --insecure, no secret, a live rank's id, an unfit layout and TP size all refused with the reason; a stranger's 1200 forged control messages per rank changed no room (300 byte-exact)"
   ;;
