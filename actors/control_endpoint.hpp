@@ -2,8 +2,10 @@
 
 // Where the control plane is reached: CAF's middleman, over TLS (CAF's
 // OpenSSL module, mutual certificates against one CA) when the runtime was
-// configured with certificates, over plain TCP otherwise. One place decides,
-// so a rank never listens in one mode and dials in the other.
+// configured with certificates, else through the runtime's gated door
+// (control_door.hpp: membership proven before CAF reads a byte), else
+// (a bare actor system) CAF's plain middleman. One place decides, so a
+// rank never listens in one mode and dials in the other.
 
 #include <cstdint>
 #include <string>

@@ -10,6 +10,7 @@
 #include "caf/openssl/manager.hpp"
 
 #include "kvroom/actors/bootstrap_registry.hpp"
+#include "kvroom/actors/control_door.hpp"
 #include "kvroom/actors/control_endpoint.hpp"
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/actors/membership.hpp"
@@ -67,6 +68,10 @@ void runtime::init(uint32_t max_ranks, deployment_secret secret) {
   if (secret.insecure() && sys_->has_middleman())
     logger()->warn("kvroom: no deployment secret: ranks on the network are not authenticated "
                    "(anyone who reaches a port can join)");
+  // Before anything is published: every control endpoint of this process
+  // opens through the door, every control connection passes its gate.
+  if (sys_->has_middleman() && !sys_->has_openssl_manager())
+    door_ = std::make_unique<detail::control_door>(detail::install_control_door(*sys_, secret));
   members_ = std::make_shared<const membership>(std::move(secret));
   registry_ = sys_->spawn(bootstrap_registry, max_ranks, members_);
 }
@@ -85,6 +90,8 @@ runtime::~runtime() {
   if (registry_ && registry_.node() == sys_->node())
     stop_local_registry();
   registry_ = nullptr;
+  if (door_)
+    detail::remove_control_door(*sys_, *door_);
   owned_sys_.reset();
 }
 
@@ -122,6 +129,11 @@ caf::error runtime::connect_registry(const std::string& host, uint16_t port,
       registry_port_ = port;
       return caf::none;
     }
+    // A door that refused our proof refuses it again: say so now.
+    if (remote.error() == errc::unauthorized)
+      return make_error(errc::unauthorized, "bootstrap registry " + host + ":"
+                                              + std::to_string(port) + ": "
+                                              + sys_->render(remote.error()));
     last = sys_->render(remote.error());
     if (std::chrono::steady_clock::now() + backoff > deadline)
       break;

@@ -11,6 +11,10 @@
 #include "kvroom/actors/config.hpp"
 #include "kvroom/transport/auth/secret.hpp"
 
+namespace kvroom::detail {
+struct control_door;
+} // namespace kvroom::detail
+
 namespace kvroom {
 
 class rank;
@@ -118,6 +122,9 @@ private:
   void stop_local_registry();
 
   caf::actor registry_;
+  /// The gated door of this process's control endpoints, when this
+  /// runtime installed it.
+  std::unique_ptr<detail::control_door> door_;
   std::string registry_host_;
   uint16_t registry_port_ = 0;
   std::shared_ptr<const membership> members_;
