@@ -153,6 +153,15 @@ malformed)
   sleep 0.5
   threads_after=$(ps -o nlwp= -p "$PID_d0" | tr -d ' ')
   [ "$threads_after" -le $((threads_before + 2)) ] || fail "d0 went from $threads_before to $threads_after threads after 2000 connect/close cycles"
+  # The same on its control endpoint (CAF's middleman behind the gate).
+  ctl=$(sed -n 's/.*"control": "\([0-9.]*:[0-9]*\)".*/\1/p' d0.log | head -n 1)
+  fds_before=$(ls /proc/$PID_d0/fd | wc -l)
+  for i in $(seq 1 2000); do (exec 3<>/dev/tcp/${ctl%:*}/${ctl#*:}) 2>/dev/null; done
+  sleep 0.5
+  ctl_threads=$(ps -o nlwp= -p "$PID_d0" | tr -d ' ')
+  fds_after=$(ls /proc/$PID_d0/fd | wc -l)
+  [ "$ctl_threads" -le $((threads_before + 2)) ] || fail "d0 went to $ctl_threads threads after 2000 control connect/close cycles"
+  [ "$fds_after" -le $((fds_before + 2)) ] || fail "d0 went from $fds_before to $fds_after fds after 2000 control connect/close cycles"
   # A silent client is closed at the handshake deadline (1 s), unread.
   t0=$(now_ms)
   timeout 10 bash -c "exec 3<>/dev/tcp/$host/$tport; cat <&3 > /dev/null" || fail "a silent client was not closed"
@@ -161,7 +170,7 @@ malformed)
   for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
   check_all_ok 300
   grep -q "refuses a connection: no membership proof" d0.log || fail "d0 did not report the unauthenticated clients"
-  echo "ok: garbage and forged batches from clients without a membership proof refused unread; 2000 connect/close cycles left d0 at $threads_after threads (was $threads_before); a silent client closed after ${silent} ms; the rank kept serving, 300 rooms byte-exact"
+  echo "ok: garbage and forged batches from clients without a membership proof refused unread; 2000 connect/close cycles left d0 at $threads_after threads (was $threads_before), 2000 more on its control endpoint at $ctl_threads threads and $fds_after fds (was $fds_before); a silent client closed after ${silent} ms; the rank kept serving, 300 rooms byte-exact"
   ;;
 
 netns)

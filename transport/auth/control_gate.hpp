@@ -25,7 +25,7 @@ class control_gate {
 public:
   struct limits {
     size_t max_pending = 64;
-    size_t max_per_host = 8;
+    size_t max_per_host = 16;
     uint32_t deadline_ms = 1000;
   };
 
