@@ -80,11 +80,14 @@ protected:
     auto fd = net::new_tcp_connection(host, port);
     if (!fd)
       return std::move(fd.error());
-    auto why = pass_gate(*fd, secret_, control_gate::limits{}.deadline_ms);
-    if (!why.empty()) {
+    auto res = pass_gate(*fd, secret_, control_gate::limits{}.deadline_ms);
+    if (res.kind != gate_outcome::passed) {
       net::close_socket(*fd);
-      return make_error(errc::unauthorized,
-                        "control endpoint " + host + ":" + std::to_string(port) + ": " + why);
+      // Refused: the caller stops trying; failed: it may retry.
+      return make_error(res.kind == gate_outcome::refused ? errc::unauthorized
+                                                          : errc::unavailable,
+                        "control endpoint " + host + ":" + std::to_string(port) + ": "
+                          + res.why);
     }
     return system().middleman().backend().new_scribe(*fd);
   }

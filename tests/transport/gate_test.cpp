@@ -143,7 +143,7 @@ TEST_CASE("control gate: members pass, strangers are closed by the deadline, slo
       (void) ::send(fd, after, 4, MSG_NOSIGNAL);
       count(fd);
     });
-    CHECK(pass_gate(c, ours, 1000).empty());
+    CHECK(pass_gate(c, ours, 1000).kind == gate_outcome::passed);
     char buf[4] = {0};
     REQUIRE(::recv(c, buf, 4, MSG_WAITALL) == 4);
     CHECK(std::string(buf, 4) == "BASP");
@@ -153,11 +153,19 @@ TEST_CASE("control gate: members pass, strangers are closed by the deadline, slo
   SECTION("another secret is refused on both ends") {
     auto [c, s] = net.pair();
     gate.admit(s, count);
-    auto why = pass_gate(c, theirs, 1000);
-    CHECK(why.find("failed to prove membership") != std::string::npos);
+    auto res = pass_gate(c, theirs, 1000);
+    CHECK(res.kind == gate_outcome::refused);
+    CHECK(res.why.find("failed to prove membership") != std::string::npos);
     ::close(c);
     CHECK(passed == 0);
     CHECK(gate.stats().refused_proof == 1);
+  }
+  SECTION("an endpoint that never answers is a failure worth a retry, not a refusal") {
+    auto [c, s] = net.pair();
+    auto res = pass_gate(c, ours, 100);
+    CHECK(res.kind == gate_outcome::failed);
+    ::close(c);
+    ::close(s);
   }
   SECTION("silent and trickling clients are closed at the deadline, however they trickle") {
     auto [silent, s1] = net.pair();

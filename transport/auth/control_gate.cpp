@@ -205,6 +205,10 @@ void control_gate::run() {
                 c->out = c->hs.reply();
                 c->sent = 0;
               } else {
+                // Said, not just closed: the client tells a refused proof
+                // from a slow or lost endpoint (and does not retry).
+                std::string no(gate_wire::proof_size, '\0');
+                (void) ::send(c->fd, no.data(), no.size(), MSG_NOSIGNAL);
                 refuse(*c, why, refused_proof_);
                 delete c;
                 continue;
@@ -299,24 +303,30 @@ bool exchange_by(int fd, char* p, size_t len, int64_t deadline, bool sending) {
 
 } // namespace
 
-std::string pass_gate(int fd, const deployment_secret& secret, uint32_t deadline_ms) {
+gate_outcome pass_gate(int fd, const deployment_secret& secret, uint32_t deadline_ms) {
   auto deadline = now_ms() + deadline_ms;
-  auto late = "no answer from the endpoint's gate within " + std::to_string(deadline_ms) + " ms";
+  auto late = "no answer from the endpoint's gate within " + std::to_string(deadline_ms)
+              + " ms, or it closed";
   std::string hello(gate_wire::hello_size, '\0');
   if (!exchange_by(fd, hello.data(), hello.size(), deadline, false))
-    return late + " (not a kvroom control endpoint, or one with TLS?)";
+    return {gate_outcome::failed, late + " (not a kvroom control endpoint, or one with TLS?)"};
   gate_client client{secret, make_nonce()};
   std::string why;
   auto answer = client.answer(hello, why);
   if (answer.empty())
-    return why;
+    return {gate_outcome::failed, why};
   if (!exchange_by(fd, answer.data(), answer.size(), deadline, true))
-    return late;
+    return {gate_outcome::failed, late};
   std::string proof(gate_wire::proof_size, '\0');
   if (!exchange_by(fd, proof.data(), proof.size(), deadline, false))
-    return "the endpoint closed the connection: we failed to prove membership to it (a "
-           "different deployment secret?)";
-  return client.check(proof);
+    return {gate_outcome::failed, late};
+  if (proof == std::string(gate_wire::proof_size, '\0'))
+    return {gate_outcome::refused, "the endpoint refused our membership proof: we failed to "
+                                   "prove membership (a different deployment secret?)"};
+  why = client.check(proof);
+  if (!why.empty())
+    return {gate_outcome::refused, why};
+  return {gate_outcome::passed, {}};
 }
 
 } // namespace kvroom

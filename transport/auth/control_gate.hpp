@@ -80,9 +80,19 @@ private:
   std::atomic<uint64_t> passed_{0}, refused_full_{0}, refused_proof_{0}, timed_out_{0};
 };
 
+/// What became of a connection at a peer's gate.
+struct gate_outcome {
+  enum kind_t {
+    passed,  ///< both proofs held; the socket is at CAF's first byte
+    refused, ///< a proof failed (ours or the endpoint's): another secret
+    failed,  ///< no answer in time, closed, not a gate: worth a retry
+  };
+  kind_t kind = failed;
+  std::string why;
+};
+
 /// The client's side on a connected socket: answers the gate and checks
-/// the server's proof, all by `deadline_ms` from now. Empty on success
-/// (the socket is then at the first byte of CAF's handshake), else why.
-std::string pass_gate(int fd, const deployment_secret& secret, uint32_t deadline_ms);
+/// the server's proof, all by `deadline_ms` from now.
+gate_outcome pass_gate(int fd, const deployment_secret& secret, uint32_t deadline_ms);
 
 } // namespace kvroom
