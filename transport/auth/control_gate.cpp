@@ -134,8 +134,9 @@ void control_gate::release(const conn& c) {
 
 void control_gate::refuse(conn& c, const std::string& why, std::atomic<uint64_t>& counter) {
   auto n = ++counter;
-  ::close(c.fd);
+  // Its slot is free before the client can see the close.
   release(c);
+  ::close(c.fd);
   warn("closed a connection from " + c.host + " before CAF read a byte: " + why + " ("
        + std::to_string(n) + " such so far)");
 }
