@@ -163,6 +163,13 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
                         + std::to_string(st.init.kv_indices.size()));
         return;
       }
+      if (msg.counted) {
+        // The decider sent it and counted our part itself.
+        core.prepare();
+        if (msg.committed)
+          core.on_committed();
+        return;
+      }
       auto& me = core.params().self;
       // The sender's room when it wrote to us itself (same process); from
       // another process the confirmation came through our manager.

@@ -139,6 +139,14 @@ void room_core::on_part(const part_done& part) {
   run(protocol_->part_done(part.slot, part.slots, now_ms()));
 }
 
+bool room_core::count_part(const rank_ref& decode, const caf::actor& decode_room) {
+  run(protocol_->part_done(decode.tp_rank, decode.tp_size, now_ms()));
+  if (protocol_->concluded())
+    return protocol_->state() == kv_poll::success;
+  participants_[decode.id] = decode_room;
+  return false;
+}
+
 void room_core::on_committed() {
   if (!protocol_->prepared())
     logger()->debug("room {} on {}: commit before this rank's part was done "

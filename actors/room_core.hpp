@@ -100,6 +100,10 @@ public:
   /// Decider: a decode TP slot is done; its room actors are kept for the
   /// commit.
   void on_part(const part_done& part);
+  /// Decider: the part of decode rank `decode` (its room actor when in this
+  /// process) is done by this rank's own transfer. True when that committed
+  /// the room; else `decode` gets the commit when it comes.
+  bool count_part(const rank_ref& decode, const caf::actor& decode_room);
   void on_committed();
   void on_peer_lost(const peer_lost& msg);
   void on_tick();

@@ -132,17 +132,25 @@ typename Inspector::result_type inspect(Inspector& f, transfer_started& x) {
 }
 
 /// Prefill room finished every KV page and the aux data for this decode rank.
+/// A transfer result means the bytes landed on every data plane (tcp: the
+/// receiver applied and acked them; verbs: the remote NIC completed the
+/// write; shm/local: the copy returned), so a sender that decides the room
+/// counts this slot's part itself: `counted` tells the decode rank not to
+/// confirm it, and `committed` that the count completed the room (Success,
+/// with no message after this one).
 struct transfer_done {
   room_id room = 0;
   rank_id src_rank = -1;
   uint64_t bytes = 0;
   uint64_t pages = 0;
+  bool counted = false;
+  bool committed = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_done& x) {
   return f(caf::meta::type_name("kvroom.transfer_done"), x.room, x.src_rank,
-           x.bytes, x.pages);
+           x.bytes, x.pages, x.counted, x.committed);
 }
 
 // -- agreement: one decider per room -------------------------------------------
