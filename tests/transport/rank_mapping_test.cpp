@@ -1,0 +1,212 @@
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "kvroom/transport/rank_mapping.hpp"
+
+using namespace kvroom;
+
+namespace {
+
+constexpr int32_t layers = 4;
+constexpr int32_t head_dim = 2;
+constexpr int32_t bpe = 2;
+constexpr int32_t tokens = 3;
+
+struct grid_point {
+  int32_t ptp, dtp, heads, pp;
+  page_order porder, dorder;
+  bool mla;
+};
+
+std::string name(const grid_point& g) {
+  return "prefill TP " + std::to_string(g.ptp) + " PP " + std::to_string(g.pp) + " "
+         + to_string(g.porder) + ", decode TP " + std::to_string(g.dtp) + " "
+         + to_string(g.dorder) + ", " + std::to_string(g.heads) + " KV heads"
+         + (g.mla ? ", MLA" : "");
+}
+
+parallel_layout layout(int32_t tp_size, int32_t tp_rank, int32_t pp_size, int32_t pp_rank,
+                       int32_t heads, page_order order, bool mla) {
+  parallel_layout x;
+  x.tp_size = tp_size;
+  x.tp_rank = tp_rank;
+  x.pp_size = pp_size;
+  x.pp_rank = pp_rank;
+  x.first_layer = pp_rank * (layers / pp_size);
+  x.layers = layers / pp_size;
+  x.total_kv_heads = heads;
+  x.head_dim = head_dim;
+  x.bytes_per_element = bpe;
+  x.tokens_per_page = tokens;
+  x.order = order;
+  x.mla = mla;
+  return x;
+}
+
+/// The byte every correct mapping puts at (layer, K/V, global head, token,
+/// byte of the head).
+uint8_t value(int32_t layer, uint32_t kv, int32_t head, int32_t token, uint64_t b) {
+  auto h = static_cast<uint64_t>(layer) * 1000003u + kv * 7919u
+           + static_cast<uint64_t>(head) * 104729u + static_cast<uint64_t>(token) * 31u + b;
+  return static_cast<uint8_t>((h * 2654435761u) >> 13);
+}
+
+/// One page of every K and V buffer of a rank, filled (source) or expected
+/// (destination) with `value`.
+std::vector<std::vector<uint8_t>> pages(const parallel_layout& x) {
+  std::vector<std::vector<uint8_t>> out(static_cast<size_t>(2 * x.layers));
+  for (int32_t l = 0; l < x.layers; ++l)
+    for (uint32_t kv = 0; kv < 2; ++kv) {
+      auto& page = out[static_cast<size_t>(2 * l) + kv];
+      page.assign(x.page_bytes(), 0);
+      for (int32_t h = 0; h < x.local_heads(); ++h)
+        for (int32_t t = 0; t < x.tokens_per_page; ++t)
+          for (uint64_t b = 0; b < x.head_bytes(); ++b)
+            page[x.offset(t, h) + b] = value(x.first_layer + l, kv, x.first_head() + h, t, b);
+    }
+  return out;
+}
+
+std::vector<grid_point> grid() {
+  std::vector<grid_point> out;
+  for (int32_t ptp : {1, 2, 4, 8})
+    for (int32_t dtp : {1, 2, 4, 8})
+      for (int32_t heads : {1, 2, 8})
+        for (int32_t pp : {1, 2, 4})
+          for (auto order : {page_order::nhd, page_order::hnd})
+            for (bool mla : {false, true})
+              out.push_back({ptp, dtp, heads, pp, order, order, mla});
+  // Different page orders on the two sides map too, element by element.
+  out.push_back({2, 4, 8, 1, page_order::nhd, page_order::hnd, false});
+  out.push_back({4, 2, 8, 2, page_order::hnd, page_order::nhd, false});
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("rank mapping: every decode byte is written exactly once, by the right source") {
+  size_t points = 0;
+  for (auto& g : grid()) {
+    INFO(name(g));
+    std::vector<parallel_layout> prefill, decode;
+    for (int32_t s = 0; s < g.pp; ++s)
+      for (int32_t t = 0; t < g.ptp; ++t)
+        prefill.push_back(layout(g.ptp, t, g.pp, s, g.heads, g.porder, g.mla));
+    for (int32_t t = 0; t < g.dtp; ++t)
+      decode.push_back(layout(g.dtp, t, 1, 0, g.heads, g.dorder, g.mla));
+    auto room = map_room(prefill, decode);
+    REQUIRE(room);
+    std::map<prefill_place, std::vector<std::vector<uint8_t>>> src;
+    for (auto& x : prefill)
+      src[prefill_place{x.tp_rank, x.pp_rank}] = pages(x);
+    for (auto& d : decode) {
+      auto& m = room->decode[static_cast<size_t>(d.tp_rank)];
+      auto expected = pages(d);
+      std::vector<std::vector<uint8_t>> got(expected.size());
+      std::vector<std::vector<int>> writes(expected.size());
+      for (size_t b = 0; b < expected.size(); ++b) {
+        got[b].assign(expected[b].size(), 0);
+        writes[b].assign(expected[b].size(), 0);
+      }
+      for (auto& w : m.writes) {
+        REQUIRE(src.count(w.src) == 1);
+        auto& from = src[w.src][w.src_buffer];
+        REQUIRE(w.dst_buffer < got.size());
+        REQUIRE(w.src_offset + w.length <= from.size());
+        REQUIRE(w.dst_offset + w.length <= got[w.dst_buffer].size());
+        std::memcpy(got[w.dst_buffer].data() + w.dst_offset, from.data() + w.src_offset, w.length);
+        for (uint64_t i = 0; i < w.length; ++i)
+          ++writes[w.dst_buffer][w.dst_offset + i];
+      }
+      for (size_t b = 0; b < expected.size(); ++b) {
+        CHECK(std::all_of(writes[b].begin(), writes[b].end(), [](int n) { return n == 1; }));
+        CHECK(got[b] == expected[b]);
+      }
+      // The aux source is one of the sources; MLA sends from one rank per
+      // stage; equal TP, one order, no MLA: one whole-page write per buffer.
+      CHECK(std::find(m.sources.begin(), m.sources.end(), m.aux_source) != m.sources.end());
+      if (g.mla)
+        CHECK(m.sources.size() == static_cast<size_t>(g.pp));
+      if (!g.mla && g.ptp == g.dtp && g.porder == g.dorder)
+        CHECK(m.writes.size() == static_cast<size_t>(2 * layers));
+      // HND on both sides: one write per run of heads from one source.
+      if (g.porder == page_order::hnd && g.dorder == page_order::hnd)
+        CHECK(m.writes.size() <= static_cast<size_t>(2 * layers * d.local_heads()));
+    }
+    // Members: every prefill rank is listed; a rank with no target moves no
+    // byte (an MLA dummy) and still concludes with the room.
+    REQUIRE(room->prefill.size() == prefill.size());
+    size_t senders = 0;
+    for (auto& t : room->targets)
+      senders += t.empty() ? 0 : 1;
+    // Dummies are replicas: MLA's every rank, or a head replicated over a
+    // prefill TP larger than the heads; each stage sends every head.
+    if (g.mla) {
+      CHECK(senders == static_cast<size_t>(std::min(g.ptp, g.dtp) * g.pp));
+    } else if (g.ptp <= g.heads) {
+      CHECK(senders == prefill.size());
+    } else {
+      CHECK(senders >= static_cast<size_t>(g.heads * g.pp));
+      CHECK(senders <= static_cast<size_t>(std::max(g.heads, g.dtp) * g.pp));
+    }
+    ++points;
+  }
+  CHECK(points == 4 * 4 * 3 * 3 * 2 * 2 + 2);
+}
+
+TEST_CASE("rank mapping: the decode TP beyond the KV heads case (sglang#23746) replicates heads") {
+  // 2 KV heads, decode TP 8: ranks 0-3 hold head 0, ranks 4-7 head 1, each
+  // from the prefill rank that holds it.
+  std::vector<parallel_layout> prefill{layout(2, 0, 1, 0, 2, page_order::hnd, false),
+                                       layout(2, 1, 1, 0, 2, page_order::hnd, false)};
+  for (int32_t t = 0; t < 8; ++t) {
+    auto m = map_decode_rank(prefill, layout(8, t, 1, 0, 2, page_order::hnd, false));
+    REQUIRE(m);
+    REQUIRE(m->sources.size() == 1);
+    CHECK(m->sources[0].tp_rank == t / 4);
+  }
+}
+
+TEST_CASE("rank mapping: layouts that cannot be mapped are refused with the reason") {
+  auto p = layout(2, 0, 1, 0, 8, page_order::hnd, false);
+  auto p1 = layout(2, 1, 1, 0, 8, page_order::hnd, false);
+  auto d = layout(2, 0, 1, 0, 8, page_order::hnd, false);
+  auto refused = [&](std::vector<parallel_layout> group, parallel_layout dec, const char* why) {
+    auto m = map_decode_rank(group, dec);
+    REQUIRE_FALSE(m);
+    INFO(to_string(m.error()));
+    CHECK(to_string(m.error()).find(why) != std::string::npos);
+  };
+  refused({p}, d, "prefill ranks for TP 2");
+  refused({p, p}, d, "two prefill ranks");
+  auto other = d;
+  other.head_dim = 64;
+  refused({p, p1}, other, "head_dim");
+  other = d;
+  other.tokens_per_page = 8;
+  refused({p, p1}, other, "tokens per page");
+  other = d;
+  other.total_kv_heads = 4;
+  refused({p, p1}, other, "KV heads");
+  other = d;
+  other.mla = true;
+  refused({p, p1}, other, "MLA");
+  other = d;
+  other.pp_size = 2;
+  other.pp_rank = 0;
+  other.layers = 2;
+  refused({p, p1}, other, "decode PP size");
+  other = d;
+  other.total_kv_heads = 6;
+  other.tp_size = 4;
+  refused({p, p1}, other, "do not split evenly");
+  // Stages that skip a layer.
+  auto s0 = layout(1, 0, 2, 0, 8, page_order::hnd, false);
+  auto s1 = layout(1, 0, 2, 1, 8, page_order::hnd, false);
+  s1.first_layer = 3;
+  s1.layers = 1;
+  refused({s0, s1}, layout(1, 0, 1, 0, 8, page_order::hnd, false), "starts at layer 3");
+}

@@ -1,0 +1,197 @@
+#include "kvroom/transport/rank_mapping.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "kvroom/messages/error.hpp"
+
+namespace kvroom {
+
+namespace {
+
+caf::error unmappable(const std::string& why) {
+  return make_error(errc::incompatible, "layouts cannot be mapped: " + why);
+}
+
+/// The prefill group as a full TP x PP grid, its stages splitting the
+/// model's layers in order; empty when it is one, else why not.
+std::string check_group(const std::vector<parallel_layout>& group,
+                        std::map<prefill_place, const parallel_layout*>& by_place,
+                        int32_t& total_layers) {
+  if (group.empty())
+    return "no prefill rank";
+  auto& first = group.front();
+  for (auto& x : group) {
+    if (auto why = check(x); !why.empty())
+      return "prefill TP " + std::to_string(x.tp_rank) + " PP " + std::to_string(x.pp_rank)
+             + ": " + why;
+    if (x.tp_size != first.tp_size || x.pp_size != first.pp_size
+        || x.total_kv_heads != first.total_kv_heads || x.head_dim != first.head_dim
+        || x.bytes_per_element != first.bytes_per_element
+        || x.tokens_per_page != first.tokens_per_page || x.order != first.order
+        || x.mla != first.mla)
+      return "the prefill ranks disagree on TP/PP size or the model's shape";
+    if (!by_place.emplace(prefill_place{x.tp_rank, x.pp_rank}, &x).second)
+      return "two prefill ranks at TP " + std::to_string(x.tp_rank) + " PP "
+             + std::to_string(x.pp_rank);
+  }
+  if (by_place.size() != static_cast<size_t>(first.tp_size) * static_cast<size_t>(first.pp_size))
+    return std::to_string(by_place.size()) + " prefill ranks for TP "
+           + std::to_string(first.tp_size) + " x PP " + std::to_string(first.pp_size);
+  // Stage s starts where stage s - 1 ends, the same on every TP rank.
+  int32_t next = 0;
+  for (int32_t s = 0; s < first.pp_size; ++s) {
+    auto& stage = *by_place[prefill_place{0, s}];
+    for (int32_t t = 1; t < first.tp_size; ++t) {
+      auto& x = *by_place[prefill_place{t, s}];
+      if (x.first_layer != stage.first_layer || x.layers != stage.layers)
+        return "PP stage " + std::to_string(s) + " holds different layers on different TP ranks";
+    }
+    if (stage.first_layer != next)
+      return "PP stage " + std::to_string(s) + " starts at layer "
+             + std::to_string(stage.first_layer) + ", expected " + std::to_string(next);
+    next += stage.layers;
+  }
+  total_layers = next;
+  return {};
+}
+
+} // namespace
+
+caf::expected<decode_mapping> map_decode_rank(const std::vector<parallel_layout>& prefill_group,
+                                              const parallel_layout& decode) {
+  std::map<prefill_place, const parallel_layout*> by_place;
+  int32_t total_layers = 0;
+  if (auto why = check_group(prefill_group, by_place, total_layers); !why.empty())
+    return unmappable(why);
+  if (auto why = check(decode); !why.empty())
+    return unmappable("decode TP " + std::to_string(decode.tp_rank) + ": " + why);
+  auto& p = prefill_group.front();
+  if (decode.pp_size != 1)
+    return unmappable("decode PP size " + std::to_string(decode.pp_size)
+                      + " (a decode rank holds every layer)");
+  if (decode.first_layer != 0 || decode.layers != total_layers)
+    return unmappable("decode holds layers [" + std::to_string(decode.first_layer) + ", "
+                      + std::to_string(decode.first_layer + decode.layers)
+                      + "), prefill's stages hold [0, " + std::to_string(total_layers) + ")");
+  if (decode.mla != p.mla)
+    return unmappable(std::string{"MLA on "} + (p.mla ? "prefill" : "decode") + " only");
+  if (!p.mla && decode.total_kv_heads != p.total_kv_heads)
+    return unmappable(std::to_string(p.total_kv_heads) + " KV heads on prefill, "
+                      + std::to_string(decode.total_kv_heads) + " on decode");
+  if (decode.head_dim != p.head_dim || decode.bytes_per_element != p.bytes_per_element)
+    return unmappable("head_dim x bytes per element " + std::to_string(p.head_dim) + " x "
+                      + std::to_string(p.bytes_per_element) + " on prefill, "
+                      + std::to_string(decode.head_dim) + " x "
+                      + std::to_string(decode.bytes_per_element) + " on decode");
+  if (decode.tokens_per_page != p.tokens_per_page)
+    return unmappable(std::to_string(p.tokens_per_page) + " tokens per page on prefill, "
+                      + std::to_string(decode.tokens_per_page) + " on decode");
+  // Where each of this decode rank's heads comes from: the prefill TP rank
+  // holding it (a replicated head: the copy matching this rank, to spread
+  // the senders), and its place there.
+  struct source {
+    int32_t tp_rank;
+    int32_t local_head;
+  };
+  std::vector<source> from;
+  for (int32_t j = 0; j < decode.local_heads(); ++j) {
+    if (p.mla) {
+      from.push_back({decode.tp_rank % p.tp_size, 0});
+      continue;
+    }
+    auto head = decode.first_head() + j;
+    auto heads = p.total_kv_heads;
+    if (p.tp_size <= heads) {
+      auto per = heads / p.tp_size;
+      from.push_back({head / per, head % per});
+    } else {
+      auto rep = p.tp_size / heads;
+      from.push_back({head * rep + decode.tp_rank % rep, 0});
+    }
+  }
+  decode_mapping out;
+  auto hb = decode.head_bytes();
+  for (int32_t layer = 0; layer < total_layers; ++layer) {
+    // The stage holding the layer.
+    int32_t stage = 0;
+    while (!by_place[prefill_place{0, stage}]->holds_layer(layer))
+      ++stage;
+    for (uint32_t kv = 0; kv < 2; ++kv) {
+      auto dst_buffer = static_cast<uint32_t>(2 * layer) + kv;
+      auto add = [&](int32_t token, int32_t j) {
+        prefill_place src{from[static_cast<size_t>(j)].tp_rank, stage};
+        auto& sl = *by_place[src];
+        slice_write w;
+        w.src = src;
+        w.layer = layer;
+        w.src_buffer = static_cast<uint32_t>(2 * (layer - sl.first_layer)) + kv;
+        w.dst_buffer = dst_buffer;
+        w.src_offset = sl.offset(token, from[static_cast<size_t>(j)].local_head);
+        w.dst_offset = decode.offset(token, j);
+        w.length = hb;
+        if (!out.writes.empty()) {
+          auto& last = out.writes.back();
+          if (last.src == w.src && last.src_buffer == w.src_buffer
+              && last.dst_buffer == w.dst_buffer && last.src_offset + last.length == w.src_offset
+              && last.dst_offset + last.length == w.dst_offset) {
+            last.length += w.length;
+            return;
+          }
+        }
+        out.writes.push_back(w);
+      };
+      // In the decode page's memory order, so neighbours in it meet.
+      if (decode.order == page_order::nhd) {
+        for (int32_t t = 0; t < decode.tokens_per_page; ++t)
+          for (int32_t j = 0; j < decode.local_heads(); ++j)
+            add(t, j);
+      } else {
+        for (int32_t j = 0; j < decode.local_heads(); ++j)
+          for (int32_t t = 0; t < decode.tokens_per_page; ++t)
+            add(t, j);
+      }
+    }
+  }
+  for (auto& w : out.writes)
+    if (std::find(out.sources.begin(), out.sources.end(), w.src) == out.sources.end())
+      out.sources.push_back(w.src);
+  std::sort(out.sources.begin(), out.sources.end());
+  out.aux_source = out.sources.front();
+  return out;
+}
+
+caf::expected<room_mapping> map_room(const std::vector<parallel_layout>& prefill_group,
+                                     const std::vector<parallel_layout>& decode_group) {
+  room_mapping out;
+  if (decode_group.empty())
+    return unmappable("no decode rank");
+  std::vector<bool> seen(static_cast<size_t>(std::max(decode_group.front().tp_size, 1)), false);
+  out.decode.resize(seen.size());
+  for (auto& d : decode_group) {
+    if (d.tp_size != decode_group.front().tp_size || d.tp_rank < 0
+        || d.tp_rank >= d.tp_size || seen[static_cast<size_t>(d.tp_rank)])
+      return unmappable("the decode group is not one TP group of "
+                        + std::to_string(decode_group.front().tp_size) + " ranks");
+    seen[static_cast<size_t>(d.tp_rank)] = true;
+    auto m = map_decode_rank(prefill_group, d);
+    if (!m)
+      return std::move(m.error());
+    out.decode[static_cast<size_t>(d.tp_rank)] = std::move(*m);
+  }
+  if (std::find(seen.begin(), seen.end(), false) != seen.end())
+    return unmappable("the decode group lacks a TP rank");
+  for (auto& x : prefill_group)
+    out.prefill.push_back(prefill_place{x.tp_rank, x.pp_rank});
+  std::sort(out.prefill.begin(), out.prefill.end());
+  out.targets.resize(out.prefill.size());
+  for (size_t i = 0; i < out.prefill.size(); ++i)
+    for (size_t d = 0; d < out.decode.size(); ++d) {
+      auto& src = out.decode[d].sources;
+      if (std::find(src.begin(), src.end(), out.prefill[i]) != src.end())
+        out.targets[i].push_back(static_cast<int32_t>(d));
+    }
+  return out;
+}
+
+} // namespace kvroom

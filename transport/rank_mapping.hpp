@@ -1,0 +1,81 @@
+#pragma once
+
+// Which prefill rank writes which bytes of which decode page, for any pair of
+// parallel layouts a serving stack runs: prefill TP larger or smaller than
+// decode TP (head slicing), decode TP beyond the KV heads (replication), MLA
+// (one sender per decode rank, the rest dummies), pipeline-parallel prefill
+// (each stage its own layers). A plain function of two layouts: rooms only
+// carry it out, and every byte of it is a unit test (rank_mapping_test).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "caf/expected.hpp"
+
+#include "kvroom/messages/parallel_layout.hpp"
+
+namespace kvroom {
+
+/// A prefill rank of the group by its place: TP rank and PP stage.
+struct prefill_place {
+  int32_t tp_rank = 0;
+  int32_t pp_rank = 0;
+
+  friend bool operator==(const prefill_place& x, const prefill_place& y) noexcept {
+    return x.tp_rank == y.tp_rank && x.pp_rank == y.pp_rank;
+  }
+  friend bool operator<(const prefill_place& x, const prefill_place& y) noexcept {
+    return x.pp_rank != y.pp_rank ? x.pp_rank < y.pp_rank : x.tp_rank < y.tp_rank;
+  }
+};
+
+/// One write of the page template: bytes [src_offset, +length) of page i of
+/// the source's KV buffer `src_buffer` go to [dst_offset, +length) of page i
+/// of the decode rank's buffer `dst_buffer`, for every page pair of a room.
+/// Buffers are K and V of each layer in order: buffer 2 * (layer -
+/// first_layer) + kv.
+struct slice_write {
+  prefill_place src;
+  int32_t layer = 0;
+  uint32_t src_buffer = 0;
+  uint32_t dst_buffer = 0;
+  uint64_t src_offset = 0;
+  uint64_t dst_offset = 0;
+  uint64_t length = 0;
+};
+
+/// What one decode rank receives.
+struct decode_mapping {
+  /// In the decode rank's memory order, coalesced: slices contiguous on both
+  /// sides are one write.
+  std::vector<slice_write> writes;
+  /// The prefill ranks that write into it (sorted).
+  std::vector<prefill_place> sources;
+  /// The one source that also sends the room's aux data (and state).
+  prefill_place aux_source;
+};
+
+/// What a whole room moves: one mapping per decode TP rank, and for each
+/// prefill rank the decode TP ranks it writes (empty: a dummy, which moves
+/// no bytes and still concludes with the room).
+struct room_mapping {
+  std::vector<decode_mapping> decode;
+  std::vector<prefill_place> prefill;           // every rank of the group
+  std::vector<std::vector<int32_t>> targets;    // parallel to `prefill`
+};
+
+/// The mapping of one decode rank, given every rank of the prefill group
+/// (any order). Refuses, with the reason, layouts that cannot be mapped: a
+/// group that is not one full TP x PP grid, stages that do not split the
+/// layers, decode PP > 1, or a different model shape (heads, head_dim, bytes
+/// per element, tokens per page, MLA) on the two sides.
+caf::expected<decode_mapping> map_decode_rank(const std::vector<parallel_layout>& prefill_group,
+                                              const parallel_layout& decode);
+
+/// The mapping of a whole room between a prefill group and the decode
+/// group (one layout per decode TP rank).
+caf::expected<room_mapping> map_room(const std::vector<parallel_layout>& prefill_group,
+                                     const std::vector<parallel_layout>& decode_group);
+
+} // namespace kvroom
