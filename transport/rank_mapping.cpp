@@ -4,6 +4,7 @@
 #include <map>
 
 #include "kvroom/messages/error.hpp"
+#include "kvroom/transport/transfer_plan.hpp"
 
 namespace kvroom {
 
@@ -192,6 +193,82 @@ caf::expected<room_mapping> map_room(const std::vector<parallel_layout>& prefill
         out.targets[i].push_back(static_cast<int32_t>(d));
     }
   return out;
+}
+
+namespace {
+
+/// Empty when `mem` holds the K and V buffers `x` describes, else why not.
+std::string check_memory(const parallel_layout& x, const memory_layout& mem, const char* side) {
+  auto want = static_cast<size_t>(2 * x.layers);
+  if (mem.kv.size() != want)
+    return std::string{side} + " has " + std::to_string(mem.kv.size()) + " KV buffers, its layout "
+           + std::to_string(want) + " (K and V of " + std::to_string(x.layers) + " layers)";
+  for (size_t b = 0; b < want; ++b)
+    if (mem.kv[b].page_size_bytes != x.page_bytes())
+      return std::string{side} + " buffer " + std::to_string(b) + " has pages of "
+             + std::to_string(mem.kv[b].page_size_bytes) + " B, its layout "
+             + std::to_string(x.page_bytes()) + " B";
+  return {};
+}
+
+} // namespace
+
+caf::expected<std::vector<write_op>>
+plan_mapped_writes(const decode_mapping& m, const prefill_place& src,
+                   const parallel_layout& src_layout, const parallel_layout& dst_layout,
+                   const memory_layout& src_mem, const memory_layout& dst_mem,
+                   const std::vector<int64_t>& src_pages, const std::vector<int64_t>& dst_pages) {
+  if (src_pages.size() != dst_pages.size())
+    return make_error(errc::invalid_argument,
+                      "chunk has " + std::to_string(src_pages.size()) + " source pages but "
+                        + std::to_string(dst_pages.size()) + " destination pages");
+  if (auto why = check_memory(src_layout, src_mem, "the source"); !why.empty())
+    return make_error(errc::invalid_argument, why);
+  if (auto why = check_memory(dst_layout, dst_mem, "the destination"); !why.empty())
+    return make_error(errc::invalid_argument, why);
+  auto in_range = [](int64_t idx, const paged_buffer& b) {
+    return idx >= 0 && static_cast<uint64_t>(idx) < b.num_pages();
+  };
+  for (size_t i = 0; i < src_pages.size(); ++i)
+    for (size_t b = 0; b < src_mem.kv.size() || b < dst_mem.kv.size(); ++b) {
+      if (b < src_mem.kv.size() && !in_range(src_pages[i], src_mem.kv[b]))
+        return make_error(errc::out_of_range, "source page index " + std::to_string(src_pages[i])
+                                                + " out of range in buffer " + std::to_string(b));
+      if (b < dst_mem.kv.size() && !in_range(dst_pages[i], dst_mem.kv[b]))
+        return make_error(errc::out_of_range,
+                          "destination page index " + std::to_string(dst_pages[i])
+                            + " out of range in buffer " + std::to_string(b));
+    }
+  std::vector<write_op> ops;
+  for (auto& w : m.writes) {
+    if (!(w.src == src))
+      continue;
+    if (w.src_buffer >= src_mem.kv.size() || w.dst_buffer >= dst_mem.kv.size()
+        || w.src_offset + w.length > src_layout.page_bytes()
+        || w.dst_offset + w.length > dst_layout.page_bytes())
+      return make_error(errc::invalid_argument, "a mapping slice outside the page (buffer "
+                                                  + std::to_string(w.src_buffer) + " -> "
+                                                  + std::to_string(w.dst_buffer) + ")");
+    auto& sb = src_mem.kv[w.src_buffer];
+    auto& db = dst_mem.kv[w.dst_buffer];
+    for (size_t i = 0; i < src_pages.size(); ++i) {
+      write_op op{sb.mem.addr + static_cast<uint64_t>(src_pages[i]) * sb.page_size_bytes
+                    + w.src_offset,
+                  db.mem.addr + static_cast<uint64_t>(dst_pages[i]) * db.page_size_bytes
+                    + w.dst_offset,
+                  w.length};
+      if (!ops.empty() && ops.back().src_addr + ops.back().size_bytes == op.src_addr
+          && ops.back().dst_addr + ops.back().size_bytes == op.dst_addr) {
+        ops.back().size_bytes += op.size_bytes;
+        continue;
+      }
+      if (ops.size() == max_planned_writes)
+        return make_error(errc::limit_reached, "chunk needs more than "
+                                                 + std::to_string(max_planned_writes) + " writes");
+      ops.push_back(op);
+    }
+  }
+  return ops;
 }
 
 } // namespace kvroom

@@ -13,6 +13,7 @@
 
 #include "caf/expected.hpp"
 
+#include "kvroom/messages/descriptors.hpp"
 #include "kvroom/messages/parallel_layout.hpp"
 
 namespace kvroom {
@@ -77,5 +78,17 @@ caf::expected<decode_mapping> map_decode_rank(const std::vector<parallel_layout>
 /// group (one layout per decode TP rank).
 caf::expected<room_mapping> map_room(const std::vector<parallel_layout>& prefill_group,
                                      const std::vector<parallel_layout>& decode_group);
+
+/// The writes prefill rank `src` moves into one decode rank for a chunk:
+/// its slices of `m` for every page pair (src_pages[i] -> dst_pages[i]), as
+/// addresses in the two registered memories. Writes that meet on both sides
+/// coalesce (whole-page slices of consecutive pages become one). Every
+/// buffer and index is checked first (page sizes must be what the layouts
+/// say); nothing is planned partially.
+caf::expected<std::vector<write_op>>
+plan_mapped_writes(const decode_mapping& m, const prefill_place& src,
+                   const parallel_layout& src_layout, const parallel_layout& dst_layout,
+                   const memory_layout& src_mem, const memory_layout& dst_mem,
+                   const std::vector<int64_t>& src_pages, const std::vector<int64_t>& dst_pages);
 
 } // namespace kvroom

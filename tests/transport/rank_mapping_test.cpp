@@ -210,3 +210,122 @@ TEST_CASE("rank mapping: layouts that cannot be mapped are refused with the reas
   s1.layers = 1;
   refused({s0, s1}, layout(1, 0, 1, 0, 8, page_order::hnd, false), "starts at layer 3");
 }
+
+TEST_CASE("mapped writes move a chunk's pages between registered memories, coalesced") {
+  struct point {
+    int32_t ptp, dtp, heads, pp;
+    page_order order;
+    bool mla;
+    const char* what;
+  };
+  const int64_t npages = 8;
+  const std::vector<int64_t> src_pages{0, 1, 2, 5}, dst_pages{3, 4, 5, 0};
+  for (auto& g : std::vector<point>{{2, 2, 8, 1, page_order::hnd, false, "equal TP"},
+                                    {2, 4, 8, 1, page_order::hnd, false, "2P -> 4D HND"},
+                                    {2, 4, 8, 1, page_order::nhd, false, "2P -> 4D NHD"},
+                                    {4, 2, 8, 1, page_order::hnd, false, "4P -> 2D"},
+                                    {4, 2, 8, 1, page_order::hnd, true, "MLA 4P -> 2D"},
+                                    {2, 4, 8, 1, page_order::hnd, true, "MLA 2P -> 4D"},
+                                    {1, 1, 8, 2, page_order::hnd, false, "PP 2 -> 1"}}) {
+    INFO(g.what);
+    std::vector<parallel_layout> prefill, decode;
+    for (int32_t s = 0; s < g.pp; ++s)
+      for (int32_t t = 0; t < g.ptp; ++t)
+        prefill.push_back(layout(g.ptp, t, g.pp, s, g.heads, g.order, g.mla));
+    for (int32_t t = 0; t < g.dtp; ++t)
+      decode.push_back(layout(g.dtp, t, 1, 0, g.heads, g.order, g.mla));
+    auto room = map_room(prefill, decode);
+    REQUIRE(room);
+    // Host memory: every buffer `npages` pages; page p of a prefill rank
+    // holds the pattern of source page p (value() with the page mixed in).
+    auto alloc = [&](const parallel_layout& x, std::vector<std::vector<uint8_t>>& store,
+                     bool fill) {
+      memory_layout mem;
+      store.assign(static_cast<size_t>(2 * x.layers), {});
+      for (int32_t l = 0; l < x.layers; ++l)
+        for (uint32_t kv = 0; kv < 2; ++kv) {
+          auto& buf = store[static_cast<size_t>(2 * l) + kv];
+          buf.assign(x.page_bytes() * npages, 0xEE);
+          if (fill)
+            for (int64_t p = 0; p < npages; ++p)
+              for (int32_t h = 0; h < x.local_heads(); ++h)
+                for (int32_t t = 0; t < x.tokens_per_page; ++t)
+                  for (uint64_t b = 0; b < x.head_bytes(); ++b)
+                    buf[static_cast<uint64_t>(p) * x.page_bytes() + x.offset(t, h) + b]
+                      = value(x.first_layer + l, kv, x.first_head() + h,
+                              t + 100 * static_cast<int32_t>(p), b);
+          mem.kv.push_back(paged_buffer{mem_desc{reinterpret_cast<uint64_t>(buf.data()),
+                                                 buf.size(), -1},
+                                        x.page_bytes()});
+        }
+      return mem;
+    };
+    std::map<prefill_place, std::vector<std::vector<uint8_t>>> src_store;
+    std::map<prefill_place, memory_layout> src_mem;
+    for (auto& x : prefill) {
+      prefill_place at{x.tp_rank, x.pp_rank};
+      src_mem[at] = alloc(x, src_store[at], true);
+    }
+    for (auto& d : decode) {
+      std::vector<std::vector<uint8_t>> dst_store;
+      auto dst_mem = alloc(d, dst_store, false);
+      auto& m = room->decode[static_cast<size_t>(d.tp_rank)];
+      size_t total_ops = 0;
+      for (auto& x : prefill) {
+        prefill_place at{x.tp_rank, x.pp_rank};
+        auto ops = plan_mapped_writes(m, at, x, d, src_mem[at], dst_mem, src_pages, dst_pages);
+        REQUIRE(ops);
+        total_ops += ops->size();
+        for (auto& op : *ops)
+          std::memcpy(reinterpret_cast<void*>(op.dst_addr),
+                      reinterpret_cast<const void*>(op.src_addr), op.size_bytes);
+      }
+      // Destination page dst_pages[i] holds source page src_pages[i]; the
+      // other pages are untouched.
+      for (int32_t l = 0; l < d.layers; ++l)
+        for (uint32_t kv = 0; kv < 2; ++kv) {
+          auto& buf = dst_store[static_cast<size_t>(2 * l) + kv];
+          for (int64_t p = 0; p < npages; ++p) {
+            auto i = std::find(dst_pages.begin(), dst_pages.end(), p) - dst_pages.begin();
+            bool mapped = i < static_cast<long>(dst_pages.size());
+            for (int32_t h = 0; h < d.local_heads(); ++h)
+              for (int32_t t = 0; t < d.tokens_per_page; ++t)
+                for (uint64_t b = 0; b < d.head_bytes(); ++b) {
+                  auto got = buf[static_cast<uint64_t>(p) * d.page_bytes() + d.offset(t, h) + b];
+                  auto want = mapped ? value(l, kv, d.first_head() + h,
+                                             t + 100 * static_cast<int32_t>(src_pages[static_cast<size_t>(i)]),
+                                             b)
+                                     : uint8_t{0xEE};
+                  REQUIRE(got == want);
+                }
+          }
+        }
+      // Equal TP: whole pages, consecutive pairs coalesced: 2 runs per buffer.
+      if (!g.mla && g.ptp == g.dtp)
+        CHECK(total_ops == static_cast<size_t>(2 * layers * 2));
+    }
+  }
+  SECTION("bad indices and memories that do not fit the layout are refused, nothing planned") {
+    std::vector<parallel_layout> prefill{layout(1, 0, 1, 0, 8, page_order::hnd, false)};
+    auto d = layout(1, 0, 1, 0, 8, page_order::hnd, false);
+    auto m = map_decode_rank(prefill, d);
+    REQUIRE(m);
+    std::vector<uint8_t> a(d.page_bytes() * 2), b(d.page_bytes() * 2);
+    memory_layout sm, dm;
+    for (int i = 0; i < 2 * layers; ++i) {
+      sm.kv.push_back(paged_buffer{mem_desc{reinterpret_cast<uint64_t>(a.data()), a.size(), -1},
+                                   d.page_bytes()});
+      dm.kv.push_back(paged_buffer{mem_desc{reinterpret_cast<uint64_t>(b.data()), b.size(), -1},
+                                   d.page_bytes()});
+    }
+    prefill_place at{0, 0};
+    CHECK_FALSE(plan_mapped_writes(*m, at, prefill[0], d, sm, dm, {0}, {2}));
+    CHECK_FALSE(plan_mapped_writes(*m, at, prefill[0], d, sm, dm, {0, 1}, {1}));
+    auto wrong = dm;
+    wrong.kv[3].page_size_bytes /= 2;
+    auto res = plan_mapped_writes(*m, at, prefill[0], d, sm, wrong, {0}, {1});
+    REQUIRE_FALSE(res);
+    CHECK(to_string(res.error()).find("buffer 3 has pages of") != std::string::npos);
+    CHECK(plan_mapped_writes(*m, at, prefill[0], d, sm, dm, {0, 1}, {1, 0}));
+  }
+}
