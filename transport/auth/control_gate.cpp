@@ -15,6 +15,7 @@
 #include <system_error>
 
 #include "kvroom/transport/log.hpp"
+#include "kvroom/transport/socket_io.hpp"
 
 namespace kvroom {
 
@@ -275,37 +276,9 @@ size_t control_gate::pending() const {
   return held_;
 }
 
-namespace {
-
-/// Sends or receives exactly `len` bytes by `deadline` (milliseconds on
-/// the steady clock).
-bool exchange_by(int fd, char* p, size_t len, int64_t deadline, bool sending) {
-  while (len > 0) {
-    auto now = now_ms();
-    if (now >= deadline)
-      return false;
-    pollfd pfd{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
-    auto ready = ::poll(&pfd, 1, static_cast<int>(deadline - now));
-    if (ready < 0 && errno == EINTR)
-      continue;
-    if (ready <= 0)
-      return false;
-    auto n = sending ? ::send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT)
-                     : ::recv(fd, p, len, MSG_DONTWAIT);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN))
-      continue;
-    if (n <= 0)
-      return false;
-    p += n;
-    len -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-} // namespace
-
 gate_outcome pass_gate(int fd, const deployment_secret& secret, uint32_t deadline_ms) {
-  auto deadline = now_ms() + deadline_ms;
+  using detail::exchange_by;
+  auto deadline = detail::steady_ms() + deadline_ms;
   auto late = "no answer from the endpoint's gate within " + std::to_string(deadline_ms)
               + " ms, or it closed";
   std::string hello(gate_wire::hello_size, '\0');

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "kvroom/transport/log.hpp"
+#include "kvroom/transport/socket_io.hpp"
 #include "kvroom/messages/error.hpp"
 
 namespace kvroom::detail {
@@ -88,33 +89,7 @@ bool send_all(int fd, const void* buf, size_t len, bool more = false) {
 
 uint64_t now_ms();
 
-/// Reads all of `len` bytes by `deadline_ms` (a peer that trickles bytes
-/// does not restart the clock); false on error, a closed peer or the
-/// deadline.
-bool recv_by(int fd, void* buf, size_t len, uint64_t deadline_ms) {
-  auto* p = static_cast<char*>(buf);
-  while (len > 0) {
-    auto now = now_ms();
-    if (now >= deadline_ms)
-      return false;
-    pollfd pfd{fd, POLLIN, 0};
-    auto ready = ::poll(&pfd, 1, static_cast<int>(std::min<uint64_t>(deadline_ms - now, 1000)));
-    if (ready < 0 && errno == EINTR)
-      continue;
-    if (ready < 0)
-      return false;
-    if (ready == 0)
-      continue;
-    auto n = ::recv(fd, p, len, 0);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN))
-      continue;
-    if (n <= 0)
-      return false;
-    p += n;
-    len -= static_cast<size_t>(n);
-  }
-  return true;
-}
+using detail::recv_by;
 
 uint64_t now_ms() {
   using namespace std::chrono;
