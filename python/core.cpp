@@ -1,0 +1,277 @@
+// kvroom's C++ API for Python (pybind11): the runtime, ranks, senders and
+// receivers. The Python package (kvroom/__init__.py) wraps what this returns
+// in SGLang's shapes (KVPoll, KVTransferError).
+//
+// Threading: no Python runs on a CAF thread (nothing here calls back into
+// Python); calls that wait (starting and stopping ranks) release the GIL;
+// poll() does not, it costs nanoseconds. A rank's handles belong to one
+// Python thread, as a scheduler loop's do.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kvroom/kvroom.hpp"
+
+namespace py = pybind11;
+using namespace kvroom;
+
+namespace {
+
+/// Raised for every refused call (kvroom.Error in Python).
+PyObject* error_type = nullptr;
+
+[[noreturn]] void raise(const caf::error& err) {
+  PyErr_SetString(error_type, describe(err).c_str());
+  throw py::error_already_set();
+}
+
+void check(const caf::error& err) {
+  if (err)
+    raise(err);
+}
+
+/// Page or slot indices from a numpy array (int32 or int64, one dimension)
+/// or any sequence of ints. Anything else is a TypeError naming what came.
+std::vector<int64_t> indices(const py::handle& x, const char* what) {
+  if (py::isinstance<py::array>(x)) {
+    auto a = py::reinterpret_borrow<py::array>(x);
+    if (a.ndim() != 1)
+      throw py::type_error(std::string{what} + " must be one-dimensional, got "
+                           + std::to_string(a.ndim()) + " dimensions");
+    auto kind = a.dtype().kind();
+    if (kind != 'i' && kind != 'u')
+      throw py::type_error(std::string{what} + " must be an integer array, got dtype "
+                           + py::str(a.dtype()).cast<std::string>());
+    std::vector<int64_t> out(static_cast<size_t>(a.size()));
+    if (a.dtype().is(py::dtype::of<int64_t>())) {
+      auto v = a.unchecked<int64_t, 1>();
+      for (py::ssize_t i = 0; i < v.shape(0); ++i)
+        out[static_cast<size_t>(i)] = v(i);
+    } else if (a.dtype().is(py::dtype::of<int32_t>())) {
+      auto v = a.unchecked<int32_t, 1>();
+      for (py::ssize_t i = 0; i < v.shape(0); ++i)
+        out[static_cast<size_t>(i)] = v(i);
+    } else {
+      auto c = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);
+      auto v = c.unchecked<1>();
+      for (py::ssize_t i = 0; i < v.shape(0); ++i)
+        out[static_cast<size_t>(i)] = v(i);
+    }
+    return out;
+  }
+  if (py::isinstance<py::str>(x) || !py::isinstance<py::sequence>(x))
+    throw py::type_error(std::string{what} + " must be an integer array or a sequence of ints");
+  std::vector<int64_t> out;
+  for (auto item : py::reinterpret_borrow<py::sequence>(x)) {
+    if (!py::isinstance<py::int_>(item))
+      throw py::type_error(std::string{what} + " must hold ints, got "
+                           + py::str(py::type::of(item)).cast<std::string>());
+    out.push_back(item.cast<int64_t>());
+  }
+  return out;
+}
+
+py::object failure_of(room_handle& h) {
+  auto f = h.failure();
+  if (!f)
+    return py::none();
+  return py::make_tuple(f->bootstrap_room, f->failure_reason, f->is_from_another_rank,
+                        f->origin_rank);
+}
+
+/// A registered buffer: its address, size and page (or aux item) size.
+using buffer_spec = std::tuple<uint64_t, uint64_t, uint64_t>;
+
+memory_layout layout_of(const std::vector<buffer_spec>& kv, const std::vector<buffer_spec>& aux,
+                        int32_t device_id) {
+  memory_layout out;
+  for (auto& [addr, size, page] : kv)
+    out.kv.push_back(paged_buffer{mem_desc{addr, size, device_id}, page});
+  for (auto& [addr, size, item] : aux)
+    out.aux.push_back(paged_buffer{mem_desc{addr, size, device_id}, item});
+  return out;
+}
+
+/// Owns a rank; the Python objects of its handles keep it alive.
+struct py_rank {
+  std::unique_ptr<rank> impl;
+
+  rank& get() {
+    if (!impl)
+      throw py::value_error("the rank was closed");
+    return *impl;
+  }
+
+  void close() {
+    py::gil_scoped_release nogil;
+    impl.reset();
+  }
+
+  ~py_rank() {
+    if (impl) {
+      py::gil_scoped_release nogil;
+      impl.reset();
+    }
+  }
+};
+
+} // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "kvroom's C++ engine (use the kvroom package, not this module)";
+  static py::exception<std::runtime_error> err(m, "Error");
+  error_type = err.ptr();
+
+  py::class_<runtime>(m, "Runtime")
+    .def(py::init([](bool network, const std::string& secret_file, const std::string& log_level,
+                     size_t threads) {
+           runtime_options opts;
+           opts.network = network;
+           opts.log_level = log_level;
+           opts.max_threads = threads;
+           if (!secret_file.empty()) {
+             auto s = deployment_secret::from_file(secret_file);
+             if (!s)
+               raise(s.error());
+             opts.secret = std::move(*s);
+           }
+           py::gil_scoped_release nogil;
+           return std::make_unique<runtime>(std::move(opts));
+         }),
+         py::arg("network") = false, py::arg("secret_file") = "", py::arg("log_level") = "warn",
+         py::arg("threads") = 0)
+    .def("publish_registry",
+         [](runtime& rt, uint16_t port, const std::string& host) {
+           py::gil_scoped_release nogil;
+           auto res = rt.publish_registry(port, host);
+           py::gil_scoped_acquire gil;
+           if (!res)
+             raise(res.error());
+           return *res;
+         },
+         py::arg("port") = 0, py::arg("host") = "127.0.0.1")
+    .def("connect_registry",
+         [](runtime& rt, const std::string& host, uint16_t port, uint32_t timeout_ms) {
+           caf::error e;
+           {
+             py::gil_scoped_release nogil;
+             e = rt.connect_registry(host, port, timeout_ms);
+           }
+           check(e);
+         },
+         py::arg("host"), py::arg("port"), py::arg("timeout_ms") = 30000)
+    .def("add_rank",
+         [](runtime& rt, const std::string& side, int32_t tp_rank, int32_t tp_size,
+            int32_t dp_rank, int64_t id, const std::vector<buffer_spec>& kv,
+            const std::vector<buffer_spec>& aux, int32_t device_id, const std::string& transport,
+            bool network, const std::string& host) {
+           rank_config cfg;
+           if (side == "prefill")
+             cfg.side = role::prefill;
+           else if (side == "decode")
+             cfg.side = role::decode;
+           else
+             throw py::value_error("side must be 'prefill' or 'decode', got '" + side + "'");
+           cfg.tp_rank = tp_rank;
+           cfg.tp_size = tp_size;
+           cfg.dp_rank = dp_rank;
+           cfg.id = static_cast<rank_id>(id);
+           cfg.memory = layout_of(kv, aux, device_id);
+           cfg.transport = transport;
+           cfg.network = network;
+           cfg.tcp_host = host;
+           cfg.control_host = host;
+           auto out = std::make_unique<py_rank>();
+           caf::error e;
+           {
+             py::gil_scoped_release nogil;
+             auto r = rt.add_rank(cfg);
+             if (r)
+               out->impl = std::move(*r);
+             else
+               e = r.error();
+           }
+           check(e);
+           return out;
+         },
+         py::arg("side"), py::arg("tp_rank") = 0, py::arg("tp_size") = 1, py::arg("dp_rank") = 0,
+         py::arg("id") = -1, py::arg("kv") = std::vector<buffer_spec>{},
+         py::arg("aux") = std::vector<buffer_spec>{}, py::arg("device_id") = -1,
+         py::arg("transport") = "local", py::arg("network") = false,
+         py::arg("host") = "127.0.0.1", py::keep_alive<0, 1>());
+
+  py::class_<py_rank>(m, "Rank")
+    .def_property_readonly("id", [](py_rank& r) { return r.get().ref().id; })
+    .def_property_readonly("control_address", [](py_rank& r) { return r.get().control_address(); })
+    .def("make_sender",
+         [](py_rank& r, uint64_t room) {
+           auto h = r.get().make_sender(room);
+           if (!h)
+             raise(h.error());
+           return *h;
+         },
+         py::arg("room"), py::keep_alive<0, 1>())
+    .def("make_receiver",
+         [](py_rank& r, uint64_t room, int32_t prefill_dp_rank) {
+           auto h = r.get().make_receiver(room, prefill_dp_rank);
+           if (!h)
+             raise(h.error());
+           return *h;
+         },
+         py::arg("room"), py::arg("prefill_dp_rank") = 0, py::keep_alive<0, 1>())
+    .def("open_rooms", [](py_rank& r) { return r.get().open_rooms(); })
+    .def("stats",
+         [](py_rank& r) {
+           caf::expected<manager_stats> st{manager_stats{}};
+           {
+             py::gil_scoped_release nogil;
+             st = r.get().stats();
+           }
+           if (!st)
+             raise(st.error());
+           py::dict out;
+           out["live_rooms"] = st->live_rooms;
+           out["failure_records"] = st->failure_records;
+           out["origin_failures"] = st->origin_failures;
+           out["propagated_failures"] = st->propagated_failures;
+           out["stranger_messages"] = st->stranger_messages;
+           return out;
+         })
+    .def("close", &py_rank::close);
+
+  auto common = [](auto& cls) {
+    using handle = typename std::decay_t<decltype(cls)>::type;
+    cls.def_property_readonly("room", [](handle& h) { return h.room(); })
+      .def("poll", [](handle& h) { return static_cast<int>(h.poll()); })
+      .def("failure", [](handle& h) { return failure_of(h); })
+      .def("abort", [](handle& h, const std::string& why) { check(h.abort(why)); },
+           py::arg("reason") = "aborted by scheduler")
+      .def("clear", [](handle& h) { check(h.clear()); });
+  };
+  py::class_<kv_sender> sender(m, "Sender");
+  common(sender);
+  sender
+    .def("init",
+         [](kv_sender& s, uint64_t num_kv_indices, int64_t aux_index) {
+           check(s.init(num_kv_indices, aux_index));
+         },
+         py::arg("num_kv_indices"), py::arg("aux_index") = 0)
+    .def("send",
+         [](kv_sender& s, const py::handle& kv_indices, bool is_last) {
+           check(s.send(indices(kv_indices, "kv_indices"), is_last));
+         },
+         py::arg("kv_indices"), py::arg("is_last"));
+  py::class_<kv_receiver> receiver(m, "Receiver");
+  common(receiver);
+  receiver.def("init",
+               [](kv_receiver& r, const py::handle& kv_indices, int64_t aux_index) {
+                 check(r.init(indices(kv_indices, "kv_indices"), aux_index));
+               },
+               py::arg("kv_indices"), py::arg("aux_index") = 0);
+}

@@ -1,0 +1,155 @@
+"""kvroom: KV-cache transfer rooms for prefill/decode disaggregated serving.
+
+The core of kvroom's C++ API: a :class:`Runtime` (one actor system), its
+ranks, and per request a :class:`Sender` (prefill) or :class:`Receiver`
+(decode) whose ``poll()`` returns a :class:`KVPoll` and whose failure is a
+:class:`KVTransferError` with SGLang's fields and text form. A rank and its
+handles belong to one Python thread (a scheduler loop's).
+"""
+
+import enum
+
+from . import _core
+from ._core import Error
+
+__all__ = ["Runtime", "Rank", "Sender", "Receiver", "KVPoll", "KVTransferError", "Error",
+           "buffer_of"]
+
+
+class KVPoll(enum.IntEnum):
+    """A room's state, with SGLang's names and numbers."""
+    Failed = 0
+    Bootstrapping = 1
+    WaitingForInput = 2
+    Transferring = 3
+    Success = 4
+
+
+# By number: indexing a tuple costs a fraction of KVPoll(n)'s lookup, and
+# poll() runs for every request every scheduler iteration.
+_POLL = tuple(sorted(KVPoll, key=int))
+
+
+class KVTransferError(Exception):
+    """Why a room failed; ``str()`` is SGLang's form. Unlike SGLang, a
+    propagated failure still carries the origin's reason and rank."""
+
+    def __init__(self, bootstrap_room, failure_reason, is_from_another_rank=False,
+                 origin_rank=-1):
+        super().__init__(failure_reason)
+        self.bootstrap_room = bootstrap_room
+        self.failure_reason = failure_reason
+        self.is_from_another_rank = is_from_another_rank
+        self.origin_rank = origin_rank
+
+    def __str__(self):
+        return f"KVTransferError(bootstrap_room={self.bootstrap_room}): {self.failure_reason}"
+
+
+def buffer_of(array, page_bytes):
+    """(address, size, page bytes) of a C-contiguous numpy array, for
+    ``Runtime.add_rank``'s ``kv``/``aux`` lists. The caller keeps the array
+    alive as long as the rank."""
+    if not array.flags["C_CONTIGUOUS"]:
+        raise ValueError("a registered buffer must be C-contiguous")
+    if page_bytes <= 0 or array.nbytes % page_bytes != 0:
+        raise ValueError(f"{array.nbytes} bytes do not split into pages of {page_bytes}")
+    return (array.ctypes.data, array.nbytes, page_bytes)
+
+
+class _Handle:
+    __slots__ = ("_impl",)
+
+    def __init__(self, impl):
+        self._impl = impl
+
+    @property
+    def room(self):
+        return self._impl.room
+
+    def poll(self):
+        return _POLL[self._impl.poll()]
+
+    def failure(self):
+        """The room's KVTransferError once ``poll()`` returned Failed, else None."""
+        f = self._impl.failure()
+        return None if f is None else KVTransferError(*f)
+
+    def abort(self, reason="aborted by scheduler"):
+        self._impl.abort(reason)
+
+    def clear(self):
+        self._impl.clear()
+
+
+class Sender(_Handle):
+    """Prefill side of one room."""
+    __slots__ = ()
+
+    def init(self, num_kv_indices, aux_index=0):
+        self._impl.init(num_kv_indices, aux_index)
+
+    def send(self, kv_indices, is_last):
+        self._impl.send(kv_indices, is_last)
+
+
+class Receiver(_Handle):
+    """Decode side of one room."""
+    __slots__ = ()
+
+    def init(self, kv_indices, aux_index=0):
+        self._impl.init(kv_indices, aux_index)
+
+
+class Rank:
+    """One prefill or decode rank (made by ``Runtime.add_rank``)."""
+
+    def __init__(self, impl, buffers):
+        self._impl = impl
+        self._buffers = buffers  # keeps registered numpy arrays alive
+
+    @property
+    def id(self):
+        return self._impl.id
+
+    @property
+    def control_address(self):
+        return self._impl.control_address
+
+    def make_sender(self, room):
+        return Sender(self._impl.make_sender(room))
+
+    def make_receiver(self, room, prefill_dp_rank=0):
+        return Receiver(self._impl.make_receiver(room, prefill_dp_rank))
+
+    def open_rooms(self):
+        return self._impl.open_rooms()
+
+    def stats(self):
+        return self._impl.stats()
+
+    def close(self):
+        self._impl.close()
+
+
+class Runtime:
+    """One kvroom runtime: an actor system, its bootstrap registry, ranks."""
+
+    def __init__(self, network=False, secret_file="", log_level="warn", threads=0):
+        self._impl = _core.Runtime(network, secret_file, log_level, threads)
+
+    def publish_registry(self, port=0, host="127.0.0.1"):
+        return self._impl.publish_registry(port, host)
+
+    def connect_registry(self, host, port, timeout_ms=30000):
+        self._impl.connect_registry(host, port, timeout_ms)
+
+    def add_rank(self, side, tp_rank=0, tp_size=1, dp_rank=0, id=-1, kv=(), aux=(),
+                 device_id=-1, transport="local", network=False, host="127.0.0.1",
+                 keep=()):
+        """Starts a rank. ``kv``/``aux``: (address, size, page bytes) per
+        buffer (``buffer_of(array, page_bytes)``, or SGLang's
+        ``data_ptr()``s); ``keep``: objects (arrays) to keep alive with it."""
+        impl = self._impl.add_rank(side, tp_rank, tp_size, dp_rank, id, list(kv), list(aux),
+                                   device_id, transport, network, host)
+        return Rank(impl, tuple(keep))

@@ -1,0 +1,228 @@
+"""kvroom's Python core: rooms byte-exact, failures with SGLang's fields, bad
+input refused with a clear exception (never a crash)."""
+
+import time
+
+import numpy as np
+import pytest
+
+import kvroom
+from kvroom import KVPoll, KVTransferError
+
+PAGE = 4096
+PAGES = 16
+AUX = 64
+SLOTS = 4
+
+
+class Cache:
+    """One K and one V buffer and one aux buffer of numpy memory."""
+
+    def __init__(self, seed=None):
+        rng = np.random.default_rng(seed)
+        if seed is None:
+            self.kv = [np.zeros(PAGE * PAGES, np.uint8) for _ in range(2)]
+            self.aux = np.zeros(AUX * SLOTS, np.uint8)
+        else:
+            self.kv = [rng.integers(0, 256, PAGE * PAGES, dtype=np.uint8) for _ in range(2)]
+            self.aux = rng.integers(0, 256, AUX * SLOTS, dtype=np.uint8)
+
+    def specs(self):
+        return dict(kv=[kvroom.buffer_of(b, PAGE) for b in self.kv],
+                    aux=[kvroom.buffer_of(self.aux, AUX)], keep=(self.kv, self.aux))
+
+    def page(self, buf, i):
+        return self.kv[buf][i * PAGE:(i + 1) * PAGE]
+
+    def slot(self, i):
+        return self.aux[i * AUX:(i + 1) * AUX]
+
+
+def until(cond, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.0002)
+    return False
+
+
+@pytest.fixture
+def pair():
+    rt = kvroom.Runtime()
+    src, dst = Cache(seed=7), Cache()
+    p = rt.add_rank("prefill", **src.specs())
+    d = rt.add_rank("decode", **dst.specs())
+    yield rt, p, d, src, dst
+    p.close()
+    d.close()
+
+
+def drive(s, r, src_pages, dst_pages, src_aux, dst_aux, chunks=1):
+    assert until(lambda: r.poll() == KVPoll.WaitingForInput)
+    r.init(np.array(dst_pages, np.int64), dst_aux)
+    assert until(lambda: s.poll() == KVPoll.WaitingForInput)
+    s.init(len(src_pages), src_aux)
+    per = (len(src_pages) + chunks - 1) // chunks
+    for c in range(chunks):
+        part = src_pages[c * per:(c + 1) * per]
+        s.send(np.array(part, np.int32), c + 1 == chunks)
+
+
+def test_kvpoll_has_sglangs_names_and_numbers():
+    assert [(x.name, int(x)) for x in KVPoll] == [
+        ("Failed", 0), ("Bootstrapping", 1), ("WaitingForInput", 2), ("Transferring", 3),
+        ("Success", 4)]
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 3])
+def test_room_lands_byte_exact(pair, chunks):
+    rt, p, d, src, dst = pair
+    s, r = p.make_sender(1), d.make_receiver(1)
+    drive(s, r, [0, 1, 2, 9], [5, 6, 7, 3], 2, 1, chunks)
+    assert until(lambda: r.poll() == KVPoll.Success and s.poll() == KVPoll.Success)
+    for buf in range(2):
+        for sp, dp in zip([0, 1, 2, 9], [5, 6, 7, 3]):
+            assert np.array_equal(dst.page(buf, dp), src.page(buf, sp))
+    assert np.array_equal(dst.slot(1), src.slot(2))
+    # Nothing outside the room's pages and slot changed.
+    untouched = [i for i in range(PAGES) if i not in (5, 6, 7, 3)]
+    assert all(not dst.page(b, i).any() for b in range(2) for i in untouched)
+    assert r.failure() is None
+    s.clear()
+    r.clear()
+
+
+def test_a_failure_has_one_origin_and_reaches_the_other_side(pair):
+    rt, p, d, src, dst = pair
+    s, r = p.make_sender(2), d.make_receiver(2)
+    assert until(lambda: r.poll() == KVPoll.WaitingForInput)
+    r.init([0, 1], 0)
+    assert until(lambda: s.poll() == KVPoll.WaitingForInput)
+    s.abort("the prefill scheduler gave up")
+    assert until(lambda: s.poll() == KVPoll.Failed and r.poll() == KVPoll.Failed)
+    mine, theirs = s.failure(), r.failure()
+    assert isinstance(mine, KVTransferError) and isinstance(theirs, KVTransferError)
+    assert not mine.is_from_another_rank
+    assert theirs.is_from_another_rank
+    assert theirs.origin_rank == p.id
+    assert "the prefill scheduler gave up" in theirs.failure_reason
+    assert str(theirs).startswith("KVTransferError(bootstrap_room=2): ")
+    s.clear()
+    r.clear()
+
+
+def test_bad_input_is_a_clear_exception(pair):
+    rt, p, d, src, dst = pair
+    # Both sides open: the prefill side decides the room's failure at once.
+    s, r = p.make_sender(3), d.make_receiver(3)
+    assert until(lambda: r.poll() == KVPoll.WaitingForInput)
+    with pytest.raises(TypeError, match="integer array"):
+        r.init(np.array([0.5, 1.5]), 0)
+    with pytest.raises(TypeError, match="one-dimensional"):
+        r.init(np.zeros((2, 2), np.int64), 0)
+    with pytest.raises(TypeError, match="sequence of ints"):
+        r.init("0,1", 0)
+    with pytest.raises(TypeError, match="must hold ints"):
+        r.init([0, "1"], 0)
+    # Out-of-range pages fail the room with the reason (no crash, no write).
+    r.init([0, PAGES + 100], 0)
+    assert until(lambda: r.poll() == KVPoll.Failed)
+    assert "out of range" in r.failure().failure_reason
+    assert until(lambda: s.poll() == KVPoll.Failed)
+    assert s.failure().is_from_another_rank
+    assert not any(b.any() for b in dst.kv)
+    s.clear()
+    # Calls in the wrong state are refused with the reason.
+    with pytest.raises(kvroom.Error, match="init"):
+        r.init([0], 0)
+    r.clear()
+    with pytest.raises(kvroom.Error):
+        r.abort("after clear")
+    with pytest.raises(kvroom.Error, match="already open"):
+        p.make_sender(4)
+        p.make_sender(4)
+    with pytest.raises(ValueError, match="side must be"):
+        rt.add_rank("middle")
+    with pytest.raises(ValueError, match="do not split"):
+        kvroom.buffer_of(np.zeros(100, np.uint8), 64)
+
+
+def test_a_closed_rank_is_refused_not_a_crash(pair):
+    rt, p, d, src, dst = pair
+    p.close()
+    with pytest.raises(ValueError, match="closed"):
+        p.make_sender(5)
+
+
+def test_2p_2d_in_one_process():
+    rt = kvroom.Runtime()
+    caches = {(side, t): Cache(seed=t + 1 if side == "prefill" else None)
+              for side in ("prefill", "decode") for t in range(2)}
+    ranks = {k: rt.add_rank(k[0], tp_rank=k[1], tp_size=2, **c.specs()) for k, c in caches.items()}
+    senders = [ranks[("prefill", t)].make_sender(9) for t in range(2)]
+    receivers = [ranks[("decode", t)].make_receiver(9) for t in range(2)]
+    for s, r in zip(senders, receivers):
+        drive(s, r, [3, 4], [10, 11], 0, 2)
+    assert until(lambda: all(h.poll() == KVPoll.Success for h in senders + receivers))
+    for t in range(2):
+        src, dst = caches[("prefill", t)], caches[("decode", t)]
+        for buf in range(2):
+            assert np.array_equal(dst.page(buf, 10), src.page(buf, 3))
+            assert np.array_equal(dst.page(buf, 11), src.page(buf, 4))
+        assert np.array_equal(dst.slot(2), src.slot(0))
+    for h in senders + receivers:
+        h.clear()
+    for r in ranks.values():
+        r.close()
+
+
+def _decode_process(port, secret, queue):
+    """A decode rank in its own process: receives room 21, reports the pages."""
+    rt = kvroom.Runtime(network=True, secret_file=secret)
+    rt.connect_registry("127.0.0.1", port)
+    dst = Cache()
+    d = rt.add_rank("decode", network=True, transport="auto", **dst.specs())
+    r = d.make_receiver(21)
+    ok = until(lambda: r.poll() == KVPoll.WaitingForInput)
+    r.init([1, 2], 3)
+    ok = ok and until(lambda: kvroom.KVPoll(r.poll()) in (KVPoll.Success, KVPoll.Failed))
+    queue.put((r.poll() == KVPoll.Success, bytes(dst.page(0, 1)), bytes(dst.page(1, 2)),
+               bytes(dst.slot(3))))
+    r.clear()
+    d.close()
+
+
+def test_prefill_and_decode_in_two_processes(tmp_path):
+    import multiprocessing as mp
+    import os
+    secret = tmp_path / "secret"
+    secret.write_bytes(os.urandom(32).hex().encode())
+    secret.chmod(0o600)
+    rt = kvroom.Runtime(network=True, secret_file=str(secret))
+    port = rt.publish_registry(0, "127.0.0.1")
+    src = Cache(seed=5)
+    p = rt.add_rank("prefill", network=True, transport="auto", **src.specs())
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_decode_process, args=(port, str(secret), queue))
+    child.start()
+    try:
+        s = p.make_sender(21)
+        assert until(lambda: s.poll() in (KVPoll.WaitingForInput, KVPoll.Failed), 30)
+        assert s.poll() == KVPoll.WaitingForInput, s.failure()
+        s.init(2, 0)
+        s.send([7, 8], True)
+        ok, page1, page2, slot3 = queue.get(timeout=30)
+        assert ok
+        assert page1 == bytes(src.page(0, 7))
+        assert page2 == bytes(src.page(1, 8))
+        assert slot3 == bytes(src.slot(0))
+        assert until(lambda: s.poll() == KVPoll.Success)
+        s.clear()
+    finally:
+        child.join(timeout=30)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    p.close()
