@@ -1,0 +1,167 @@
+"""kvroom.sglang: SGLang's disaggregation classes over kvroom, driven the way
+SGLang's prefill.py/decode.py drive them."""
+
+import inspect
+import time
+
+import numpy as np
+import pytest
+
+from kvroom import sglang as ks
+from kvroom.sglang import (DisaggregationMode, KVArgs, KVBootstrapServer, KVManager, KVPoll,
+                           KVReceiver, KVSender, KVTransferError, ServerArgs)
+
+PAGE = 2048
+PAGES = 32
+AUX = 64
+SLOTS = 8
+
+# Parameter names of sgl-project/sglang 0094505da74125a31ceb354f37ae7a1b6a97d3f5,
+# python/sglang/srt/disaggregation/base/conn.py (self left out).
+SGLANG = {
+    (KVManager, "__init__"): ["args", "disaggregation_mode", "server_args", "is_mla_backend"],
+    (KVManager, "register_to_bootstrap"): [],
+    (KVSender, "__init__"): ["mgr", "bootstrap_addr", "bootstrap_room", "dest_tp_ranks",
+                             "pp_rank", "req_has_disagg_prefill_dp_rank"],
+    (KVSender, "init"): ["num_kv_indices", "aux_index"],
+    (KVSender, "send"): ["kv_indices", "state_indices", "token_position_offset"],
+    (KVSender, "pop_decode_prefix_len"): [],
+    (KVSender, "should_send_kv_chunk"): ["num_pages", "last_chunk"],
+    (KVSender, "get_transfer_metric"): [],
+    (KVSender, "poll"): [],
+    (KVSender, "failure_exception"): [],
+    (KVSender, "clear"): [],
+    (KVSender, "abort"): [],
+    (KVReceiver, "__init__"): ["mgr", "bootstrap_addr", "bootstrap_room"],
+    (KVReceiver, "init"): ["prefill_dp_rank"],
+    (KVReceiver, "send_metadata"): ["kv_indices", "aux_index", "state_indices",
+                                    "decode_prefix_len"],
+    (KVReceiver, "poll"): [],
+    (KVReceiver, "failure_exception"): [],
+    (KVReceiver, "clear"): [],
+    (KVReceiver, "abort"): [],
+    (KVBootstrapServer, "__init__"): ["host", "port"],
+}
+
+
+def test_signatures_match_sglang():
+    for (cls, name), want in SGLANG.items():
+        params = list(inspect.signature(getattr(cls, name)).parameters)[1:]
+        assert params == want, f"{cls.__name__}.{name}"
+    assert [(x.name, int(x)) for x in KVPoll] == [
+        ("Failed", 0), ("Bootstrapping", 1), ("WaitingForInput", 2), ("Transferring", 3),
+        ("Success", 4)]
+    assert list(inspect.signature(KVTransferError).parameters)[:3] == [
+        "bootstrap_room", "failure_reason", "is_from_another_rank"]
+    assert [m.value for m in DisaggregationMode] == ["null", "prefill", "decode"]
+    ServerArgs()
+
+
+@pytest.fixture(scope="module")
+def bootstrap():
+    return KVBootstrapServer("127.0.0.1", 0)
+
+
+def kv_args(dp, seed=None):
+    rng = np.random.default_rng(seed)
+    make = (lambda n: rng.integers(0, 256, n, dtype=np.uint8)) if seed is not None else (
+        lambda n: np.zeros(n, np.uint8))
+    kv = [make(PAGE * PAGES) for _ in range(4)]  # K and V of 2 layers
+    aux = make(AUX * SLOTS)
+    a = KVArgs()
+    a.kv_data_ptrs = [b.ctypes.data for b in kv]
+    a.kv_data_lens = [b.nbytes for b in kv]
+    a.kv_item_lens = [PAGE] * len(kv)
+    a.aux_data_ptrs, a.aux_data_lens, a.aux_item_lens = [aux.ctypes.data], [aux.nbytes], [AUX]
+    a.system_dp_rank = dp
+    return a, kv, aux
+
+
+def until(cond, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.0002)
+    return False
+
+
+def managers(bootstrap, dp):
+    sargs = ServerArgs(disaggregation_bootstrap_port=bootstrap.port)
+    pa, pkv, paux = kv_args(dp, seed=dp + 1)
+    da, dkv, daux = kv_args(dp)
+    p = KVManager(pa, DisaggregationMode.PREFILL, sargs)
+    d = KVManager(da, DisaggregationMode.DECODE, sargs)
+    return p, d, (pkv, paux), (dkv, daux)
+
+
+def test_one_room_the_way_sglang_drives_it(bootstrap):
+    p, d, (pkv, paux), (dkv, daux) = managers(bootstrap, 0)
+    addr = f"127.0.0.1:{bootstrap.port}"
+    room = 101
+    # Decode: bootstrap queue -> init -> send_metadata with its pages.
+    receiver = KVReceiver(d, addr, room)
+    assert receiver.poll() == KVPoll.Bootstrapping
+    receiver.init(prefill_dp_rank=0)
+    sender = KVSender(p, addr, room, dest_tp_ranks=[0], pp_rank=0)
+    assert until(lambda: receiver.poll() == KVPoll.WaitingForInput)
+    receiver.send_metadata(np.array([4, 5, 6], np.int32), aux_index=2)
+    # Prefill: waits for the destination, then sends in chunks of pages.
+    assert until(lambda: sender.poll() == KVPoll.WaitingForInput)
+    sender.init(3, aux_index=1)
+    sender.send(np.array([0, 1], np.int32))
+    sender.send(np.array([9], np.int32))  # completes the 3 pages: the last chunk
+    assert until(lambda: receiver.poll() == KVPoll.Success and sender.poll() == KVPoll.Success)
+    for b in range(4):
+        for sp, dp_ in zip([0, 1, 9], [4, 5, 6]):
+            assert np.array_equal(dkv[b][dp_ * PAGE:(dp_ + 1) * PAGE], pkv[b][sp * PAGE:(sp + 1) * PAGE])
+    assert np.array_equal(daux[2 * AUX:3 * AUX], paux[1 * AUX:2 * AUX])
+    sender.clear()
+    receiver.clear()
+    p.close()
+    d.close()
+
+
+def test_a_failure_raises_kvtransfererror_with_the_origin(bootstrap):
+    p, d, _, _ = managers(bootstrap, 1)
+    addr = f"127.0.0.1:{bootstrap.port}"
+    receiver = KVReceiver(d, addr, 202)
+    receiver.init(1)
+    sender = KVSender(p, addr, 202, [0], 0)
+    assert until(lambda: receiver.poll() == KVPoll.WaitingForInput)
+    receiver.send_metadata(np.array([0], np.int32), 0)
+    assert until(lambda: sender.poll() == KVPoll.WaitingForInput)
+    sender.abort()
+    assert until(lambda: receiver.poll() == KVPoll.Failed and sender.poll() == KVPoll.Failed)
+    with pytest.raises(KVTransferError) as mine:
+        sender.failure_exception()
+    with pytest.raises(KVTransferError) as theirs:
+        receiver.failure_exception()
+    assert not mine.value.is_from_another_rank
+    assert theirs.value.is_from_another_rank
+    assert "aborted by the prefill scheduler" in theirs.value.failure_reason
+    assert str(theirs.value).startswith("KVTransferError(bootstrap_room=202): ")
+    sender.clear()
+    receiver.clear()
+    p.close()
+    d.close()
+
+
+def test_what_is_not_supported_yet_is_refused_clearly(bootstrap):
+    sargs = ServerArgs(disaggregation_bootstrap_port=bootstrap.port)
+    a, _, _ = kv_args(2)
+    with pytest.raises(NotImplementedError, match="MLA"):
+        KVManager(a, DisaggregationMode.PREFILL, sargs, is_mla_backend=True)
+    with pytest.raises(ValueError, match="prefill or decode"):
+        KVManager(a, DisaggregationMode.NULL, sargs)
+    p, d, _, _ = managers(bootstrap, 3)
+    sender = KVSender(p, "127.0.0.1:1", 303, [0], 0)
+    sender.init(1, 0)
+    with pytest.raises(NotImplementedError, match="state_indices"):
+        sender.send(np.array([0], np.int32), state_indices=[1])
+    receiver = KVReceiver(d, "not-an-address", 303)
+    with pytest.raises(ValueError, match="host:port"):
+        receiver.init(0)
+    sender.clear()
+    p.close()
+    d.close()
