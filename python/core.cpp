@@ -170,7 +170,7 @@ PYBIND11_MODULE(_core, m) {
          [](runtime& rt, const std::string& side, int32_t tp_rank, int32_t tp_size,
             int32_t dp_rank, int64_t id, const std::vector<buffer_spec>& kv,
             const std::vector<buffer_spec>& aux, int32_t device_id, const std::string& transport,
-            bool network, const std::string& host) {
+            bool network, const std::string& host, const std::vector<uint64_t>& fail_rooms) {
            rank_config cfg;
            if (side == "prefill")
              cfg.side = role::prefill;
@@ -187,6 +187,8 @@ PYBIND11_MODULE(_core, m) {
            cfg.network = network;
            cfg.tcp_host = host;
            cfg.control_host = host;
+           // Test-only: this rank's data plane fails these rooms' transfers.
+           cfg.faults.rooms.assign(fail_rooms.begin(), fail_rooms.end());
            auto out = std::make_unique<py_rank>();
            caf::error e;
            {
@@ -204,7 +206,8 @@ PYBIND11_MODULE(_core, m) {
          py::arg("id") = -1, py::arg("kv") = std::vector<buffer_spec>{},
          py::arg("aux") = std::vector<buffer_spec>{}, py::arg("device_id") = -1,
          py::arg("transport") = "local", py::arg("network") = false,
-         py::arg("host") = "127.0.0.1", py::keep_alive<0, 1>());
+         py::arg("host") = "127.0.0.1", py::arg("fail_rooms") = std::vector<uint64_t>{},
+         py::keep_alive<0, 1>());
 
   py::class_<py_rank>(m, "Rank")
     .def_property_readonly("id", [](py_rank& r) { return r.get().ref().id; })

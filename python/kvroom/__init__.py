@@ -146,10 +146,12 @@ class Runtime:
 
     def add_rank(self, side, tp_rank=0, tp_size=1, dp_rank=0, id=-1, kv=(), aux=(),
                  device_id=-1, transport="local", network=False, host="127.0.0.1",
-                 keep=()):
+                 keep=(), fail_rooms=()):
         """Starts a rank. ``kv``/``aux``: (address, size, page bytes) per
         buffer (``buffer_of(array, page_bytes)``, or SGLang's
-        ``data_ptr()``s); ``keep``: objects (arrays) to keep alive with it."""
+        ``data_ptr()``s); ``keep``: objects (arrays) to keep alive with it;
+        ``fail_rooms`` (tests): rooms whose transfers this rank's data plane
+        fails."""
         impl = self._impl.add_rank(side, tp_rank, tp_size, dp_rank, id, list(kv), list(aux),
-                                   device_id, transport, network, host)
+                                   device_id, transport, network, host, list(fail_rooms))
         return Rank(impl, tuple(keep))

@@ -226,3 +226,30 @@ def test_prefill_and_decode_in_two_processes(tmp_path):
             child.kill()
     assert child.exitcode == 0
     p.close()
+
+
+def test_an_injected_transfer_failure_has_exactly_one_origin():
+    rt = kvroom.Runtime()
+    caches = {(side, t): Cache(seed=t + 1 if side == "prefill" else None)
+              for side in ("prefill", "decode") for t in range(2)}
+    ranks = {k: rt.add_rank(k[0], tp_rank=k[1], tp_size=2,
+                            fail_rooms=[606] if k == ("prefill", 1) else [], **c.specs())
+             for k, c in caches.items()}
+    senders = [ranks[("prefill", t)].make_sender(606) for t in range(2)]
+    receivers = [ranks[("decode", t)].make_receiver(606) for t in range(2)]
+    for s, r in zip(senders, receivers):
+        drive(s, r, [1], [2], 0, 0)
+    handles = senders + receivers
+    assert until(lambda: all(h.poll() == KVPoll.Failed for h in handles))
+    errors = [h.failure() for h in handles]
+    origins = [e for e in errors if not e.is_from_another_rank]
+    assert len(origins) == 1
+    origin = ranks[("prefill", 1)].id
+    assert origins[0] is errors[1]
+    for e in errors:
+        assert e.origin_rank == origin
+        assert e.failure_reason == errors[1].failure_reason
+    for h in handles:
+        h.clear()
+    for r in ranks.values():
+        r.close()

@@ -165,3 +165,117 @@ def test_what_is_not_supported_yet_is_refused_clearly(bootstrap):
     sender.clear()
     p.close()
     d.close()
+
+
+def _rank_process(side, tp, tp_size, port_queue, result_queue, rooms, secret):
+    """One SGLang-style rank in its own process; prefill tp0 hosts the
+    bootstrap server and tells the others its port."""
+    import os
+    os.environ["KVROOM_SECRET_FILE"] = secret
+    from kvroom import sglang as ks
+    try:
+        if side == "prefill" and tp == 0:
+            server = ks.KVBootstrapServer("127.0.0.1", 0)
+            for _ in range(2 * tp_size - 1):
+                port_queue.put(server.port)
+            port = server.port
+        else:
+            port = port_queue.get(timeout=30)
+        mode = ks.DisaggregationMode.PREFILL if side == "prefill" else ks.DisaggregationMode.DECODE
+        args, kv, aux = kv_args(0, seed=100 + tp if side == "prefill" else None)
+        args.engine_rank = tp
+        mgr = ks.KVManager(args, mode, ks.ServerArgs(tp_size=tp_size,
+                                                     disaggregation_bootstrap_port=port))
+        addr = f"127.0.0.1:{port}"
+        handles = []
+        for room in rooms:
+            if side == "prefill":
+                handles.append(ks.KVSender(mgr, addr, room, [tp], 0))
+            else:
+                h = ks.KVReceiver(mgr, addr, room)
+                h.init(0)
+                handles.append(h)
+        ok = until(lambda: all(h.poll() == KVPoll.WaitingForInput for h in handles), 30)
+        for i, h in enumerate(handles):
+            if side == "prefill":
+                h.init(2, aux_index=i % SLOTS)
+                h.send(np.array([2 * i, 2 * i + 1], np.int32))
+            else:
+                h.send_metadata(np.array([2 * i + 10, 2 * i + 11], np.int32), aux_index=i % SLOTS)
+        ok = ok and until(lambda: all(h.poll() == KVPoll.Success for h in handles), 30)
+        if ok and side == "decode":
+            _, ekv, eaux = kv_args(0, seed=100 + tp)
+            for i in range(len(rooms)):
+                for b in range(4):
+                    for sp, dp_ in ((2 * i, 2 * i + 10), (2 * i + 1, 2 * i + 11)):
+                        ok = ok and np.array_equal(kv[b][dp_ * PAGE:(dp_ + 1) * PAGE],
+                                                   ekv[b][sp * PAGE:(sp + 1) * PAGE])
+                s = i % SLOTS
+                ok = ok and np.array_equal(aux[s * AUX:(s + 1) * AUX], eaux[s * AUX:(s + 1) * AUX])
+        result_queue.put((side, tp, bool(ok)))
+        # Prefill tp0 hosts the registry: it stays until every rank is done.
+        time.sleep(0.5 if side == "prefill" and tp == 0 else 0)
+        for h in handles:
+            h.clear()
+        mgr.close()
+    except Exception as e:  # reported, not lost in a child's stderr
+        result_queue.put((side, tp, f"{type(e).__name__}: {e}"))
+
+
+@pytest.mark.parametrize("tp_size", [1, 2])
+def test_one_process_per_rank(tmp_path, tp_size):
+    import multiprocessing as mp
+    import os
+    secret = tmp_path / "secret"
+    secret.write_bytes(os.urandom(32).hex().encode())
+    secret.chmod(0o600)
+    ctx = mp.get_context("spawn")
+    ports, results = ctx.Queue(), ctx.Queue()
+    rooms = [1000 + tp_size * 10 + i for i in range(4)]
+    procs = [ctx.Process(target=_rank_process,
+                         args=(side, tp, tp_size, ports, results, rooms, str(secret)))
+             for side in ("prefill", "decode") for tp in range(tp_size)]
+    for p in procs:
+        p.start()
+    try:
+        got = [results.get(timeout=60) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert all(r[2] is True for r in got), got
+    assert all(p.exitcode == 0 for p in procs)
+
+
+def test_2p_2d_in_one_process(bootstrap):
+    sargs = ServerArgs(tp_size=2, disaggregation_bootstrap_port=bootstrap.port)
+    addr = f"127.0.0.1:{bootstrap.port}"
+    mgrs, bufs = {}, {}
+    for side, mode in (("prefill", DisaggregationMode.PREFILL), ("decode", DisaggregationMode.DECODE)):
+        for tp in range(2):
+            a, kv, aux = kv_args(5, seed=50 + tp if side == "prefill" else None)
+            a.engine_rank = tp
+            mgrs[(side, tp)] = KVManager(a, mode, sargs)
+            bufs[(side, tp)] = (kv, aux)
+    receivers = [KVReceiver(mgrs[("decode", tp)], addr, 505) for tp in range(2)]
+    for r in receivers:
+        r.init(5)
+    senders = [KVSender(mgrs[("prefill", tp)], addr, 505, [tp], 0) for tp in range(2)]
+    assert until(lambda: all(r.poll() == KVPoll.WaitingForInput for r in receivers))
+    for r in receivers:
+        r.send_metadata(np.array([7], np.int32), 3)
+    assert until(lambda: all(s.poll() == KVPoll.WaitingForInput for s in senders))
+    for s in senders:
+        s.init(1, 4)
+        s.send(np.array([2], np.int32))
+    assert until(lambda: all(h.poll() == KVPoll.Success for h in senders + receivers))
+    for tp in range(2):
+        (pkv, paux), (dkv, daux) = bufs[("prefill", tp)], bufs[("decode", tp)]
+        for b in range(4):
+            assert np.array_equal(dkv[b][7 * PAGE:8 * PAGE], pkv[b][2 * PAGE:3 * PAGE])
+        assert np.array_equal(daux[3 * AUX:4 * AUX], paux[4 * AUX:5 * AUX])
+    for h in senders + receivers:
+        h.clear()
+    for m in mgrs.values():
+        m.close()
