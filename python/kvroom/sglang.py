@@ -309,3 +309,53 @@ class KVReceiver:
                 self._handle.abort("aborted by the decode scheduler")
             except Exception:
                 pass
+
+
+# -- SGLang's backend table -----------------------------------------------------
+
+_CLASSES = {"kvargs": KVArgs, "manager": KVManager, "sender": KVSender, "receiver": KVReceiver,
+            "bootstrap_server": KVBootstrapServer}
+
+
+def register():
+    """Makes SGLang's ``get_kv_class`` return kvroom's classes for a
+    transfer backend named "kvroom" (``TransferBackend`` gains a ``KVROOM``
+    member). Call it before SGLang builds its schedulers, e.g. from a
+    ``sitecustomize`` or a launcher:
+
+        python -c "import kvroom.sglang as k; k.register(); \\
+                   import runpy; runpy.run_module('sglang.launch_server', run_name='__main__')" \\
+            --model-path ... --disaggregation-mode prefill \\
+            --disaggregation-transfer-backend kvroom
+
+    Returns False (and changes nothing) when SGLang is not importable. Modules
+    that imported ``get_kv_class`` already (prefill.py, decode.py) get the
+    hook too."""
+    import sys
+    try:
+        from sglang.srt.disaggregation import utils
+    except ImportError:
+        return False
+    original = utils.get_kv_class
+    if getattr(original, "_kvroom", False):
+        return True
+    backend = utils.TransferBackend
+    if "kvroom" not in backend._value2member_map_:
+        # What aenum's extend_enum does: one more member of the enum.
+        member = object.__new__(backend)
+        member._name_, member._value_ = "KVROOM", "kvroom"
+        backend._member_map_["KVROOM"] = member
+        backend._value2member_map_["kvroom"] = member
+        backend._member_names_.append("KVROOM")
+        type.__setattr__(backend, "KVROOM", member)
+
+    def get_kv_class(transfer_backend, class_type):
+        if getattr(transfer_backend, "value", transfer_backend) == "kvroom":
+            return _CLASSES.get(getattr(class_type, "value", class_type))
+        return original(transfer_backend, class_type)
+
+    get_kv_class._kvroom = True
+    for name, module in list(sys.modules.items()):
+        if name.startswith("sglang.") and getattr(module, "get_kv_class", None) is original:
+            module.get_kv_class = get_kv_class
+    return True

@@ -279,3 +279,57 @@ def test_2p_2d_in_one_process(bootstrap):
         h.clear()
     for m in mgrs.values():
         m.close()
+
+
+FAKE_UTILS = '''
+from enum import Enum
+
+
+class TransferBackend(Enum):
+    MOONCAKE = "mooncake"
+    NIXL = "nixl"
+
+
+class KVClassType(Enum):
+    KVARGS = "kvargs"
+    MANAGER = "manager"
+    SENDER = "sender"
+    RECEIVER = "receiver"
+    BOOTSTRAP_SERVER = "bootstrap_server"
+
+
+def get_kv_class(transfer_backend, class_type):
+    raise ValueError(f"Unsupported transfer backend: {transfer_backend}")
+'''
+
+
+def test_register_hooks_sglangs_backend_table(tmp_path, monkeypatch):
+    # A stand-in for SGLang's package layout: utils.get_kv_class and a module
+    # that imported it by name before register() ran (as decode.py does).
+    pkg = tmp_path / "sglang" / "srt" / "disaggregation"
+    pkg.mkdir(parents=True)
+    for d in (tmp_path / "sglang", tmp_path / "sglang" / "srt", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "utils.py").write_text(FAKE_UTILS)
+    (pkg / "decode.py").write_text("from sglang.srt.disaggregation.utils import get_kv_class\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+    import sys
+    for m in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+        monkeypatch.delitem(sys.modules, m)
+    utils = importlib.import_module("sglang.srt.disaggregation.utils")
+    decode = importlib.import_module("sglang.srt.disaggregation.decode")
+    assert ks.register()
+    backend = utils.TransferBackend("kvroom")
+    assert backend is utils.TransferBackend.KVROOM
+    for table in (utils.get_kv_class, decode.get_kv_class):
+        assert table(backend, utils.KVClassType.MANAGER) is KVManager
+        assert table(backend, utils.KVClassType.SENDER) is KVSender
+        assert table(backend, utils.KVClassType.RECEIVER) is KVReceiver
+        assert table(backend, utils.KVClassType.BOOTSTRAP_SERVER) is KVBootstrapServer
+        assert table(backend, utils.KVClassType.KVARGS) is KVArgs
+        with pytest.raises(ValueError, match="Unsupported"):
+            table(utils.TransferBackend.NIXL, utils.KVClassType.MANAGER)
+    assert ks.register()  # twice is once
+    for m in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+        del sys.modules[m]
