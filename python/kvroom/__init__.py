@@ -8,12 +8,15 @@ handles belong to one Python thread (a scheduler loop's).
 """
 
 import enum
+import mmap
+import os
+import secrets
 
 from . import _core
 from ._core import Error
 
 __all__ = ["Runtime", "Rank", "Sender", "Receiver", "KVPoll", "KVTransferError", "Error",
-           "buffer_of"]
+           "buffer_of", "SharedBuffer"]
 
 
 class KVPoll(enum.IntEnum):
@@ -55,6 +58,44 @@ def buffer_of(array, page_bytes):
     if page_bytes <= 0 or array.nbytes % page_bytes != 0:
         raise ValueError(f"{array.nbytes} bytes do not split into pages of {page_bytes}")
     return (array.ctypes.data, array.nbytes, page_bytes)
+
+
+class SharedBuffer:
+    """Host memory other processes on this host can write through kvroom's
+    shm data plane: a POSIX shared-memory segment (mode 0600, an unguessable
+    name) mapped as a numpy uint8 array. Registered like any array
+    (``buffer_of(buf.array, page_bytes)``); ``close()`` unlinks the segment
+    once no rank uses it any more."""
+
+    def __init__(self, nbytes):
+        import numpy as np
+        if nbytes <= 0:
+            raise ValueError("a shared buffer needs a positive size")
+        self.name = f"kvroom-{os.getpid()}-{secrets.token_hex(8)}"
+        fd = os.open("/dev/shm/" + self.name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, nbytes)
+            self._map = mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self.array = np.frombuffer(self._map, dtype=np.uint8)
+
+    def close(self):
+        if self.name:
+            try:
+                os.unlink("/dev/shm/" + self.name)
+            except FileNotFoundError:
+                pass
+            self.name = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
 
 
 class _Handle:

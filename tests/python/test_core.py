@@ -253,3 +253,57 @@ def test_an_injected_transfer_failure_has_exactly_one_origin():
         h.clear()
     for r in ranks.values():
         r.close()
+
+
+def _shm_decode(port, secret, queue):
+    rt = kvroom.Runtime(network=True, secret_file=secret)
+    rt.connect_registry("127.0.0.1", port)
+    with kvroom.SharedBuffer(PAGE * PAGES) as buf:
+        d = rt.add_rank("decode", network=True, transport="shm",
+                        kv=[kvroom.buffer_of(buf.array, PAGE)], keep=(buf,))
+        r = d.make_receiver(31)
+        until(lambda: r.poll() == KVPoll.WaitingForInput)
+        r.init([6], 0)
+        until(lambda: r.poll() in (KVPoll.Success, KVPoll.Failed))
+        err = r.failure()
+        queue.put((r.poll() == KVPoll.Success, bytes(buf.array[6 * PAGE:7 * PAGE]),
+                   None if err is None else err.failure_reason))
+        r.clear()
+        d.close()
+
+
+def test_shared_buffers_move_over_shm_between_processes(tmp_path):
+    import multiprocessing as mp
+    import os
+    secret = tmp_path / "secret"
+    secret.write_bytes(os.urandom(32).hex().encode())
+    secret.chmod(0o600)
+    rt = kvroom.Runtime(network=True, secret_file=str(secret))
+    port = rt.publish_registry(0, "127.0.0.1")
+    # Both sides register shm segments (the shm data plane exposes them).
+    src = kvroom.SharedBuffer(PAGE * PAGES)
+    src.array[:] = np.random.default_rng(9).integers(0, 256, PAGE * PAGES, dtype=np.uint8)
+    p = rt.add_rank("prefill", network=True, transport="shm",
+                    kv=[kvroom.buffer_of(src.array, PAGE)], keep=(src,))
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_shm_decode, args=(port, str(secret), queue))
+    child.start()
+    try:
+        s = p.make_sender(31)
+        assert until(lambda: s.poll() == KVPoll.WaitingForInput, 30)
+        s.init(1, 0)
+        s.send([2], True)
+        ok, page, why = queue.get(timeout=30)
+        assert ok, why
+        assert page == bytes(src.array[2 * PAGE:3 * PAGE])
+    finally:
+        child.join(timeout=30)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    s.clear()
+    p.close()
+    src.close()
+    # The segment is gone with the buffer.
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"kvroom-{child.pid}-")]
