@@ -333,3 +333,24 @@ def test_register_hooks_sglangs_backend_table(tmp_path, monkeypatch):
     assert ks.register()  # twice is once
     for m in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
         del sys.modules[m]
+
+
+def test_an_abort_on_decode_reaches_prefill(bootstrap):
+    p, d, _, _ = managers(bootstrap, 6)
+    addr = f"127.0.0.1:{bootstrap.port}"
+    receiver = KVReceiver(d, addr, 707)
+    receiver.init(6)
+    sender = KVSender(p, addr, 707, [0], 0)
+    assert until(lambda: receiver.poll() == KVPoll.WaitingForInput)
+    receiver.send_metadata(np.array([1], np.int32), 0)
+    assert until(lambda: sender.poll() == KVPoll.WaitingForInput)
+    receiver.abort()
+    assert until(lambda: receiver.poll() == KVPoll.Failed and sender.poll() == KVPoll.Failed)
+    with pytest.raises(KVTransferError) as theirs:
+        sender.failure_exception()
+    assert theirs.value.is_from_another_rank
+    assert "aborted by the decode scheduler" in theirs.value.failure_reason
+    sender.clear()
+    receiver.clear()
+    p.close()
+    d.close()
