@@ -7,6 +7,7 @@
 
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/messages/error.hpp"
+#include "kvroom/transport/rank_mapping.hpp"
 
 namespace kvroom {
 
@@ -67,7 +68,23 @@ std::string layout_conflict(const std::vector<rank_entry>& ranks, const rank_ent
     if (e.rank.id == candidate.rank.id)
       continue;
     auto who = to_string(e.rank);
-    if (!same_shape(e.layout.kv, c.kv))
+    // Ranks that said what they hold: checked by what the mapping needs
+    // (page sizes may differ legitimately, with the heads per rank).
+    if (e.has_parallel && candidate.has_parallel) {
+      if (auto why = parallel_conflict(candidate.parallel, candidate.rank.side == role::prefill,
+                                       e.parallel, e.rank.side == role::prefill);
+          !why.empty())
+        return to_string(candidate.rank) + " against " + who + ": " + why;
+      // Mappable, but rooms carry out only the whole-page case yet.
+      if (candidate.parallel.pp_size > 1 || e.parallel.pp_size > 1)
+        return to_string(candidate.rank) + " has PP size "
+               + std::to_string(candidate.parallel.pp_size) + ", " + who + " has "
+               + std::to_string(e.parallel.pp_size)
+               + " (pipeline-parallel prefill is not supported yet)";
+    } else if (e.has_parallel != candidate.has_parallel) {
+      return to_string(candidate.rank) + (candidate.has_parallel ? " declares" : " does not declare")
+             + " a parallel layout, " + who + (e.has_parallel ? " does" : " does not");
+    } else if (!same_shape(e.layout.kv, c.kv))
       return to_string(candidate.rank) + " has " + buffers_text(c.kv, false) + ", " + who
              + " has " + buffers_text(e.layout.kv, false);
     if (!same_shape(e.layout.aux, c.aux))

@@ -60,6 +60,27 @@ caf::error validate(const rank_config& cfg) {
                         "kv buffers span devices " + std::to_string(kv_device_id(cfg.memory))
                           + " and " + std::to_string(b.mem.device_id)
                           + " (a rank's KV cache lives on one device)");
+  if (auto& x = cfg.parallel) {
+    if (auto why = check(*x); !why.empty())
+      return make_error(errc::invalid_config, "parallel layout: " + why);
+    if (x->tp_size != cfg.tp_size || x->tp_rank != cfg.tp_rank)
+      return make_error(errc::invalid_config,
+                        "parallel layout: TP rank " + std::to_string(x->tp_rank) + " of "
+                          + std::to_string(x->tp_size) + ", the rank is "
+                          + std::to_string(cfg.tp_rank) + " of " + std::to_string(cfg.tp_size));
+    if (cfg.memory.kv.size() != static_cast<size_t>(2 * x->layers))
+      return make_error(errc::invalid_config,
+                        "parallel layout: " + std::to_string(x->layers) + " layers need "
+                          + std::to_string(2 * x->layers) + " KV buffers (K and V), "
+                          + std::to_string(cfg.memory.kv.size()) + " registered");
+    for (size_t b = 0; b < cfg.memory.kv.size(); ++b)
+      if (cfg.memory.kv[b].page_size_bytes != x->page_bytes())
+        return make_error(errc::invalid_config,
+                          "parallel layout: pages of " + std::to_string(x->page_bytes())
+                            + " B (tokens x heads x head_dim x bytes), KV buffer "
+                            + std::to_string(b) + " has "
+                            + std::to_string(cfg.memory.kv[b].page_size_bytes) + " B");
+  }
   static const char* transports[] = {"local", "auto", "shm", "tcp", "verbs", "cuda"};
   if (std::none_of(std::begin(transports), std::end(transports),
                    [&](const char* x) { return cfg.transport == x; }))

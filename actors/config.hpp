@@ -1,6 +1,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 
 #include <cstdint>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "kvroom/messages/descriptors.hpp"
 #include "kvroom/messages/ids.hpp"
+#include "kvroom/messages/parallel_layout.hpp"
 #include "kvroom/transport/factory.hpp"
 #include "kvroom/transport/fault_plan.hpp"
 #include "kvroom/actors/room_fsm.hpp"
@@ -63,6 +65,12 @@ struct rank_config {
   /// KV buffers (one per layer and K/V, host or one GPU's memory) and aux
   /// buffers.
   memory_layout memory;
+  /// What part of the model's KV cache those buffers hold (heads, head_dim,
+  /// bytes per element, tokens per page, page order, MLA, PP stage): when
+  /// set, registration refuses a peer whose layout cannot be mapped onto
+  /// this one, with the reason. Its TP size and rank must be this rank's,
+  /// and `memory.kv` its stage's K and V buffer of every layer.
+  std::optional<parallel_layout> parallel;
   /// Data plane: "local" (this process only), "auto" (the nearest of what
   /// both ends offer and what moves the memory: local, shm, verbs, tcp for
   /// host memory; cuda, verbs for GPU memory) or a transport forced by name.

@@ -617,6 +617,9 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
   {
     rank_entry e{params.self, caf::actor_cast<caf::actor>(self), std::move(params.layout),
                  std::move(params.endpoints)};
+    e.has_parallel = params.parallel.has_value();
+    if (params.parallel)
+      e.parallel = *params.parallel;
     // Random per process start: peers tell a replaced rank from the old one.
     auto n = make_nonce();
     std::memcpy(&e.incarnation, n.data(), sizeof(e.incarnation));

@@ -106,6 +106,7 @@ struct kv_manager_params {
   uint16_t registry_port = 0;
   /// Decode: revokes the grants of rooms whose actor died (see run_dead).
   std::shared_ptr<backend> data_plane;
+  std::optional<parallel_layout> parallel;
 };
 
 /// One rank's KV manager: routes destinations, parts and failures to room

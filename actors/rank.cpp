@@ -62,7 +62,7 @@ caf::error rank::start() {
   kv_manager_params mp{ref_,          cfg_.memory, endpoints, cfg_.limits, cfg_.timeouts,
                        inbox,         cfg_.chaos,  worker_,   rt_.members(), trust_,
                        rt_.registry(), rt_.registry_host_, rt_.registry_port_,
-                       ref_.side == role::decode ? data_plane_ : nullptr};
+                       ref_.side == role::decode ? data_plane_ : nullptr, cfg_.parallel};
   manager_ = sys.spawn(kv_manager, std::move(mp));
   // Peers link to the manager directly on its own control endpoint; the
   // registry only says where it is.
@@ -80,8 +80,11 @@ caf::error rank::start() {
     control_host = cfg_.control_host;
     control_port = *port;
   }
-  entry_ = std::make_shared<const rank_entry>(
-    rank_entry{ref_, manager_, cfg_.memory, endpoints, control_host, control_port, 0});
+  rank_entry entry{ref_, manager_, cfg_.memory, endpoints, control_host, control_port, 0};
+  entry.has_parallel = cfg_.parallel.has_value();
+  if (cfg_.parallel)
+    entry.parallel = *cfg_.parallel;
+  entry_ = std::make_shared<const rank_entry>(std::move(entry));
   // A manager or worker that dies takes the rank's rooms with it: say so.
   auto who = to_string(ref_);
   manager_->attach_functor([who](const caf::error& reason) {

@@ -16,6 +16,7 @@
 #include "kvroom/messages/ids.hpp"
 #include "kvroom/messages/kv_poll.hpp"
 #include "kvroom/messages/kv_transfer_error.hpp"
+#include "kvroom/messages/parallel_layout.hpp"
 
 namespace kvroom {
 
@@ -335,12 +336,17 @@ struct rank_entry {
   uint16_t control_port = 0;
   /// Random per process: tells a replaced rank (same id) from the old one.
   uint64_t incarnation = 0;
+  /// What part of the model's KV cache it holds, when the rank said
+  /// (rank_config::parallel): checked against its peers' at registration.
+  bool has_parallel = false;
+  parallel_layout parallel;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_entry& x) {
   return f(caf::meta::type_name("kvroom.rank_entry"), x.rank, x.manager,
-           x.layout, x.endpoints, x.control_host, x.control_port, x.incarnation);
+           x.layout, x.endpoints, x.control_host, x.control_port, x.incarnation,
+           x.has_parallel, x.parallel);
 }
 
 // Membership handshakes. Every proof is an HMAC keyed by the deployment

@@ -195,6 +195,46 @@ caf::expected<room_mapping> map_room(const std::vector<parallel_layout>& prefill
   return out;
 }
 
+std::string parallel_conflict(const parallel_layout& a, bool prefill_a, const parallel_layout& b,
+                              bool prefill_b) {
+  if (auto why = check(a); !why.empty())
+    return why;
+  if (auto why = check(b); !why.empty())
+    return why;
+  auto shape = [](const parallel_layout& x) {
+    return std::to_string(x.mla ? 0 : x.total_kv_heads) + " KV heads x head_dim "
+           + std::to_string(x.head_dim) + " x " + std::to_string(x.bytes_per_element)
+           + " B, " + std::to_string(x.tokens_per_page) + " tokens per page"
+           + (x.mla ? ", MLA" : "");
+  };
+  bool same_shape = a.head_dim == b.head_dim && a.bytes_per_element == b.bytes_per_element
+                    && a.tokens_per_page == b.tokens_per_page && a.mla == b.mla
+                    && (a.mla || a.total_kv_heads == b.total_kv_heads);
+  if (!same_shape)
+    return "the model's KV shape differs: " + shape(a) + " against " + shape(b);
+  if (prefill_a == prefill_b) {
+    if (a.tp_size != b.tp_size || a.pp_size != b.pp_size)
+      return "TP x PP " + std::to_string(a.tp_size) + " x " + std::to_string(a.pp_size)
+             + " against " + std::to_string(b.tp_size) + " x " + std::to_string(b.pp_size)
+             + " on one side";
+    if (a.order != b.order)
+      return "page order " + to_string(a.order) + " against " + to_string(b.order) + " on one side";
+    if (a.pp_rank == b.pp_rank && (a.first_layer != b.first_layer || a.layers != b.layers))
+      return "PP stage " + std::to_string(a.pp_rank) + " holds different layers on two ranks";
+    return {};
+  }
+  auto& p = prefill_a ? a : b;
+  auto& d = prefill_a ? b : a;
+  if (d.pp_size != 1)
+    return "decode PP size " + std::to_string(d.pp_size) + " (a decode rank holds every layer)";
+  if (d.first_layer != 0 || p.first_layer + p.layers > d.layers)
+    return "prefill PP stage " + std::to_string(p.pp_rank) + " holds layers ["
+           + std::to_string(p.first_layer) + ", " + std::to_string(p.first_layer + p.layers)
+           + "), decode holds [" + std::to_string(d.first_layer) + ", "
+           + std::to_string(d.first_layer + d.layers) + ")";
+  return {};
+}
+
 namespace {
 
 /// Empty when `mem` holds the K and V buffers `x` describes, else why not.

@@ -79,6 +79,15 @@ caf::expected<decode_mapping> map_decode_rank(const std::vector<parallel_layout>
 caf::expected<room_mapping> map_room(const std::vector<parallel_layout>& prefill_group,
                                      const std::vector<parallel_layout>& decode_group);
 
+/// Empty when ranks with layouts `a` and `b` can be in one deployment, else
+/// why not: on one side, the same TP and PP sizes and model shape (and one
+/// stage's layers on one PP rank); across sides, what `map_decode_rank`
+/// needs of the two (decode PP 1, the same heads, head_dim, bytes per
+/// element, tokens per page and MLA; the decode rank holding the prefill
+/// stage's layers). `prefill_a`/`prefill_b`: the side of each.
+std::string parallel_conflict(const parallel_layout& a, bool prefill_a, const parallel_layout& b,
+                              bool prefill_b);
+
 /// The writes prefill rank `src` moves into one decode rank for a chunk:
 /// its slices of `m` for every page pair (src_pages[i] -> dst_pages[i]), as
 /// addresses in the two registered memories. Writes that meet on both sides

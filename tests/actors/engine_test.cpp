@@ -706,6 +706,78 @@ TEST_CASE("bad rank configurations are refused with the field named") {
   cfg.memory = cache.layout();
   cfg.transport = "smoke-signals";
   CHECK(describe(rt.add_rank(cfg).error()).find("smoke-signals") != std::string::npos);
+  cfg.transport = "local";
+  // A parallel layout must describe the registered buffers: 4 buffers are
+  // K and V of 2 layers, 256 B pages are 2 tokens x 1 head x 64 x 2 B.
+  parallel_layout x;
+  x.tp_size = 2;
+  x.layers = 2;
+  x.total_kv_heads = 2;
+  x.head_dim = 64;
+  x.bytes_per_element = 2;
+  x.tokens_per_page = 2;
+  cfg.parallel = x;
+  CHECK(rt.add_rank(cfg));
+  cfg.parallel->tokens_per_page = 4;
+  CHECK(describe(rt.add_rank(cfg).error()).find("pages of 512 B") != std::string::npos);
+  cfg.parallel->tokens_per_page = 2;
+  cfg.parallel->layers = 3;
+  CHECK(describe(rt.add_rank(cfg).error()).find("3 layers need 6 KV buffers") != std::string::npos);
+  cfg.parallel->layers = 2;
+  cfg.parallel->tp_rank = 1;
+  CHECK(describe(rt.add_rank(cfg).error()).find("TP rank 1 of 2") != std::string::npos);
+  cfg.parallel->tp_rank = 0;
+  cfg.parallel->total_kv_heads = 3;
+  CHECK(describe(rt.add_rank(cfg).error()).find("do not split evenly") != std::string::npos);
+}
+
+TEST_CASE("declared parallel layouts: fitting ranks move rooms byte-exact, a misfit is refused at registration") {
+  runtime rt{runtime_options{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
+  host_kv_cache src{small_shape()}, dst{small_shape()}, odd{small_shape()};
+  // 4 buffers of 256 B pages: K and V of 2 layers, 2 tokens x 1 head x 64 x 2 B.
+  parallel_layout x;
+  x.layers = 2;
+  x.total_kv_heads = 1;
+  x.head_dim = 64;
+  x.bytes_per_element = 2;
+  x.tokens_per_page = 2;
+  rank_config pc, dc;
+  pc.side = role::prefill;
+  pc.memory = src.layout();
+  pc.parallel = x;
+  dc.side = role::decode;
+  dc.memory = dst.layout();
+  dc.parallel = x;
+  dc.parallel->order = page_order::nhd; // the same bytes for one head
+  auto p = rt.add_rank(pc);
+  auto d = rt.add_rank(dc);
+  REQUIRE(p);
+  REQUIRE(d);
+  // Another head_dim (4 tokens x 32 x 2 B: the same page size) does not fit.
+  rank_config bad = dc;
+  bad.dp_rank = 1;
+  bad.memory = odd.layout();
+  bad.parallel->head_dim = 32;
+  bad.parallel->tokens_per_page = 4;
+  auto refused = rt.add_rank(bad);
+  REQUIRE_FALSE(refused);
+  CHECK(describe(refused.error()).find("KV shape differs") != std::string::npos);
+  auto s = (*p)->make_sender(3);
+  auto r = (*d)->make_receiver(3);
+  REQUIRE(s);
+  REQUIRE(r);
+  src.write_room(3, {1, 2}, 0);
+  REQUIRE(reaches(*r, kv_poll::waiting_for_input));
+  REQUIRE_FALSE(r->init({5, 6}, 1));
+  REQUIRE(reaches(*s, kv_poll::waiting_for_input));
+  REQUIRE_FALSE(s->init(2, 0));
+  REQUIRE_FALSE(s->send({1, 2}, true));
+  REQUIRE(reaches(*r, kv_poll::success));
+  std::string why;
+  CHECK(dst.check_room(3, {5, 6}, 1, &why));
+  INFO(why);
+  (void) s->clear();
+  (void) r->clear();
 }
 
 TEST_CASE("a networked rank publishes its control endpoint and closes it when it goes") {

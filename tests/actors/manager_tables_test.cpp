@@ -268,3 +268,33 @@ TEST_CASE("layout check: refuses what cannot be mapped, with the reason") {
   // Registering again (same id) is checked against the others only.
   CHECK(layout_conflict(ranks, entry(0, 8192, 4, 1)).empty());
 }
+
+TEST_CASE("layout check: ranks that declare a parallel layout are checked by what the mapping needs") {
+  auto entry = [](rank_id id, role side, int32_t head_dim, int32_t pp) {
+    rank_entry e;
+    e.rank = make_rank(side, 0, 0, id);
+    e.rank.tp_size = 1;
+    e.has_parallel = true;
+    e.parallel.layers = 2;
+    e.parallel.pp_size = side == role::prefill ? pp : 1;
+    e.parallel.head_dim = head_dim;
+    e.parallel.total_kv_heads = 8;
+    e.parallel.tokens_per_page = 16;
+    for (int i = 0; i < 4; ++i)
+      e.layout.kv.push_back(paged_buffer{mem_desc{0x1000u * (i + 1u), 64 * e.parallel.page_bytes(), -1},
+                                         e.parallel.page_bytes()});
+    return e;
+  };
+  std::vector<rank_entry> ranks{entry(0, role::prefill, 128, 1)};
+  CHECK(layout_conflict(ranks, entry(1, role::decode, 128, 1)).empty());
+  auto why = layout_conflict(ranks, entry(1, role::decode, 64, 1));
+  INFO(why);
+  CHECK(why.find("KV shape differs") != std::string::npos);
+  CHECK(why.find("head_dim 64") != std::string::npos);
+  auto undeclared = entry(1, role::decode, 128, 1);
+  undeclared.has_parallel = false;
+  CHECK(layout_conflict(ranks, undeclared).find("does not declare a parallel layout") != std::string::npos);
+  auto staged = entry(2, role::prefill, 128, 2);
+  staged.parallel.layers = 1;
+  CHECK(layout_conflict(ranks, staged).find("TP x PP 1 x 2 against 1 x 1") != std::string::npos);
+}

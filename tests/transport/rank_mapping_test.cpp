@@ -329,3 +329,21 @@ TEST_CASE("mapped writes move a chunk's pages between registered memories, coale
     CHECK(plan_mapped_writes(*m, at, prefill[0], d, sm, dm, {0, 1}, {1, 0}));
   }
 }
+
+TEST_CASE("parallel conflict: what one deployment's ranks must agree on") {
+  auto p = layout(2, 0, 1, 0, 8, page_order::hnd, false);
+  auto d = layout(4, 1, 1, 0, 8, page_order::nhd, false);
+  CHECK(parallel_conflict(p, true, d, false).empty());                       // unequal TP, other order
+  CHECK(parallel_conflict(p, true, layout(2, 1, 1, 0, 8, page_order::hnd, false), true).empty());
+  CHECK(parallel_conflict(p, true, layout(4, 1, 1, 0, 8, page_order::hnd, false), true)
+          .find("on one side") != std::string::npos);
+  CHECK(parallel_conflict(p, true, layout(2, 1, 1, 0, 8, page_order::nhd, false), true)
+          .find("page order") != std::string::npos);
+  CHECK(parallel_conflict(p, true, layout(4, 1, 1, 0, 2, page_order::nhd, false), false)
+          .find("KV shape differs") != std::string::npos);
+  CHECK(parallel_conflict(p, true, layout(4, 1, 1, 0, 8, page_order::nhd, true), false)
+          .find("MLA") != std::string::npos);
+  CHECK(parallel_conflict(layout(2, 0, 2, 1, 8, page_order::hnd, false), true, d, false).empty());
+  CHECK(parallel_conflict(p, true, layout(4, 1, 2, 0, 8, page_order::nhd, false), false)
+          .find("decode PP size 2") != std::string::npos);
+}
