@@ -81,6 +81,10 @@ std::string layout_conflict(const std::vector<rank_entry>& ranks, const rank_ent
                + std::to_string(candidate.parallel.pp_size) + ", " + who + " has "
                + std::to_string(e.parallel.pp_size)
                + " (pipeline-parallel prefill is not supported yet)";
+      if (candidate.parallel.order != e.parallel.order)
+        return to_string(candidate.rank) + " has " + to_string(candidate.parallel.order)
+               + " pages, " + who + " has " + to_string(e.parallel.order)
+               + " (rooms do not re-order pages yet)";
     } else if (e.has_parallel != candidate.has_parallel) {
       return to_string(candidate.rank) + (candidate.has_parallel ? " declares" : " does not declare")
              + " a parallel layout, " + who + (e.has_parallel ? " does" : " does not");

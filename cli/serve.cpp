@@ -53,6 +53,13 @@ public:
   int64_t timeout_ms = 5000;
   int64_t layers = 4;
   int64_t page_bytes = 4096;
+  // The parallel layout this rank declares (--kv-heads > 0 or --mla).
+  int64_t kv_heads = 0;
+  int64_t head_dim = 128;
+  int64_t bytes_per_element = 2;
+  int64_t tokens_per_page = 16;
+  std::string page_order_name = "hnd";
+  bool mla = false;
   int64_t pages_per_room = 8;
   int64_t concurrency = 8;
   int64_t first_room = 1;
@@ -89,7 +96,13 @@ public:
       .add(connection_timeout_ms, "connection-timeout-ms", "a silent peer is lost after this")
       .add(timeout_ms, "timeout-ms", "room state timeouts (decode waits twice as long)")
       .add(layers, "layers", "layers (K and V buffer each)")
-      .add(page_bytes, "page-bytes", "bytes per KV page")
+      .add(page_bytes, "page-bytes", "bytes per KV page (a declared layout sets it)")
+      .add(kv_heads, "kv-heads", "declare a parallel layout: the model's KV heads (0: none)")
+      .add(head_dim, "head-dim", "declared layout: head dimension")
+      .add(bytes_per_element, "bytes-per-element", "declared layout: bytes per element")
+      .add(tokens_per_page, "tokens-per-page", "declared layout: tokens per page")
+      .add(page_order_name, "page-order", "declared layout: hnd (head-major) or nhd (token-major)")
+      .add(mla, "mla", "declare an MLA layout (one latent head, replicated on every TP rank)")
       .add(pages_per_room, "pages-per-room", "KV pages per room")
       .add(concurrency, "concurrency", "rooms in flight")
       .add(first_room, "first-room", "first room id")
@@ -164,6 +177,26 @@ int run_serve(int argc, char** argv) {
   if (cfg.layers < 1 || cfg.page_bytes < 8 || cfg.pages_per_room < 1 || cfg.concurrency < 1
       || cfg.rooms < 0 || cfg.then_rooms < 0 || cfg.timeout_ms < 1)
     return bad("sizes must be positive");
+  // A declared layout says what the pages hold, and so their size.
+  std::optional<parallel_layout> declared;
+  if (cfg.kv_heads > 0 || cfg.mla) {
+    parallel_layout x;
+    x.tp_size = static_cast<int32_t>(cfg.tp_size);
+    x.tp_rank = static_cast<int32_t>(cfg.tp);
+    x.layers = static_cast<int32_t>(cfg.layers);
+    x.total_kv_heads = static_cast<int32_t>(std::max<int64_t>(cfg.kv_heads, 1));
+    x.head_dim = static_cast<int32_t>(cfg.head_dim);
+    x.bytes_per_element = static_cast<int32_t>(cfg.bytes_per_element);
+    x.tokens_per_page = static_cast<int32_t>(cfg.tokens_per_page);
+    x.mla = cfg.mla;
+    if (cfg.page_order_name != "hnd" && cfg.page_order_name != "nhd")
+      return bad("--page-order must be hnd or nhd");
+    x.order = cfg.page_order_name == "nhd" ? page_order::nhd : page_order::hnd;
+    if (auto why = check(x); !why.empty())
+      return bad("declared layout: " + why);
+    cfg.page_bytes = static_cast<int64_t>(x.page_bytes());
+    declared = x;
+  }
   runtime_options opts;
   if (auto err = cfg.join.apply("serve", opts))
     return bad(describe(err));
@@ -205,6 +238,7 @@ int run_serve(int argc, char** argv) {
     rc.tp_size = static_cast<int32_t>(cfg.tp_size);
     rc.id = static_cast<rank_id>(cfg.rank_id);
     rc.memory = mem.layout();
+    rc.parallel = declared;
     rc.transport = cfg.transport;
     rc.network = true;
     rc.tcp_host = cfg.tcp_host;

@@ -748,7 +748,6 @@ TEST_CASE("declared parallel layouts: fitting ranks move rooms byte-exact, a mis
   dc.side = role::decode;
   dc.memory = dst.layout();
   dc.parallel = x;
-  dc.parallel->order = page_order::nhd; // the same bytes for one head
   auto p = rt.add_rank(pc);
   auto d = rt.add_rank(dc);
   REQUIRE(p);
@@ -762,6 +761,14 @@ TEST_CASE("declared parallel layouts: fitting ranks move rooms byte-exact, a mis
   auto refused = rt.add_rank(bad);
   REQUIRE_FALSE(refused);
   CHECK(describe(refused.error()).find("KV shape differs") != std::string::npos);
+  // Token-major pages against head-major ones: mappable, not carried out yet.
+  bad = dc;
+  bad.dp_rank = 1;
+  bad.memory = odd.layout();
+  bad.parallel->order = page_order::nhd;
+  refused = rt.add_rank(bad);
+  REQUIRE_FALSE(refused);
+  CHECK(describe(refused.error()).find("do not re-order pages yet") != std::string::npos);
   auto s = (*p)->make_sender(3);
   auto r = (*d)->make_receiver(3);
   REQUIRE(s);

@@ -285,6 +285,8 @@ auth)
   try thief "is held by the live" "$K" serve "$SECRET" --role=decode --tp=0 --tp-size=2
   try layout "KV buffers" "$K" serve "$SECRET" --role=decode --dp=3 --tp=0 --tp-size=2 --page-bytes=8192
   try tpsize "TP size" "$K" serve "$SECRET" --role=decode --dp=3 --tp=0 --tp-size=1
+  try declared "declares a parallel layout" "$K" serve "$SECRET" --role=decode --dp=3 --tp=0 --tp-size=2 --kv-heads=8
+  try badlayout "do not split evenly" "$K" serve "$SECRET" --role=decode --dp=3 --tp=0 --tp-size=2 --kv-heads=3
   [ -n "$STRANGER" ] || fail "no stranger client given"
   ctl=()
   for r in p0 p1 d0 d1; do ctl+=("$(sed -n 's/.*"control": "\([0-9.]*:[0-9]*\)".*/\1/p' $r.log | head -n 1)"); done
