@@ -19,6 +19,7 @@
 #include "caf/all.hpp"
 #include "caf/io/all.hpp"
 
+#include "kvroom/kit/harness.hpp"
 #include "kvroom/kit/testkit.hpp"
 
 #include "commands.hpp"
@@ -144,13 +145,6 @@ bool wait_for_file(const std::string& path, int64_t limit_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s)
-    out += (c == '"' || c == '\\') ? std::string{'\\', c} : std::string{c};
-  return out;
 }
 
 int bad(const std::string& what) {
@@ -385,25 +379,18 @@ int run_serve(int argc, char** argv) {
   size_t ok = 0;
   for (auto& o : outcomes)
     ok += o.state == kv_poll::success && o.data_error.empty() ? 1 : 0;
-  std::string json = "{\"rank\": \"" + to_string(me) + "\", \"rank_id\": " + std::to_string(me.id)
-                     + ", \"succeeded\": " + std::to_string(ok)
-                     + ", \"failed\": " + std::to_string(outcomes.size() - ok) + ", \"rooms\": [";
-  for (size_t i = 0; i < outcomes.size(); ++i) {
-    auto& o = outcomes[i];
-    json += (i ? ",\n  " : "\n  ");
-    json += "{\"room\": " + std::to_string(o.room) + ", \"state\": \"" + to_string(o.state)
-            + "\", \"opened_ms\": " + std::to_string(o.opened_at_ms)
-            + ", \"latency_us\": " + std::to_string(o.latency_us)
-            + ", \"at_ms\": " + std::to_string(o.concluded_at_ms);
-    if (o.error)
-      json += ", \"origin_rank\": " + std::to_string(o.error->origin_rank)
-              + ", \"from_another_rank\": " + (o.error->is_from_another_rank ? "true" : "false")
-              + ", \"reason\": \"" + json_escape(o.error->failure_reason) + "\"";
-    if (!o.data_error.empty())
-      json += ", \"data_error\": \"" + json_escape(o.data_error) + "\"";
-    json += "}";
+  std::vector<std::pair<room_id, harness::report_line>> lines;
+  for (auto& o : outcomes) {
+    harness::report_line r;
+    r.state = o.state;
+    r.error = o.error;
+    r.opened_ms = o.opened_at_ms;
+    r.latency_us = o.latency_us;
+    r.at_ms = o.concluded_at_ms;
+    r.data_error = o.data_error;
+    lines.emplace_back(o.room, std::move(r));
   }
-  json += "\n]}\n";
+  auto json = harness::report_json(to_string(me), me.id, lines);
   if (!cfg.report.empty()) {
     std::ofstream out{cfg.report};
     out << json;

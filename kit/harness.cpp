@@ -1,4 +1,6 @@
 #include "kvroom/kit/harness.hpp"
+
+#include <nlohmann/json.hpp>
 #include "kvroom/transport/auth/secret.hpp"
 
 #include <dirent.h>
@@ -86,48 +88,59 @@ std::string write_secret(const std::string& dir) {
   return ok ? "--secret-file=" + path : std::string{};
 }
 
-std::string field(const std::string& line, const std::string& key) {
-  auto k = "\"" + key + "\": ";
-  auto i = line.find(k);
-  if (i == std::string::npos)
-    return {};
-  i += k.size();
-  if (line[i] == '"') {
-    std::string out;
-    for (++i; i < line.size() && line[i] != '"'; ++i) {
-      if (line[i] == '\\' && i + 1 < line.size())
-        ++i;
-      out += line[i];
-    }
-    return out;
-  }
-  auto j = line.find_first_of(",}", i);
-  return line.substr(i, j - i);
-}
-
 std::map<room_id, report_line> read_report(const std::string& path) {
   std::map<room_id, report_line> out;
-  std::istringstream in{slurp(path)};
-  std::string line;
-  while (std::getline(in, line)) {
-    auto room = field(line, "room");
-    if (room.empty())
+  auto doc = nlohmann::json::parse(slurp(path), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.contains("rooms") || !doc["rooms"].is_array())
+    return out;
+  for (auto& x : doc["rooms"]) {
+    if (!x.is_object() || !x.contains("room"))
       continue;
+    auto room = x.value("room", room_id{0});
     report_line r;
     kv_poll st;
-    if (from_string(field(line, "state"), st))
+    if (from_string(x.value("state", std::string{}), st))
       r.state = st;
-    r.opened_ms = std::atoll(field(line, "opened_ms").c_str());
-    r.at_ms = std::atoll(field(line, "at_ms").c_str());
-    r.latency_us = std::atoll(field(line, "latency_us").c_str());
-    r.data_error = field(line, "data_error");
+    r.opened_ms = x.value("opened_ms", int64_t{0});
+    r.at_ms = x.value("at_ms", int64_t{0});
+    r.latency_us = x.value("latency_us", int64_t{0});
+    r.data_error = x.value("data_error", std::string{});
     if (r.state == kv_poll::failed)
-      r.error = kv_transfer_error{std::strtoull(room.c_str(), nullptr, 10),
-                                  field(line, "reason"),
-                                  field(line, "from_another_rank") == "true",
-                                  std::atoi(field(line, "origin_rank").c_str())};
-    out[std::strtoull(room.c_str(), nullptr, 10)] = r;
+      r.error = kv_transfer_error{room, x.value("reason", std::string{}),
+                                  x.value("from_another_rank", false),
+                                  x.value("origin_rank", rank_id{-1})};
+    out[room] = std::move(r);
   }
+  return out;
+}
+
+std::string report_json(const std::string& rank, rank_id id,
+                        const std::vector<std::pair<room_id, report_line>>& rooms) {
+  // The layout is fixed (scripts grep `"key": value`); the values are the
+  // library's, so escaping is never ours.
+  auto str = [](const std::string& s) { return nlohmann::json(s).dump(); };
+  size_t ok = 0;
+  for (auto& [room, r] : rooms)
+    ok += r.state == kv_poll::success && r.data_error.empty() ? 1 : 0;
+  std::string out = "{\"rank\": " + str(rank) + ", \"rank_id\": " + std::to_string(id)
+                    + ", \"succeeded\": " + std::to_string(ok)
+                    + ", \"failed\": " + std::to_string(rooms.size() - ok) + ", \"rooms\": [";
+  for (size_t i = 0; i < rooms.size(); ++i) {
+    auto& [room, r] = rooms[i];
+    out += (i ? ",\n  " : "\n  ");
+    out += "{\"room\": " + std::to_string(room) + ", \"state\": " + str(to_string(r.state))
+           + ", \"opened_ms\": " + std::to_string(r.opened_ms)
+           + ", \"latency_us\": " + std::to_string(r.latency_us)
+           + ", \"at_ms\": " + std::to_string(r.at_ms);
+    if (r.error)
+      out += ", \"origin_rank\": " + std::to_string(r.error->origin_rank)
+             + ", \"from_another_rank\": " + (r.error->is_from_another_rank ? "true" : "false")
+             + ", \"reason\": " + str(r.error->failure_reason);
+    if (!r.data_error.empty())
+      out += ", \"data_error\": " + str(r.data_error);
+    out += "}";
+  }
+  out += "\n]}\n";
   return out;
 }
 

@@ -62,10 +62,14 @@ struct report_line {
   std::string data_error;
 };
 
-/// room -> outcome, from one `serve --report` file (one room per line).
+/// room -> outcome, from one `serve --report` file (parsed as JSON; empty
+/// when the file is missing or not JSON).
 std::map<room_id, report_line> read_report(const std::string& path);
 
-/// Value of `"key": ...` in a one-line JSON object ("" when absent).
-std::string field(const std::string& line, const std::string& key);
+/// The text of a `serve --report` file: the rank and its rooms, one room
+/// per line (scripts grep them), every string escaped by a JSON library so
+/// any reason (newlines, quotes, control characters) survives the trip.
+std::string report_json(const std::string& rank, rank_id id,
+                        const std::vector<std::pair<room_id, report_line>>& rooms);
 
 } // namespace kvroom::harness
