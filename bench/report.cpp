@@ -1,5 +1,7 @@
 #include "report.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -22,36 +24,20 @@ double percentile(std::vector<double> xs, double p) {
   return xs[lo] + (xs[hi] - xs[lo]) * (rank - static_cast<double>(lo));
 }
 
-namespace {
-
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
-
-} // namespace
-
+// Every value goes through nlohmann-json: its escaping, its number format.
 json_object& json_object::num(const std::string& key, double value) {
-  std::ostringstream os;
+  // Counts print as integers, measurements as they are.
+  std::string text = "null";
   if (std::isfinite(value))
-    os << value;
-  else
-    os << "null";
-  fields_.emplace_back(key, os.str());
+    text = value == std::floor(value) && std::fabs(value) < 9.0e15
+             ? nlohmann::json(static_cast<int64_t>(value)).dump()
+             : nlohmann::json(value).dump();
+  fields_.emplace_back(key, std::move(text));
   return *this;
 }
 
 json_object& json_object::str(const std::string& key, const std::string& value) {
-  fields_.emplace_back(key, quote(value));
+  fields_.emplace_back(key, nlohmann::json(value).dump());
   return *this;
 }
 
@@ -61,21 +47,17 @@ json_object& json_object::raw(const std::string& key, const std::string& json) {
 }
 
 std::string json_object::dump(int indent) const {
-  std::string pad(static_cast<size_t>(indent), ' ');
-  std::string out = "{";
-  for (size_t i = 0; i < fields_.size(); ++i) {
-    out += i == 0 ? "\n" : ",\n";
-    out += pad + quote(fields_[i].first) + ": " + fields_[i].second;
-  }
-  out += "\n" + std::string(static_cast<size_t>(indent > 2 ? indent - 2 : 0), ' ') + "}";
-  return out;
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (auto& [key, text] : fields_)
+    out[key] = nlohmann::ordered_json::parse(text);
+  return out.dump(indent);
 }
 
 std::string json_array(const std::vector<std::string>& items) {
-  std::string out = "[";
-  for (size_t i = 0; i < items.size(); ++i)
-    out += (i ? ", " : "") + items[i];
-  return out + "]";
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (auto& x : items)
+    out.push_back(nlohmann::ordered_json::parse(x));
+  return out.dump();
 }
 
 bool write_file(const std::string& path, const std::string& text) {

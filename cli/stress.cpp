@@ -16,6 +16,8 @@
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "caf/all.hpp"
 
 #include "kvroom/kit/testkit.hpp"
@@ -579,33 +581,33 @@ int run_stress(int argc, char** argv) {
   if (violations.size() > 20)
     std::printf("... and %zu more violations\n", violations.size() - 20);
   if (!cfg.json.empty()) {
+    nlohmann::ordered_json j;
+    j["seed"] = seed;
+    j["prefill_tp"] = tp;
+    j["decode_tp"] = tp;
+    j["rooms"] = cfg.rooms;
+    j["concurrency"] = cfg.concurrency;
+    j["p_transfer"] = cfg.p_transfer;
+    j["p_abort"] = cfg.p_abort;
+    j["p_kill"] = cfg.p_kill;
+    j["p_delay"] = cfg.p_delay;
+    j["timeout_ms"] = cfg.timeout_ms;
+    j["sabotage"] = cfg.sabotage;
+    j["concluded"] = concluded;
+    j["failed_rooms"] = failed_rooms;
+    j["seconds"] = secs;
+    j["rooms_per_second"] = secs > 0 ? concluded / secs : 0.0;
+    j["rss_start_bytes"] = rss_start;
+    j["rss_end_bytes"] = rss_end;
+    j["bytes_per_room"] = bytes_per_room;
+    j["by_fault"] = nlohmann::ordered_json::object();
+    for (auto& kvp : by_fault)
+      j["by_fault"][kvp.first] = {{"ok", kvp.second.first}, {"failed", kvp.second.second}};
+    j["violations"] = nlohmann::ordered_json::array();
+    for (auto& v : violations)
+      j["violations"].push_back({{"room", v.room}, {"rank", v.rank}, {"what", v.what}});
     std::ofstream out{cfg.json};
-    out << "{\n  \"seed\": " << seed << ",\n  \"prefill_tp\": " << tp
-        << ",\n  \"decode_tp\": " << tp << ",\n  \"rooms\": " << cfg.rooms
-        << ",\n  \"concurrency\": " << cfg.concurrency << ",\n  \"p_transfer\": "
-        << cfg.p_transfer << ",\n  \"p_abort\": " << cfg.p_abort << ",\n  \"p_kill\": "
-        << cfg.p_kill << ",\n  \"p_delay\": " << cfg.p_delay << ",\n  \"timeout_ms\": "
-        << cfg.timeout_ms << ",\n  \"sabotage\": \"" << cfg.sabotage
-        << "\",\n  \"concluded\": " << concluded << ",\n  \"failed_rooms\": " << failed_rooms
-        << ",\n  \"seconds\": " << secs << ",\n  \"rooms_per_second\": " << concluded / secs
-        << ",\n  \"rss_start_bytes\": " << rss_start << ",\n  \"rss_end_bytes\": " << rss_end
-        << ",\n  \"bytes_per_room\": " << bytes_per_room
-        << ",\n  \"by_fault\": {";
-    bool first = true;
-    for (auto& kvp : by_fault) {
-      out << (first ? "" : ",") << "\n    \"" << kvp.first << "\": {\"ok\": "
-          << kvp.second.first << ", \"failed\": " << kvp.second.second << "}";
-      first = false;
-    }
-    out << "\n  },\n  \"violations\": [";
-    for (size_t i = 0; i < violations.size(); ++i) {
-      std::string what;
-      for (char c : violations[i].what)
-        what += (c == '"' || c == '\\') ? std::string{'\\', c} : std::string{c};
-      out << (i ? "," : "") << "\n    {\"room\": " << violations[i].room
-          << ", \"rank\": " << violations[i].rank << ", \"what\": \"" << what << "\"}";
-    }
-    out << "\n  ]\n}\n";
+    out << j.dump(2) << "\n";
   }
   std::printf("%s\n", violations.empty() ? "stress: all invariants hold"
                                          : "stress: INVARIANTS BROKEN");

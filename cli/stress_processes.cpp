@@ -14,6 +14,8 @@
 #include <unistd.h>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kvroom/kit/harness.hpp"
 #include "stress_check.hpp"
 #include "stress_plan.hpp"
@@ -260,12 +262,19 @@ int run_processes(const process_options& opt) {
     std::printf("invariant violated: %s\n", to_string(violations[i]).c_str());
   if (!opt.json.empty()) {
     std::ofstream out{opt.json};
-    out << "{\"mode\": \"processes\", \"seed\": " << opt.seed << ", \"tp\": " << opt.tp
-        << ", \"rooms\": " << phase1 + phase2 << ", \"ok\": " << ok_rooms
-        << ", \"failed\": " << failed_rooms << ", \"outage\": " << outage_rooms
-        << ", \"victim\": \"" << to_string(victim.rank) << "\", \"signal\": \""
-        << (stop ? "SIGSTOP" : "SIGKILL") << "\", \"violations\": " << violations.size()
-        << ", \"seconds\": " << secs << "}\n";
+    nlohmann::ordered_json j;
+    j["mode"] = "processes";
+    j["seed"] = opt.seed;
+    j["tp"] = opt.tp;
+    j["rooms"] = phase1 + phase2;
+    j["ok"] = ok_rooms;
+    j["failed"] = failed_rooms;
+    j["outage"] = outage_rooms;
+    j["victim"] = to_string(victim.rank);
+    j["signal"] = stop ? "SIGSTOP" : "SIGKILL";
+    j["violations"] = violations.size();
+    j["seconds"] = secs;
+    out << j.dump() << "\n";
   }
   if (violations.empty()) {
     // Keep the evidence of a broken run, drop that of a clean one.
