@@ -1,10 +1,9 @@
 """kvroom's Python core: rooms byte-exact, failures with SGLang's fields, bad
 input refused with a clear exception (never a crash)."""
 
-import time
-
 import numpy as np
 import pytest
+from _helpers import secret_file, until
 
 import kvroom
 from kvroom import KVPoll, KVTransferError
@@ -36,15 +35,6 @@ class Cache:
 
     def slot(self, i):
         return self.aux[i * AUX:(i + 1) * AUX]
-
-
-def until(cond, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.0002)
-    return False
 
 
 @pytest.fixture
@@ -195,17 +185,14 @@ def _decode_process(port, secret, queue):
 
 def test_prefill_and_decode_in_two_processes(tmp_path):
     import multiprocessing as mp
-    import os
-    secret = tmp_path / "secret"
-    secret.write_bytes(os.urandom(32).hex().encode())
-    secret.chmod(0o600)
-    rt = kvroom.Runtime(network=True, secret_file=str(secret))
+    secret = secret_file(tmp_path)
+    rt = kvroom.Runtime(network=True, secret_file=secret)
     port = rt.publish_registry(0, "127.0.0.1")
     src = Cache(seed=5)
     p = rt.add_rank("prefill", network=True, transport="auto", **src.specs())
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    child = ctx.Process(target=_decode_process, args=(port, str(secret), queue))
+    child = ctx.Process(target=_decode_process, args=(port, secret, queue))
     child.start()
     try:
         s = p.make_sender(21)
@@ -275,10 +262,8 @@ def _shm_decode(port, secret, queue):
 def test_shared_buffers_move_over_shm_between_processes(tmp_path):
     import multiprocessing as mp
     import os
-    secret = tmp_path / "secret"
-    secret.write_bytes(os.urandom(32).hex().encode())
-    secret.chmod(0o600)
-    rt = kvroom.Runtime(network=True, secret_file=str(secret))
+    secret = secret_file(tmp_path)
+    rt = kvroom.Runtime(network=True, secret_file=secret)
     port = rt.publish_registry(0, "127.0.0.1")
     # Both sides register shm segments (the shm data plane exposes them).
     src = kvroom.SharedBuffer(PAGE * PAGES)
@@ -287,7 +272,7 @@ def test_shared_buffers_move_over_shm_between_processes(tmp_path):
                     kv=[kvroom.buffer_of(src.array, PAGE)], keep=(src,))
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    child = ctx.Process(target=_shm_decode, args=(port, str(secret), queue))
+    child = ctx.Process(target=_shm_decode, args=(port, secret, queue))
     child.start()
     try:
         s = p.make_sender(31)

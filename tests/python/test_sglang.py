@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from _helpers import secret_file, until
 
 from kvroom import sglang as ks
 from kvroom.sglang import (DisaggregationMode, KVArgs, KVBootstrapServer, KVManager, KVPoll,
@@ -77,15 +78,6 @@ def kv_args(dp, seed=None):
     return a, kv, aux
 
 
-def until(cond, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.0002)
-    return False
-
-
 def managers(bootstrap, dp):
     sargs = ServerArgs(disaggregation_bootstrap_port=bootstrap.port)
     pa, pkv, paux = kv_args(dp, seed=dp + 1)
@@ -122,15 +114,22 @@ def test_one_room_the_way_sglang_drives_it(bootstrap):
     d.close()
 
 
-def test_a_failure_raises_kvtransfererror_with_the_origin(bootstrap):
-    p, d, _, _ = managers(bootstrap, 1)
+def waiting_room(bootstrap, dp, room):
+    """A prefill and a decode manager of group `dp` and one room between
+    them, both sides waiting for input (decode's pages sent)."""
+    p, d, _, _ = managers(bootstrap, dp)
     addr = f"127.0.0.1:{bootstrap.port}"
-    receiver = KVReceiver(d, addr, 202)
-    receiver.init(1)
-    sender = KVSender(p, addr, 202, [0], 0)
+    receiver = KVReceiver(d, addr, room)
+    receiver.init(dp)
+    sender = KVSender(p, addr, room, [0], 0)
     assert until(lambda: receiver.poll() == KVPoll.WaitingForInput)
     receiver.send_metadata(np.array([0], np.int32), 0)
     assert until(lambda: sender.poll() == KVPoll.WaitingForInput)
+    return p, d, sender, receiver
+
+
+def test_a_failure_raises_kvtransfererror_with_the_origin(bootstrap):
+    p, d, sender, receiver = waiting_room(bootstrap, 1, 202)
     sender.abort()
     assert until(lambda: receiver.poll() == KVPoll.Failed and sender.poll() == KVPoll.Failed)
     with pytest.raises(KVTransferError) as mine:
@@ -225,15 +224,12 @@ def _rank_process(side, tp, tp_size, port_queue, result_queue, rooms, secret):
 @pytest.mark.parametrize("tp_size", [1, 2])
 def test_one_process_per_rank(tmp_path, tp_size):
     import multiprocessing as mp
-    import os
-    secret = tmp_path / "secret"
-    secret.write_bytes(os.urandom(32).hex().encode())
-    secret.chmod(0o600)
+    secret = secret_file(tmp_path)
     ctx = mp.get_context("spawn")
     ports, results = ctx.Queue(), ctx.Queue()
     rooms = [1000 + tp_size * 10 + i for i in range(4)]
     procs = [ctx.Process(target=_rank_process,
-                         args=(side, tp, tp_size, ports, results, rooms, str(secret)))
+                         args=(side, tp, tp_size, ports, results, rooms, secret))
              for side in ("prefill", "decode") for tp in range(tp_size)]
     for p in procs:
         p.start()
@@ -336,14 +332,7 @@ def test_register_hooks_sglangs_backend_table(tmp_path, monkeypatch):
 
 
 def test_an_abort_on_decode_reaches_prefill(bootstrap):
-    p, d, _, _ = managers(bootstrap, 6)
-    addr = f"127.0.0.1:{bootstrap.port}"
-    receiver = KVReceiver(d, addr, 707)
-    receiver.init(6)
-    sender = KVSender(p, addr, 707, [0], 0)
-    assert until(lambda: receiver.poll() == KVPoll.WaitingForInput)
-    receiver.send_metadata(np.array([1], np.int32), 0)
-    assert until(lambda: sender.poll() == KVPoll.WaitingForInput)
+    p, d, sender, receiver = waiting_room(bootstrap, 6, 707)
     receiver.abort()
     assert until(lambda: receiver.poll() == KVPoll.Failed and sender.poll() == KVPoll.Failed)
     with pytest.raises(KVTransferError) as theirs:

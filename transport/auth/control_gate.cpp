@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <system_error>
 
@@ -22,8 +21,7 @@ namespace kvroom {
 namespace {
 
 int64_t now_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+  return static_cast<int64_t>(detail::steady_ms());
 }
 
 std::string peer_host(int fd) {
