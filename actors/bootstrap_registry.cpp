@@ -75,16 +75,13 @@ std::string layout_conflict(const std::vector<rank_entry>& ranks, const rank_ent
                                        e.parallel, e.rank.side == role::prefill);
           !why.empty())
         return to_string(candidate.rank) + " against " + who + ": " + why;
-      // Mappable, but rooms carry out only the whole-page case yet.
+      // Mappable, but a room's decider and members are TP ranks yet: two
+      // stages of one TP rank would be one member.
       if (candidate.parallel.pp_size > 1 || e.parallel.pp_size > 1)
         return to_string(candidate.rank) + " has PP size "
                + std::to_string(candidate.parallel.pp_size) + ", " + who + " has "
                + std::to_string(e.parallel.pp_size)
                + " (pipeline-parallel prefill is not supported yet)";
-      if (candidate.parallel.order != e.parallel.order)
-        return to_string(candidate.rank) + " has " + to_string(candidate.parallel.order)
-               + " pages, " + who + " has " + to_string(e.parallel.order)
-               + " (rooms do not re-order pages yet)";
     } else if (e.has_parallel != candidate.has_parallel) {
       return to_string(candidate.rank) + (candidate.has_parallel ? " declares" : " does not declare")
              + " a parallel layout, " + who + (e.has_parallel ? " does" : " does not");
@@ -94,10 +91,11 @@ std::string layout_conflict(const std::vector<rank_entry>& ranks, const rank_ent
     if (!same_shape(e.layout.aux, c.aux))
       return to_string(candidate.rank) + " has " + buffers_text(c.aux, true) + ", " + who
              + " has " + buffers_text(e.layout.aux, true);
-    if (e.rank.tp_size != candidate.rank.tp_size)
+    // Undeclared layouts move whole pages: one prefill rank per decode rank.
+    if (!candidate.has_parallel && e.rank.tp_size != candidate.rank.tp_size)
       return to_string(candidate.rank) + " has TP size " + std::to_string(candidate.rank.tp_size)
              + ", " + who + " has " + std::to_string(e.rank.tp_size)
-             + " (unequal TP sizes are not supported yet)";
+             + " (unequal TP sizes need parallel layouts declared on every rank)";
   }
   return {};
 }

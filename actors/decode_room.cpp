@@ -1,8 +1,12 @@
 #include "kvroom/actors/decode_room.hpp"
 
+#include <algorithm>
+
 #include "caf/all.hpp"
 
 #include "kvroom/actors/logging.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/rank_mapping.hpp"
 #include "kvroom/transport/transfer_plan.hpp"
 
 namespace kvroom {
@@ -14,67 +18,111 @@ using self_ptr = counted_actor<decode_room_state>*;
 void maybe_send_dst(self_ptr self) {
   auto& st = self->state;
   auto& core = st.core;
-  if (core.concluded() || !st.source || !st.initialized || st.dst_sent)
+  if (core.concluded() || st.sources.empty() || !st.initialized || st.dst_sent)
     return;
-  // That prefill rank, and no one else, may write these pages for this room
-  // until the room concludes (data planes that check grants: tcp).
+  // Those prefill ranks, and no one else, may write these pages for this
+  // room until the room concludes (data planes that check grants: tcp).
   auto& dp = core.params().data_plane;
-  if (dp && dp->enforces_grants()
-      && !dp->grant(core.params().room, st.source->rank.id,
-                    room_grant(core.params().self_entry->layout, st.init.kv_indices,
-                               st.init.aux_index))) {
-    core.fail_local("the data plane's grant table is full");
-    return;
+  if (dp && dp->enforces_grants()) {
+    auto ranges = room_grant(core.params().self_entry->layout, st.init.kv_indices,
+                             st.init.aux_index);
+    for (auto& s : st.sources)
+      if (!dp->grant(core.params().room, s->rank.id, ranges)) {
+        core.fail_local("the data plane's grant table is full");
+        return;
+      }
   }
   st.dst_sent = true;
-  // From here the prefill rank may write into these pages until it is done,
-  // fenced or lost: the protocol holds a terminal state until then.
-  core.dst_sent(st.source->rank.id);
-  dst_info info;
-  info.room = core.params().room;
-  info.decode_rank = core.params().self;
-  if (core.local(st.source->manager))
-    info.decode_room = caf::actor_cast<caf::actor>(self);
-  info.kv_indices = st.init.kv_indices;
-  info.aux_index = st.init.aux_index;
-  // Straight to the prefill rank's manager; this rank's manager hears where
-  // the pages went, in case this actor dies before the fence.
-  self->send(core.params().manager, dst_sent{info.room, st.source->rank.id});
-  self->send(st.source->manager, std::move(info));
+  for (auto& s : st.sources) {
+    // From here the prefill rank may write into these pages until it is
+    // done, fenced or lost: the protocol holds a terminal state until then.
+    core.dst_sent(s->rank.id);
+    dst_info info;
+    info.room = core.params().room;
+    info.decode_rank = core.params().self;
+    if (core.local(s->manager))
+      info.decode_room = caf::actor_cast<caf::actor>(self);
+    info.kv_indices = st.init.kv_indices;
+    info.aux_index = st.init.aux_index;
+    // Straight to the prefill rank's manager; this rank's manager hears
+    // where the pages went, in case this actor dies before the fence.
+    self->send(core.params().manager, dst_sent{info.room, s->rank.id});
+    self->send(s->manager, std::move(info));
+  }
+}
+
+/// The prefill ranks of the group that write into this rank: by the rank
+/// mapping when both sides declared parallel layouts (empty: not every rank
+/// of the group registered yet), else the one of this TP slot. Fails the
+/// room when they cannot be mapped.
+std::vector<std::shared_ptr<const rank_entry>>
+pick_sources(self_ptr self, const std::vector<std::shared_ptr<const rank_entry>>& group) {
+  auto& core = self->state.core;
+  auto& mine = *core.params().self_entry;
+  auto& me = core.params().self;
+  std::vector<std::shared_ptr<const rank_entry>> out;
+  if (!mine.has_parallel) {
+    for (auto& entry : group) {
+      if (entry->rank.tp_size != me.tp_size) {
+        core.fail_local("unsupported: prefill group dp"
+                        + std::to_string(core.params().peer_dp_rank) + " has tp_size "
+                        + std::to_string(entry->rank.tp_size) + ", decode " + to_string(me)
+                        + " has tp_size " + std::to_string(me.tp_size)
+                        + " (head-sliced transfers need parallel layouts declared on both sides)");
+        return {};
+      }
+      if (entry->rank.tp_rank == me.tp_rank)
+        out.push_back(entry);
+    }
+    return out;
+  }
+  std::vector<parallel_layout> layouts;
+  for (auto& entry : group) {
+    if (!entry->has_parallel) {
+      core.fail_local("prefill " + to_string(entry->rank) + " declares no parallel layout");
+      return {};
+    }
+    layouts.push_back(entry->parallel);
+  }
+  auto& first = layouts.front();
+  if (layouts.size() < static_cast<size_t>(first.tp_size) * static_cast<size_t>(first.pp_size))
+    return {}; // not every rank of the group registered yet
+  auto m = map_decode_rank(layouts, mine.parallel);
+  if (!m) {
+    core.fail_local(describe(m.error()));
+    return {};
+  }
+  for (auto& place : m->sources)
+    for (auto& entry : group)
+      if (entry->parallel.tp_rank == place.tp_rank && entry->parallel.pp_rank == place.pp_rank)
+        out.push_back(entry);
+  return out;
 }
 
 void on_group(self_ptr self, group_reply& reply) {
   auto& st = self->state;
   auto& core = st.core;
   st.resolving = false;
-  if (core.concluded() || st.source || reply.ranks.empty())
+  if (core.concluded() || !st.sources.empty() || reply.ranks.empty())
     return; // not registered yet: the next tick asks again
-  auto& me = core.params().self;
-  for (auto& entry : reply.ranks) {
-    if (entry->rank.tp_size != me.tp_size) {
-      core.fail_local("unsupported: prefill group dp" + std::to_string(
-                        core.params().peer_dp_rank)
-                      + " has tp_size " + std::to_string(entry->rank.tp_size)
-                      + ", decode " + to_string(me) + " has tp_size "
-                      + std::to_string(me.tp_size)
-                      + " (head-sliced transfers need equal tp sizes)");
-      return;
-    }
-    if (entry->rank.tp_rank == me.tp_rank)
-      st.source = entry;
+  auto sources = pick_sources(self, reply.ranks);
+  if (sources.empty())
+    return; // those ranks have not registered yet (or the room failed)
+  for (auto& entry : reply.ranks)
     if (entry->rank.tp_rank == 0)
       st.decider = entry;
-  }
-  if (!st.source)
-    return; // that tp slot has not registered yet
-  core.set_counterparts({st.source->rank});
+  st.sources = std::move(sources);
+  std::vector<rank_ref> counterparts;
+  for (auto& s : st.sources)
+    counterparts.push_back(s->rank);
+  core.set_counterparts(std::move(counterparts));
   core.advance(kv_poll::waiting_for_input);
   maybe_send_dst(self);
 }
 
 void resolve(self_ptr self) {
   auto& st = self->state;
-  if (st.resolving || st.source || st.core.concluded())
+  if (st.resolving || !st.sources.empty() || st.core.concluded())
     return;
   st.resolving = true;
   auto& p = st.core.params();
@@ -139,7 +187,7 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
     // From other ranks: only from members (room_core::from_member).
     [=](const transfer_started& msg) {
       auto& st = self->state;
-      if (st.core.from_member() && st.source && msg.src_rank == st.source->rank.id)
+      if (st.core.from_member() && st.is_source(msg.src_rank))
         st.core.advance(kv_poll::transferring);
     },
     [=](const transfer_done& msg) {
@@ -151,7 +199,7 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
       core.source_done(msg.src_rank);
       if (core.concluded())
         return;
-      if (!st.source || msg.src_rank != st.source->rank.id || !st.dst_sent) {
+      if (!st.is_source(msg.src_rank) || !st.dst_sent) {
         core.fail_local("unexpected transfer confirmation from rank "
                         + std::to_string(msg.src_rank));
         return;
@@ -163,13 +211,26 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
                         + std::to_string(st.init.kv_indices.size()));
         return;
       }
+      auto& done = st.sources_done;
+      if (std::find(done.begin(), done.end(), msg.src_rank) != done.end())
+        return; // a duplicate
+      done.push_back(msg.src_rank);
       if (msg.counted) {
-        // The decider sent it and counted our part itself.
+        // The decider sent it and counted our part itself: it is our only
+        // source.
+        if (st.sources.size() != 1) {
+          core.fail_local("prefill rank " + std::to_string(msg.src_rank)
+                          + " counted a part that " + std::to_string(st.sources.size())
+                          + " ranks write");
+          return;
+        }
         core.prepare();
         if (msg.committed)
           core.on_committed();
         return;
       }
+      if (done.size() < st.sources.size())
+        return; // other sources still write
       auto& me = core.params().self;
       // The sender's room when it wrote to us itself (same process); from
       // another process the confirmation came through our manager.

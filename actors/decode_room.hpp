@@ -14,8 +14,13 @@ namespace kvroom {
 /// State of the receiver side of one room on one decode rank.
 struct decode_room_state {
   room_core core;
-  /// The prefill rank this decode rank pulls from (same tp slot).
-  std::shared_ptr<const rank_entry> source;
+  /// The prefill ranks that write into this decode rank: the one of its TP
+  /// slot, or with declared parallel layouts every rank the rank mapping
+  /// names (head slices from several, or one MLA sender). Empty until the
+  /// group is resolved.
+  std::vector<std::shared_ptr<const rank_entry>> sources;
+  /// Sources that confirmed their last byte (transfer_done).
+  std::vector<rank_id> sources_done;
   /// The room's decider (prefill TP rank 0 of that group): parts go straight
   /// to its manager.
   std::shared_ptr<const rank_entry> decider;
@@ -24,6 +29,13 @@ struct decode_room_state {
   receiver_init init;
   bool dst_sent = false;
   bool started = false;
+
+  bool is_source(rank_id id) const {
+    for (auto& s : sources)
+      if (s->rank.id == id)
+        return true;
+    return false;
+  }
 
   static inline const char* name = "kvroom.decode_room";
 };

@@ -393,6 +393,33 @@ void deliver_parked(self_ptr self, room_id room) {
   }
 }
 
+/// The decode side's TP size (every decode rank has the same; registration
+/// refuses another), or 0 while no decode rank with a layout is known.
+int32_t decode_tp(self_ptr self) {
+  for (auto& e : self->state.peers->all())
+    if (e->rank.side == role::decode && e->has_parallel)
+      return e->parallel.tp_size;
+  return 0;
+}
+
+/// What a room needs of the directory to know its counterparts: a decode
+/// room its prefill group; a prefill room with a declared parallel layout
+/// its own group and the decode TP size (whom the rank mapping has it
+/// write). Nothing while the directory lacks it.
+void push_group(self_ptr self, const room_directory::entry& e) {
+  auto& st = self->state;
+  auto& mine = me(self);
+  if (mine.side == role::decode) {
+    auto group = st.peers->group(role::prefill, e.prefill_dp);
+    if (!group.empty())
+      self->send(e.actor, group_reply{std::move(group)});
+  } else if (st.self_entry->has_parallel) {
+    auto group = st.peers->group(role::prefill, mine.dp_rank);
+    if (!group.empty())
+      self->send(e.actor, group_reply{std::move(group), decode_tp(self)});
+  }
+}
+
 void on_opened(self_ptr self, room_opened& msg) {
   auto& st = self->state;
   auto room = msg.room;
@@ -402,12 +429,9 @@ void on_opened(self_ptr self, room_opened& msg) {
   e.prefill_dp = msg.prefill_dp;
   e.opened_ms = now_ms();
   auto& entry = st.rooms->open(room, msg.room_actor.id(), std::move(e));
-  // A decode room needs its prefill group first: pushed now, not asked for.
-  if (me(self).side == role::decode) {
-    auto group = st.peers->group(role::prefill, msg.prefill_dp);
-    if (!group.empty())
-      self->send(entry.actor, group_reply{std::move(group)});
-  }
+  // A decode room needs its prefill group first: pushed now, not asked for;
+  // a prefill room with a declared layout its group and the decode TP size.
+  push_group(self, entry);
   deliver_parked(self, room);
   tell_lost(self, entry.actor);
   for (auto& part : st.parked->take_parts(room))
@@ -509,14 +533,12 @@ void peers_changed(self_ptr self) {
     [&](const decider_ref& to, caf::message& m) { return send_to_decider(self, to, m); });
   for (auto room : st.parked->dst_rooms())
     deliver_parked(self, room);
-  // Decode rooms that opened before their prefill group registered learn it
-  // now (a room that has it ignores the push); directory updates are rare.
-  if (me(self).side == role::decode)
-    st.rooms->for_each([&](room_id, const room_directory::entry& e) {
-      auto group = st.peers->group(role::prefill, e.prefill_dp);
-      if (!group.empty() && !is_terminal(e.state))
-        self->send(e.actor, group_reply{std::move(group)});
-    });
+  // Rooms that opened before their group registered learn it now (a room
+  // that has it ignores the push); directory updates are rare.
+  st.rooms->for_each([&](room_id, const room_directory::entry& e) {
+    if (!is_terminal(e.state))
+      push_group(self, e);
+  });
 }
 
 void on_directory(self_ptr self, directory_update& msg) {

@@ -51,9 +51,13 @@ struct resolve_group {
 };
 
 /// Manager's answer to `resolve_group`, ordered by tp rank; empty while the
-/// registry has not seen that group.
+/// registry has not seen that group. Pushed to prefill rooms of ranks that
+/// declared a parallel layout too: their own group, and `decode_tp`, the
+/// decode side's TP size (one per deployment; 0 while no decode rank is
+/// known), from which a room knows which decode ranks it writes.
 struct group_reply {
   std::vector<std::shared_ptr<const rank_entry>> ranks;
+  int32_t decode_tp = 0;
 };
 
 /// Room -> its manager: deliver `payload` to the manager of the room's

@@ -1,5 +1,7 @@
 #include "kvroom/actors/prefill_room.hpp"
 
+#include <algorithm>
+
 #include "caf/all.hpp"
 
 #include "kvroom/actors/logging.hpp"
@@ -13,102 +15,141 @@ namespace {
 
 using self_ptr = counted_actor<prefill_room_state>*;
 
-/// To the decode room: directly in this process, else through its manager
+/// To a decode room: directly in this process, else through its manager
 /// (by room id: no proxy per room crosses processes).
 template <class T>
-void to_decode(self_ptr self, T&& msg) {
-  auto& st = self->state;
-  if (st.dst.decode_room)
-    self->send(st.dst.decode_room, std::forward<T>(msg));
-  else if (st.peer)
-    self->send(st.peer->manager, std::forward<T>(msg));
+void to_decode(self_ptr self, const prefill_target& t, T msg) {
+  if (t.dst.decode_room)
+    self->send(t.dst.decode_room, std::move(msg));
+  else if (t.peer)
+    self->send(t.peer->manager, std::move(msg));
 }
 
-/// Checks that the declared pages and the decode allocation agree; fails the
-/// room otherwise (a decode rank with fewer pages would read garbage).
+bool ready(const prefill_room_state& st) {
+  return st.role_known
+         && std::all_of(st.targets.begin(), st.targets.end(),
+                        [](const prefill_target& t) { return t.has_dst; });
+}
+
+prefill_place place_of(const parallel_layout& x) {
+  return prefill_place{x.tp_rank, x.pp_rank};
+}
+
+/// Checks that the declared pages and every decode allocation agree; fails
+/// the room otherwise (a decode rank with fewer pages would read garbage).
 bool check_counts(self_ptr self) {
   auto& st = self->state;
-  if (!st.initialized || !st.has_dst)
+  if (!st.initialized)
     return true;
-  auto dst_pages = st.dst.kv_indices.size();
-  if (dst_pages == st.declared_pages)
-    return true;
-  st.core.fail_local("decode rank " + to_string(st.dst.decode_rank)
-                     + " allocated " + std::to_string(dst_pages)
-                     + " pages but prefill declared "
-                     + std::to_string(st.declared_pages));
-  return false;
+  for (auto& t : st.targets) {
+    if (!t.has_dst || t.dst.kv_indices.size() == st.declared_pages)
+      continue;
+    st.core.fail_local("decode rank " + to_string(t.dst.decode_rank) + " allocated "
+                       + std::to_string(t.dst.kv_indices.size())
+                       + " pages but prefill declared " + std::to_string(st.declared_pages));
+    return false;
+  }
+  return true;
 }
 
 void on_result(self_ptr self, const transfer_result& res);
 
-/// Hands the next queued chunk to the worker when nothing is in flight (or
-/// moves it right here when it is small and the data plane allows).
-void pump(self_ptr self) {
+/// The batch of one chunk for target `t`, or why it cannot be planned.
+caf::expected<write_batch> plan_for(self_ptr self, const prefill_target& t,
+                                    const sender_chunk& chunk) {
   auto& st = self->state;
   auto& core = st.core;
-  if (core.concluded() || !st.initialized || !st.has_dst
-      || st.job_in_flight != 0 || st.queued.empty())
-    return;
-  auto chunk = std::move(st.queued.front());
-  st.queued.pop_front();
   auto n = chunk.kv_indices.size();
-  std::vector<int64_t> dst_pages(st.dst.kv_indices.begin() + st.planned_pages,
-                                 st.dst.kv_indices.begin() + st.planned_pages
-                                   + n);
-  auto& src_layout = core.params().self_entry->layout;
-  auto& dst_layout = st.peer->layout;
-  auto ops = plan_writes(src_layout, dst_layout, chunk.kv_indices, dst_pages);
-  if (!ops) {
-    core.fail_local("cannot plan transfer to " + to_string(st.dst.decode_rank)
-                    + ": " + describe(ops.error()));
-    return;
-  }
+  std::vector<int64_t> dst_pages(t.dst.kv_indices.begin() + st.planned_pages,
+                                 t.dst.kv_indices.begin() + st.planned_pages + n);
+  auto& me = *core.params().self_entry;
+  auto& src_layout = me.layout;
+  auto& dst_layout = t.peer->layout;
+  auto ops = st.mapped
+               ? plan_mapped_writes(t.map, place_of(me.parallel), me.parallel, t.peer->parallel,
+                                    src_layout, dst_layout, chunk.kv_indices, dst_pages)
+               : plan_writes(src_layout, dst_layout, chunk.kv_indices, dst_pages);
+  if (!ops)
+    return make_error(errc::invalid_argument, "cannot plan transfer to "
+                                                + to_string(t.dst.decode_rank) + ": "
+                                                + describe(ops.error()));
   write_batch batch;
   batch.tag = core.params().room;
-  batch.peer = st.peer_endpoint;
+  batch.peer = t.endpoint;
   batch.ops = std::move(*ops);
   batch.src_device_id = kv_device_id(src_layout);
   batch.dst_device_id = kv_device_id(dst_layout);
-  if (chunk.is_last && !src_layout.aux.empty()) {
-    auto aux = plan_aux_writes(src_layout, dst_layout, st.aux_index,
-                               st.dst.aux_index);
-    if (!aux) {
-      core.fail_local("cannot plan aux transfer to "
-                      + to_string(st.dst.decode_rank) + ": "
-                      + describe(aux.error()));
-      return;
-    }
+  if (chunk.is_last && t.sends_aux && !src_layout.aux.empty()) {
+    auto aux = plan_aux_writes(src_layout, dst_layout, st.aux_index, t.dst.aux_index);
+    if (!aux)
+      return make_error(errc::invalid_argument, "cannot plan aux transfer to "
+                                                  + to_string(t.dst.decode_rank) + ": "
+                                                  + describe(aux.error()));
     batch.aux_ops = static_cast<uint32_t>(aux->size());
     batch.ops.insert(batch.ops.end(), aux->begin(), aux->end());
   }
-  st.planned_pages += n;
-  st.job_in_flight = st.next_job++;
+  return batch;
+}
+
+/// Hands the next queued chunk to the worker, one batch per target, when
+/// nothing of the room is in flight (or moves it right here when it is
+/// small and the data plane allows). A dummy (no target) moves nothing.
+void pump(self_ptr self) {
+  auto& st = self->state;
+  auto& core = st.core;
+  if (core.concluded() || !st.initialized || !ready(st) || !st.jobs.empty()
+      || st.queued.empty() || st.targets.empty())
+    return;
+  auto chunk = std::move(st.queued.front());
+  st.queued.pop_front();
+  // Every batch is planned before any moves: nothing goes out partially.
+  std::vector<write_batch> batches;
+  batches.reserve(st.targets.size());
+  for (auto& t : st.targets) {
+    auto batch = plan_for(self, t, chunk);
+    if (!batch) {
+      core.fail_local(describe(batch.error()));
+      return;
+    }
+    batches.push_back(std::move(*batch));
+  }
+  st.planned_pages += chunk.kv_indices.size();
   st.last_in_flight = chunk.is_last;
   bool first = !st.started;
   if (first) {
     st.started = true;
     core.advance(kv_poll::transferring);
   }
+  auto& room = core.params().room;
+  for (size_t i = 0; i < batches.size(); ++i)
+    st.jobs.push_back(st.next_job++);
+  // Small batches move right here when the data plane allows.
+  std::vector<transfer_result> done_here;
+  std::vector<bool> inline_done(batches.size(), false);
   if (auto& shortcut = core.params().shortcut) {
-    if (auto res = shortcut->try_copy(batch)) {
-      // A room moved whole by one inline copy: decode hears transfer_done
-      // at once, so "started" would only cost it a message (a cross-process
-      // one, the expensive kind).
-      if (first && (!chunk.is_last || *res))
-        to_decode(self, transfer_started{core.params().room, core.params().self.id});
-      auto bytes = batch.total_bytes();
-      on_result(self, transfer_result{core.params().room, st.job_in_flight, !*res,
-                                      *res ? describe(*res) : std::string{},
-                                      *res ? 0 : bytes});
-      return;
+    for (size_t i = 0; i < batches.size(); ++i) {
+      if (auto res = shortcut->try_copy(batches[i])) {
+        inline_done[i] = true;
+        done_here.push_back(transfer_result{room, st.jobs[i], !*res,
+                                            *res ? describe(*res) : std::string{},
+                                            *res ? 0 : batches[i].total_bytes()});
+      }
     }
   }
-  if (first)
-    to_decode(self, transfer_started{core.params().room, core.params().self.id});
-  self->send(core.params().worker,
-             transfer_job{core.params().room, st.job_in_flight,
-                          std::move(batch)});
+  // A room moved whole by inline copies: decode hears transfer_done at
+  // once, so "started" would only cost it a message (a cross-process one,
+  // the expensive kind).
+  bool whole_inline = chunk.is_last && done_here.size() == batches.size()
+                      && std::all_of(done_here.begin(), done_here.end(),
+                                     [](const transfer_result& r) { return r.ok; });
+  if (first && !whole_inline)
+    for (auto& t : st.targets)
+      to_decode(self, t, transfer_started{room, core.params().self.id});
+  for (size_t i = 0; i < batches.size(); ++i)
+    if (!inline_done[i])
+      self->send(core.params().worker, transfer_job{room, st.jobs[i], std::move(batches[i])});
+  for (auto& res : done_here)
+    on_result(self, res);
 }
 
 void on_chunk(self_ptr self, sender_chunk& chunk) {
@@ -148,10 +189,77 @@ void on_chunk(self_ptr self, sender_chunk& chunk) {
   }
   st.received_pages += n;
   st.last_received = chunk.is_last;
-  // A non-last empty chunk moves nothing; the last one still carries aux.
-  if (n > 0 || chunk.is_last)
+  // A dummy moves nothing; a non-last empty chunk neither; the last one
+  // still carries aux.
+  if ((n > 0 || chunk.is_last) && !(st.role_known && st.targets.empty()))
     st.queued.push_back(std::move(chunk));
   pump(self);
+}
+
+void on_dst(self_ptr self, dst_ready& msg);
+
+/// Mapped rooms: the decode ranks this rank writes, once its whole group
+/// and the decode TP size are known. A rank the mapping gives nothing to
+/// (MLA beyond the decode TP size, say) is a dummy: its part is done from
+/// the start and it concludes with the room (the decider commits the whole
+/// group; a failure reaches it through the group's fan-out).
+void resolve_role(self_ptr self) {
+  auto& st = self->state;
+  auto& core = st.core;
+  if (st.role_known || core.concluded() || st.decode_tp <= 0)
+    return;
+  auto& me = *core.params().self_entry;
+  std::vector<parallel_layout> layouts;
+  for (auto& e : st.group) {
+    if (!e->has_parallel) {
+      core.fail_local("prefill " + to_string(e->rank) + " declares no parallel layout");
+      return;
+    }
+    layouts.push_back(e->parallel);
+  }
+  auto full = static_cast<size_t>(me.parallel.tp_size) * static_cast<size_t>(me.parallel.pp_size);
+  if (layouts.size() < full)
+    return; // a rank of the group has not registered yet: the next push
+  auto targets = prefill_targets(layouts, me.parallel, st.decode_tp);
+  if (!targets) {
+    core.fail_local(describe(targets.error()));
+    return;
+  }
+  st.role_known = true;
+  for (auto t : *targets) {
+    prefill_target x;
+    x.tp_rank = t;
+    st.targets.push_back(std::move(x));
+  }
+  if (core.protocol().deciding()) {
+    std::vector<rank_id> ids;
+    for (auto& e : st.group)
+      ids.push_back(e->rank.id);
+    core.commit_also(std::move(ids));
+  }
+  if (st.targets.empty()) {
+    logger()->debug("room {} on {}: a dummy (no decode rank of TP {} needs its heads)",
+                    core.params().room, to_string(core.params().self), st.decode_tp);
+    st.queued.clear();
+    core.advance(kv_poll::waiting_for_input);
+    core.prepare();
+    if (st.early_commit)
+      core.on_committed();
+  }
+  auto early = std::move(st.early);
+  st.early.clear();
+  for (auto& x : early)
+    on_dst(self, x);
+}
+
+void on_group(self_ptr self, group_reply& reply) {
+  auto& st = self->state;
+  if (!st.mapped || st.role_known)
+    return;
+  st.group = std::move(reply.ranks);
+  if (reply.decode_tp > 0 && st.decode_tp == 0)
+    st.decode_tp = reply.decode_tp;
+  resolve_role(self);
 }
 
 void on_dst(self_ptr self, dst_ready& msg) {
@@ -173,25 +281,71 @@ void on_dst(self_ptr self, dst_ready& msg) {
                     + to_string(msg.info.decode_rank));
     return;
   }
-  if (st.has_dst) {
-    if (st.dst.decode_rank.id == msg.info.decode_rank.id) {
+  auto& d = msg.info.decode_rank;
+  if (st.mapped) {
+    if (!msg.peer->has_parallel) {
+      core.fail_local("decode " + to_string(d) + " declares no parallel layout");
+      return;
+    }
+    auto tp = msg.peer->parallel.tp_size;
+    if (!st.role_known) {
+      if (st.decode_tp == 0)
+        st.decode_tp = tp;
+      if (st.early.size() >= static_cast<size_t>(std::max(st.decode_tp, 1))) {
+        core.fail_local("more destinations than the decode TP size "
+                        + std::to_string(st.decode_tp));
+        return;
+      }
+      st.early.push_back(std::move(msg));
+      resolve_role(self);
+      return;
+    }
+    if (tp != st.decode_tp) {
+      core.fail_local("decode " + to_string(d) + " has TP size " + std::to_string(tp)
+                      + ", this room was mapped for " + std::to_string(st.decode_tp));
+      return;
+    }
+  } else if (!st.role_known) {
+    if (d.tp_size != me.tp_size || d.tp_rank != me.tp_rank) {
+      core.fail_local("unsupported: decode " + to_string(d) + " with tp_size "
+                      + std::to_string(d.tp_size) + " asks prefill "
+                      + to_string(me) + " with tp_size "
+                      + std::to_string(me.tp_size)
+                      + " (head-sliced transfers need parallel layouts declared on both sides)");
+      return;
+    }
+    st.role_known = true;
+    st.targets.push_back(prefill_target{});
+    st.targets.back().tp_rank = d.tp_rank;
+  }
+  auto t = std::find_if(st.targets.begin(), st.targets.end(),
+                        [&](const prefill_target& x) { return x.tp_rank == d.tp_rank; });
+  if (t == st.targets.end()) {
+    core.fail_local("decode " + to_string(d) + " sent a destination to prefill " + to_string(me)
+                    + ", which the rank mapping gives no part of its pages");
+    return;
+  }
+  if (t->has_dst) {
+    if (t->dst.decode_rank.id == d.id) {
       logger()->debug("room {} on {}: duplicate destination ignored",
                       core.params().room, to_string(me));
       return;
     }
-    core.fail_local("second decode destination " + to_string(msg.info.decode_rank)
-                    + " (already serving " + to_string(st.dst.decode_rank)
-                    + ")");
+    core.fail_local("second decode destination " + to_string(d) + " (already serving "
+                    + to_string(t->dst.decode_rank) + ")");
     return;
   }
-  auto& d = msg.info.decode_rank;
-  if (d.tp_size != me.tp_size || d.tp_rank != me.tp_rank) {
-    core.fail_local("unsupported: decode " + to_string(d) + " with tp_size "
-                    + std::to_string(d.tp_size) + " asks prefill "
-                    + to_string(me) + " with tp_size "
-                    + std::to_string(me.tp_size)
-                    + " (head-sliced transfers need equal tp sizes)");
-    return;
+  if (st.mapped) {
+    std::vector<parallel_layout> layouts;
+    for (auto& e : st.group)
+      layouts.push_back(e->parallel);
+    auto m = map_decode_rank(layouts, msg.peer->parallel);
+    if (!m) {
+      core.fail_local("cannot map to decode " + to_string(d) + ": " + describe(m.error()));
+      return;
+    }
+    t->sends_aux = m->aux_source == place_of(core.params().self_entry->parallel);
+    t->map = std::move(*m);
   }
   auto kind = [](const memory_layout& x) {
     return kv_device_id(x) < 0 ? mem_kind::host : mem_kind::device;
@@ -205,13 +359,16 @@ void on_dst(self_ptr self, dst_ready& msg) {
     core.fail_local("cannot reach decode " + to_string(d) + ": " + describe(ep.error()));
     return;
   }
-  st.peer_endpoint = std::move(*ep);
-  st.has_dst = true;
-  st.dst = std::move(msg.info);
-  st.peer = std::move(msg.peer);
-  core.set_counterparts({st.dst.decode_rank});
-  if (!check_counts(self))
+  t->endpoint = std::move(*ep);
+  t->has_dst = true;
+  t->dst = std::move(msg.info);
+  t->peer = std::move(msg.peer);
+  if (!check_counts(self) || !ready(st))
     return;
+  std::vector<rank_ref> counterparts;
+  for (auto& x : st.targets)
+    counterparts.push_back(x.dst.decode_rank);
+  core.set_counterparts(std::move(counterparts));
   core.advance(kv_poll::waiting_for_input);
   pump(self);
 }
@@ -219,38 +376,40 @@ void on_dst(self_ptr self, dst_ready& msg) {
 void on_result(self_ptr self, const transfer_result& res) {
   auto& st = self->state;
   auto& core = st.core;
-  if (res.job_id != st.job_in_flight) {
+  auto job = std::find(st.jobs.begin(), st.jobs.end(), res.job_id);
+  if (job == st.jobs.end()) {
     logger()->debug("room {}: stale transfer result {} ignored", res.room,
                     res.job_id);
     return;
   }
-  st.job_in_flight = 0;
+  st.jobs.erase(job);
   if (!res.ok) {
-    core.fail_local("transfer to " + to_string(st.dst.decode_rank)
-                    + " failed: " + res.reason);
+    core.fail_local("transfer to decode failed: " + res.reason);
     return;
   }
   st.bytes_moved += res.bytes;
+  if (!st.jobs.empty() || core.concluded())
+    return;
   if (!st.last_in_flight) {
     pump(self);
     return;
   }
-  if (core.concluded())
-    return;
-  transfer_done done{core.params().room, core.params().self.id, st.bytes_moved,
-                     st.planned_pages};
   // Every byte landed; Success waits for the room's decider.
   core.prepare();
-  if (core.protocol().deciding()) {
-    // The decider: this slot's part is done (the bytes landed), no need for
-    // the decode rank to say so. When that was the last part, the room
-    // commits here and this very message carries the commit: two
-    // cross-process messages per 1P x 1D room instead of four.
-    auto& d = st.dst.decode_rank;
-    done.counted = true;
-    done.committed = core.count_part(d, st.dst.decode_room);
+  for (auto& t : st.targets) {
+    transfer_done done{core.params().room, core.params().self.id, st.bytes_moved,
+                       st.planned_pages};
+    if (core.protocol().deciding() && (!st.mapped || t.map.sources.size() == 1)) {
+      // The decider as the only source of this decode rank: its part is
+      // done (the bytes landed), no need for the decode rank to say so.
+      // When that was the last part, the room commits here and this very
+      // message carries the commit: two cross-process messages per 1P x 1D
+      // room instead of four.
+      done.counted = true;
+      done.committed = core.count_part(t.dst.decode_rank, t.dst.decode_room);
+    }
+    to_decode(self, t, std::move(done));
   }
-  to_decode(self, std::move(done));
 }
 
 } // namespace
@@ -259,6 +418,7 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
                            room_params params) {
   self->state.core.init(self, std::move(params));
   auto& p = self->state.core.params();
+  self->state.mapped = p.self_entry->has_parallel;
   return {
     [=](sender_init& msg) {
       auto& st = self->state;
@@ -287,6 +447,7 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
     },
     [=](sender_chunk& msg) { on_chunk(self, msg); },
     [=](dst_ready& msg) { on_dst(self, msg); },
+    [=](group_reply& msg) { on_group(self, msg); },
     [=](const transfer_result& msg) { on_result(self, msg); },
     // From other ranks: only from members (room_core::from_member).
     [=](const room_failed& msg) {
@@ -294,8 +455,13 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
         self->state.core.on_failed(msg);
     },
     [=](const room_committed&) {
-      if (self->state.core.from_member())
-        self->state.core.on_committed();
+      auto& st = self->state;
+      if (!st.core.from_member())
+        return;
+      // A dummy may hear the commit before it knows it is one.
+      if (st.mapped && !st.role_known)
+        st.early_commit = true;
+      st.core.on_committed();
     },
     [=](const part_done& msg) {
       if (self->state.core.from_member())

@@ -91,6 +91,10 @@ void room_core::run(room_effects& effects) {
             self_->send(params_.manager,
                         to_rank{kvp.first, caf::make_message(room_committed{room})});
         }
+        for (auto id : commit_also_)
+          if (id != params_.self.id && participants_.count(id) == 0)
+            self_->send(params_.manager,
+                        to_rank{id, caf::make_message(room_committed{room})});
         break;
       case room_effect::kind::fence_expired:
         logger()->error("room {} on {}: Failed published without every "

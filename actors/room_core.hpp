@@ -105,6 +105,11 @@ public:
   /// the room; else `decode` gets the commit when it comes.
   bool count_part(const rank_ref& decode, const caf::actor& decode_room);
   void on_committed();
+  /// Decider: ranks that hear the commit even without a part of their own
+  /// (mapped rooms: every prefill rank of the group, dummies included).
+  void commit_also(std::vector<rank_id> ranks) {
+    commit_also_ = std::move(ranks);
+  }
   void on_peer_lost(const peer_lost& msg);
   void on_tick();
   void dst_sent(rank_id prefill);
@@ -130,6 +135,7 @@ private:
   // Coordinator: the room actors to commit, by rank id (null: in another
   // process, reached through its manager).
   std::unordered_map<rank_id, caf::actor> participants_;
+  std::vector<rank_id> commit_also_;
 };
 
 } // namespace kvroom

@@ -195,6 +195,72 @@ bool host_kv_cache::check_room(room_id room, const std::vector<int64_t>& pages,
   return true;
 }
 
+namespace {
+
+/// Visits every head slice of the pages of a room as `x` holds them: (its
+/// address in this cache, the seed of its pattern).
+template <class F>
+void for_each_head(host_kv_cache& cache, const std::vector<int64_t>& pages,
+                   const parallel_layout& x, F f) {
+  for (int32_t l = 0; l < x.layers; ++l)
+    for (uint32_t kv = 0; kv < 2; ++kv) {
+      auto b = static_cast<uint32_t>(2 * l) + kv;
+      auto global = static_cast<uint64_t>(2 * (x.first_layer + l)) + kv;
+      for (size_t i = 0; i < pages.size(); ++i)
+        for (int32_t h = 0; h < x.local_heads(); ++h)
+          for (int32_t t = 0; t < x.tokens_per_page; ++t) {
+            auto head = static_cast<uint64_t>(x.first_head() + h);
+            // Hashed whole into the pattern's room word (its buffer word
+            // keeps 16 bits only).
+            auto seed = splitmix64((global << 40) ^ (head << 20) ^ static_cast<uint64_t>(t));
+            f(cache.page(b, static_cast<uint64_t>(pages[i])) + x.offset(t, h), seed, i);
+          }
+    }
+}
+
+} // namespace
+
+void host_kv_cache::write_room(room_id room, const std::vector<int64_t>& pages, int64_t aux_slot,
+                               const parallel_layout& x) {
+  for_each_head(*this, pages, x, [&](uint8_t* at, uint64_t seed, size_t i) {
+    write_pattern(at, x.head_bytes(), room ^ seed, 0, i);
+  });
+  for (uint32_t b = 0; b < shape_.num_aux; ++b)
+    write_pattern(aux(b, static_cast<uint64_t>(aux_slot)), shape_.aux_item_bytes, room, 1000 + b,
+                  0);
+}
+
+bool host_kv_cache::check_room(room_id room, const std::vector<int64_t>& pages, int64_t aux_slot,
+                               const parallel_layout& x, std::string* why) const {
+  auto* self = const_cast<host_kv_cache*>(this);
+  bool ok = true;
+  for_each_head(*self, pages, x, [&](uint8_t* at, uint64_t seed, size_t i) {
+    if (!ok)
+      return;
+    auto n = check_pattern(at, x.head_bytes(), room ^ seed, 0, i);
+    if (n != x.head_bytes()) {
+      ok = false;
+      if (why)
+        *why = "room " + std::to_string(room) + ": page " + std::to_string(pages[i])
+               + " a head slice, byte " + std::to_string(n)
+               + " differs";
+    }
+  });
+  if (!ok)
+    return false;
+  for (uint32_t b = 0; b < shape_.num_aux; ++b) {
+    auto len = shape_.aux_item_bytes;
+    auto at = check_pattern(self->aux(b, static_cast<uint64_t>(aux_slot)), len, room, 1000 + b, 0);
+    if (at != len) {
+      if (why)
+        *why = "room " + std::to_string(room) + ": aux buffer " + std::to_string(b) + " slot "
+               + std::to_string(aux_slot) + " byte " + std::to_string(at) + " differs";
+      return false;
+    }
+  }
+  return true;
+}
+
 uint64_t host_kv_cache::count_changed_outside(const std::vector<int64_t>& pages,
                                               int64_t aux_slot,
                                               uint8_t byte) const {

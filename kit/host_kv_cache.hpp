@@ -7,6 +7,7 @@
 
 #include "kvroom/messages/descriptors.hpp"
 #include "kvroom/messages/ids.hpp"
+#include "kvroom/messages/parallel_layout.hpp"
 
 namespace kvroom {
 
@@ -65,6 +66,16 @@ public:
   /// mismatch returns false and says where in `why`.
   bool check_room(room_id room, const std::vector<int64_t>& pages,
                   int64_t aux_slot, std::string* why = nullptr) const;
+
+  /// The same for a rank holding part of the model (`x`, its buffers K and
+  /// V of each layer of its stage): every head of every token carries the
+  /// model's pattern for that room, page of the room, layer, K or V, head
+  /// (global) and token, so ranks of any two parallel layouts can be checked
+  /// against each other byte-exact.
+  void write_room(room_id room, const std::vector<int64_t>& pages, int64_t aux_slot,
+                  const parallel_layout& x);
+  bool check_room(room_id room, const std::vector<int64_t>& pages, int64_t aux_slot,
+                  const parallel_layout& x, std::string* why = nullptr) const;
 
   /// Counts bytes that differ from `byte` outside the given pages and slot:
   /// proof that nothing wrote where it should not.

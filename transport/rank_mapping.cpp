@@ -195,6 +195,37 @@ caf::expected<room_mapping> map_room(const std::vector<parallel_layout>& prefill
   return out;
 }
 
+parallel_layout decode_layout_like(const parallel_layout& prefill, int32_t total_layers,
+                                   int32_t tp_size, int32_t tp_rank) {
+  auto x = prefill;
+  x.tp_size = tp_size;
+  x.tp_rank = tp_rank;
+  x.pp_size = 1;
+  x.pp_rank = 0;
+  x.first_layer = 0;
+  x.layers = total_layers;
+  return x;
+}
+
+caf::expected<std::vector<int32_t>> prefill_targets(const std::vector<parallel_layout>& group,
+                                                    const parallel_layout& me, int32_t decode_tp) {
+  if (decode_tp < 1 || decode_tp > 4096)
+    return unmappable("decode TP size " + std::to_string(decode_tp));
+  int32_t total_layers = 0;
+  for (auto& x : group)
+    total_layers = std::max(total_layers, x.first_layer + x.layers);
+  prefill_place mine{me.tp_rank, me.pp_rank};
+  std::vector<int32_t> out;
+  for (int32_t t = 0; t < decode_tp; ++t) {
+    auto m = map_decode_rank(group, decode_layout_like(me, total_layers, decode_tp, t));
+    if (!m)
+      return std::move(m.error());
+    if (std::find(m->sources.begin(), m->sources.end(), mine) != m->sources.end())
+      out.push_back(t);
+  }
+  return out;
+}
+
 std::string parallel_conflict(const parallel_layout& a, bool prefill_a, const parallel_layout& b,
                               bool prefill_b) {
   if (auto why = check(a); !why.empty())

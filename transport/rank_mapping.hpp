@@ -88,6 +88,20 @@ caf::expected<room_mapping> map_room(const std::vector<parallel_layout>& prefill
 std::string parallel_conflict(const parallel_layout& a, bool prefill_a, const parallel_layout& b,
                               bool prefill_b);
 
+/// The layout of decode TP rank `tp_rank` of `tp_size` for a model whose
+/// prefill side holds `prefill` (one rank of its group; `total_layers`: all
+/// stages together): the same model shape, every layer, one stage. The heads
+/// a decode rank needs follow from that alone; its page order does not
+/// change who writes it.
+parallel_layout decode_layout_like(const parallel_layout& prefill, int32_t total_layers,
+                                   int32_t tp_size, int32_t tp_rank);
+
+/// The decode TP ranks (of `decode_tp`) that prefill rank `me` of `group`
+/// writes in a room; empty: a dummy, which moves nothing and concludes with
+/// the room. The same refusals as `map_decode_rank`.
+caf::expected<std::vector<int32_t>> prefill_targets(const std::vector<parallel_layout>& group,
+                                                    const parallel_layout& me, int32_t decode_tp);
+
 /// The writes prefill rank `src` moves into one decode rank for a chunk:
 /// its slices of `m` for every page pair (src_pages[i] -> dst_pages[i]), as
 /// addresses in the two registered memories. Writes that meet on both sides

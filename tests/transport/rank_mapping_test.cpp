@@ -152,6 +152,16 @@ TEST_CASE("rank mapping: every decode byte is written exactly once, by the right
       CHECK(senders >= static_cast<size_t>(g.heads * g.pp));
       CHECK(senders <= static_cast<size_t>(std::max(g.heads, g.dtp) * g.pp));
     }
+    // What a prefill room works out alone, from its group and the decode
+    // TP size only (decode_layout_like), is what the whole room's mapping
+    // says: the same targets, dummies included.
+    for (size_t i = 0; i < prefill.size(); ++i) {
+      auto targets = prefill_targets(prefill, prefill[i], g.dtp);
+      REQUIRE(targets);
+      auto place = prefill_place{prefill[i].tp_rank, prefill[i].pp_rank};
+      auto at = std::find(room->prefill.begin(), room->prefill.end(), place) - room->prefill.begin();
+      CHECK(*targets == room->targets[static_cast<size_t>(at)]);
+    }
     ++points;
   }
   CHECK(points == 4 * 4 * 3 * 3 * 2 * 2 + 2);

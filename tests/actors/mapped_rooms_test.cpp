@@ -1,0 +1,275 @@
+// Rooms between ranks of different parallel layouts, in one process over
+// real registered buffers: every decode rank holds, byte-exact, the heads
+// its layout says, gathered from the prefill ranks the rank mapping names;
+// dummy prefill ranks conclude with the room; nothing lands outside the
+// room's pages.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "kvroom/kit/testkit.hpp"
+
+using namespace kvroom;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct deployment_shape {
+  int32_t prefill_tp = 1;
+  int32_t decode_tp = 1;
+  int32_t kv_heads = 8;
+  bool mla = false;
+  page_order prefill_order = page_order::hnd;
+  page_order decode_order = page_order::hnd;
+};
+
+parallel_layout layout_of(const deployment_shape& s, bool prefill, int32_t tp_rank) {
+  parallel_layout x;
+  x.tp_size = prefill ? s.prefill_tp : s.decode_tp;
+  x.tp_rank = tp_rank;
+  x.layers = 2;
+  x.total_kv_heads = s.kv_heads;
+  x.head_dim = 8;
+  x.bytes_per_element = 2;
+  x.tokens_per_page = 4;
+  x.order = prefill ? s.prefill_order : s.decode_order;
+  x.mla = s.mla;
+  return x;
+}
+
+kv_shape cache_of(const parallel_layout& x) {
+  kv_shape k;
+  k.num_buffers = static_cast<uint32_t>(2 * x.layers);
+  k.num_pages = 16;
+  k.page_size_bytes = x.page_bytes();
+  k.num_aux = 1;
+  k.aux_slots = 4;
+  k.aux_item_bytes = 40;
+  return k;
+}
+
+struct side {
+  std::vector<parallel_layout> layouts;
+  std::vector<std::unique_ptr<host_kv_cache>> caches;
+  std::vector<std::unique_ptr<rank>> ranks;
+};
+
+side make_side(runtime& rt, const deployment_shape& s, bool prefill) {
+  side out;
+  auto tp = prefill ? s.prefill_tp : s.decode_tp;
+  for (int32_t t = 0; t < tp; ++t) {
+    auto x = layout_of(s, prefill, t);
+    out.layouts.push_back(x);
+    out.caches.push_back(std::make_unique<host_kv_cache>(cache_of(x)));
+    out.caches.back()->fill(0xEE);
+    rank_config c;
+    c.side = prefill ? role::prefill : role::decode;
+    c.tp_rank = t;
+    c.tp_size = tp;
+    c.memory = out.caches.back()->layout();
+    c.parallel = x;
+    c.timeouts = room_timeouts{10'000, 10'000, 10'000};
+    auto r = rt.add_rank(c);
+    if (!r)
+      FAIL("add_rank: " << describe(r.error()));
+    out.ranks.push_back(std::move(*r));
+  }
+  return out;
+}
+
+bool until(std::function<bool()> pred, std::chrono::milliseconds limit = 5000ms) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred())
+      return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return pred();
+}
+
+/// Moves `rooms` rooms (2 pages each, at other pages on the two sides) and
+/// checks every decode rank byte-exact, and every prefill rank Success.
+void run_rooms(const deployment_shape& s, int rooms) {
+  runtime rt{runtime_options{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
+  auto p = make_side(rt, s, true);
+  auto d = make_side(rt, s, false);
+  for (int i = 0; i < rooms; ++i) {
+    room_id room = 100 + static_cast<room_id>(i);
+    std::vector<int64_t> src_pages{2 * i, 2 * i + 1};
+    std::vector<int64_t> dst_pages{15 - 2 * i, 14 - 2 * i};
+    int64_t src_aux = i % 4, dst_aux = 1;
+    std::vector<kv_sender> senders;
+    std::vector<kv_receiver> receivers;
+    for (auto& r : d.ranks) {
+      auto x = r->make_receiver(room);
+      REQUIRE(x);
+      REQUIRE_FALSE(x->init(dst_pages, dst_aux));
+      receivers.push_back(std::move(*x));
+    }
+    for (size_t t = 0; t < p.ranks.size(); ++t) {
+      p.caches[t]->write_room(room, src_pages, src_aux, p.layouts[t]);
+      auto x = p.ranks[t]->make_sender(room);
+      REQUIRE(x);
+      REQUIRE_FALSE(x->init(src_pages.size(), src_aux));
+      REQUIRE_FALSE(x->send(src_pages, true));
+      senders.push_back(std::move(*x));
+    }
+    for (size_t t = 0; t < receivers.size(); ++t) {
+      INFO("room " << room << ", decode TP rank " << t);
+      REQUIRE(until([&] { return is_terminal(receivers[t].poll()); }));
+      auto f = receivers[t].failure();
+      INFO((f ? f->failure_reason : std::string{}));
+      REQUIRE(receivers[t].poll() == kv_poll::success);
+      std::string why;
+      CHECK(d.caches[t]->check_room(room, dst_pages, dst_aux, d.layouts[t], &why));
+      INFO(why);
+    }
+    for (size_t t = 0; t < senders.size(); ++t) {
+      INFO("room " << room << ", prefill TP rank " << t);
+      REQUIRE(until([&] { return is_terminal(senders[t].poll()); }));
+      CHECK(senders[t].poll() == kv_poll::success);
+    }
+    for (auto& x : senders)
+      (void) x.clear();
+    for (auto& x : receivers)
+      (void) x.clear();
+  }
+  // Nothing outside the rooms' pages and slots.
+  std::vector<int64_t> used;
+  for (int i = 0; i < rooms; ++i) {
+    used.push_back(15 - 2 * i);
+    used.push_back(14 - 2 * i);
+  }
+  for (auto& c : d.caches)
+    CHECK(c->count_changed_outside(used, 1, 0xEE) == 0);
+}
+
+} // namespace
+
+TEST_CASE("mapped rooms: decode TP above prefill TP takes head slices (2P -> 4D)") {
+  deployment_shape s;
+  s.prefill_tp = 2;
+  s.decode_tp = 4;
+  SECTION("HND") {
+    run_rooms(s, 3);
+  }
+  SECTION("NHD") {
+    s.prefill_order = s.decode_order = page_order::nhd;
+    run_rooms(s, 3);
+  }
+}
+
+TEST_CASE("mapped rooms: decode TP below prefill TP gathers head slices (4P -> 2D)") {
+  deployment_shape s;
+  s.prefill_tp = 4;
+  s.decode_tp = 2;
+  SECTION("HND") {
+    run_rooms(s, 3);
+  }
+  SECTION("NHD") {
+    s.prefill_order = s.decode_order = page_order::nhd;
+    run_rooms(s, 2);
+  }
+  SECTION("HND pages into NHD pages") {
+    s.decode_order = page_order::nhd;
+    run_rooms(s, 2);
+  }
+}
+
+TEST_CASE("mapped rooms: decode TP beyond the KV heads replicates them (2P -> 4D, 2 heads)") {
+  deployment_shape s;
+  s.prefill_tp = 2;
+  s.decode_tp = 4;
+  s.kv_heads = 2;
+  run_rooms(s, 2);
+  s.prefill_tp = 1;
+  s.decode_tp = 2;
+  s.kv_heads = 1;
+  run_rooms(s, 2);
+}
+
+TEST_CASE("mapped rooms: MLA sends from one prefill rank per decode rank, the rest are dummies") {
+  deployment_shape s;
+  s.mla = true;
+  SECTION("4P -> 2D: two dummies") {
+    s.prefill_tp = 4;
+    s.decode_tp = 2;
+    run_rooms(s, 3);
+  }
+  SECTION("2P -> 4D") {
+    s.prefill_tp = 2;
+    s.decode_tp = 4;
+    run_rooms(s, 3);
+  }
+}
+
+namespace {
+
+/// Opens room `room` on every rank of the two sides (prefill ranks have
+/// their pages and sent them unless `prefill_sends` is false), aborts it on
+/// `who` and checks that every rank, dummies included, concludes Failed with
+/// that rank as the one origin.
+void abort_on(const deployment_shape& s, bool on_prefill, size_t who, bool prefill_sends) {
+  runtime rt{runtime_options{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
+  auto p = make_side(rt, s, true);
+  auto d = make_side(rt, s, false);
+  room_id room = 7;
+  std::vector<int64_t> pages{3, 4};
+  std::vector<room_handle*> all;
+  std::vector<kv_sender> senders;
+  std::vector<kv_receiver> receivers;
+  for (auto& r : d.ranks) {
+    auto x = r->make_receiver(room);
+    REQUIRE(x);
+    receivers.push_back(std::move(*x));
+  }
+  for (auto& r : p.ranks) {
+    auto x = r->make_sender(room);
+    REQUIRE(x);
+    senders.push_back(std::move(*x));
+  }
+  if (prefill_sends) {
+    for (auto& x : senders) {
+      REQUIRE_FALSE(x.init(pages.size(), 0));
+      REQUIRE_FALSE(x.send(pages, true));
+    }
+  }
+  auto origin = on_prefill ? p.ranks[who]->ref().id : d.ranks[who]->ref().id;
+  if (on_prefill)
+    REQUIRE_FALSE(senders[who].abort("test abort"));
+  else
+    REQUIRE_FALSE(receivers[who].abort("test abort"));
+  auto check = [&](room_handle& h, const char* what, size_t i) {
+    INFO(what << " TP rank " << i);
+    REQUIRE(until([&] { return is_terminal(h.poll()); }));
+    REQUIRE(h.poll() == kv_poll::failed);
+    auto f = h.failure();
+    REQUIRE(f);
+    CHECK(f->origin_rank == origin);
+  };
+  for (size_t i = 0; i < senders.size(); ++i)
+    check(senders[i], "prefill", i);
+  for (size_t i = 0; i < receivers.size(); ++i)
+    check(receivers[i], "decode", i);
+}
+
+} // namespace
+
+TEST_CASE("mapped rooms: a failure anywhere reaches every rank, dummies included, with one origin") {
+  deployment_shape s;
+  s.mla = true;
+  s.prefill_tp = 4;
+  s.decode_tp = 2;
+  SECTION("a decode rank aborts before its pages are given") {
+    abort_on(s, false, 1, true);
+  }
+  SECTION("a dummy prefill rank aborts") {
+    abort_on(s, true, 3, false);
+  }
+  SECTION("a sending prefill rank aborts, head-sliced 4P -> 2D") {
+    s.mla = false;
+    abort_on(s, true, 2, false);
+  }
+}
