@@ -281,7 +281,11 @@ int run_serve(int argc, char** argv) {
       hooks.opened = [&](loop_room& l) {
         by_slot[l.slot] = timing{wall_ms(), 0, clock_type::now()};
         last_open = clock_type::now();
-        if (side == role::prefill)
+        // A declared layout: the model's pattern of this rank's heads, which
+        // decode ranks of any TP size check; else a pattern per TP slot.
+        if (side == role::prefill && declared)
+          mem.write_room(l.id, pages_of(l.slot), static_cast<int64_t>(l.slot), *declared);
+        else if (side == role::prefill)
           mem.write_room(key(l.id), pages_of(l.slot), static_cast<int64_t>(l.slot));
       };
       hooks.receiver_ready = [&](loop_room& l, int) {
@@ -316,8 +320,11 @@ int run_serve(int argc, char** argv) {
         if (o.state == kv_poll::failed)
           o.error = h.failure();
         else if (side == role::decode
-                 && !mem.check_room(key(l.id), pages_of(l.slot), static_cast<int64_t>(l.slot),
-                                    &o.data_error))
+                 && !(declared ? mem.check_room(l.id, pages_of(l.slot),
+                                                static_cast<int64_t>(l.slot), *declared,
+                                                &o.data_error)
+                               : mem.check_room(key(l.id), pages_of(l.slot),
+                                                static_cast<int64_t>(l.slot), &o.data_error)))
           std::fprintf(stderr, "room %llu: %s\n", static_cast<unsigned long long>(l.id),
                        o.data_error.c_str());
         outcomes.push_back(std::move(o));

@@ -85,6 +85,39 @@ transfer|transfer_tcp|transfer_shm)
   echo "ok: 300 rooms byte-exact across 2P x 2D processes (${extra[*]:-auto})"
   ;;
 
+parallel)
+  # Unequal TP sizes with head slicing (2P -> 4D, HND and NHD), then MLA
+  # (4P -> 2D: two dummy prefill ranks), every rank its own process; every
+  # decode rank checks its heads byte-exact, every rank reports Success.
+  deployment() { # deployment NAME PREFILL_TP DECODE_TP ARGS...
+    local name=$1 ptp=$2 dtp=$3; shift 3
+    local p; p=$(port); local names=()
+    for ((t = 0; t < ptp; ++t)); do
+      local extra=(); [ $t = 0 ] && extra=(--publish-registry)
+      start "${name}_p$t" "$K" serve "$SECRET" --role=prefill --tp=$t --tp-size=$ptp --bootstrap-port="$p" \
+        --report="${name}_p$t.json" "${extra[@]}" "$@"
+      names+=("${name}_p$t")
+      [ $t = 0 ] && { wait_for '"ready"' "${name}_p0.log" 20 || fail "${name}_p0 not ready"; }
+    done
+    for ((t = 0; t < dtp; ++t)); do
+      start "${name}_d$t" "$K" serve "$SECRET" --role=decode --tp=$t --tp-size=$dtp --bootstrap-port="$p" \
+        --report="${name}_d$t.json" "$@"
+      names+=("${name}_d$t")
+    done
+    for r in "${names[@]}"; do eval "wait_exit \$PID_$r 90" || fail "$r did not finish"; done
+    for r in "${names[@]}"; do
+      [ "$(rooms $r.json success)" = 150 ] || fail "$r: $(rooms $r.json success) of 150 rooms succeeded"
+      grep -q data_error $r.json && fail "$r: data mismatch"
+    done
+    return 0
+  }
+  shape=(--rooms=150 --layers=2 --kv-heads=8 --head-dim=32 --tokens-per-page=4 --pages-per-room=2)
+  deployment hnd 2 4 "${shape[@]}" --page-order=hnd
+  deployment nhd 2 4 "${shape[@]}" --page-order=nhd
+  deployment mla 4 2 --rooms=150 --layers=2 --mla --head-dim=64 --tokens-per-page=4 --pages-per-room=2
+  echo "ok: 150 rooms byte-exact each for 2P -> 4D (HND, NHD) and MLA 4P -> 2D, one process per rank"
+  ;;
+
 sigkill)
   # Phase 1 is paced so the kill lands mid-transfer; phase 2 runs after the
   # killed rank restarted and registered again (the registry lives in p0).
