@@ -15,6 +15,7 @@
 #include "caf/all.hpp"
 
 #include "kvroom/kit/testkit.hpp"
+#include "kvroom/transport/rank_mapping.hpp"
 
 #include "commands.hpp"
 
@@ -33,6 +34,8 @@ public:
   int64_t kv_heads = 8;
   int64_t head_dim = 128;
   int64_t dtype_bytes = 2;
+  std::string page_order = "hnd";
+  bool mla = false;
   int64_t pages_per_room = 16;
   int64_t chunks = 2;
   int64_t verify_every = 20;
@@ -45,7 +48,8 @@ public:
   demo_config() {
     opt_group{custom_options_, "global"}
       .add(prefill_tp, "prefill-tp", "tensor-parallel size of the prefill group")
-      .add(decode_tp, "decode-tp", "tensor-parallel size of the decode group (= prefill-tp)")
+      .add(decode_tp, "decode-tp", "tensor-parallel size of the decode group (any: the rank "
+                                   "mapping slices heads)")
       .add(rooms, "rooms", "rooms (requests) to transfer")
       .add(concurrency, "concurrency", "rooms in flight at once")
       .add(layers, "layers", "model layers (K and V buffer each)")
@@ -53,6 +57,8 @@ public:
       .add(kv_heads, "kv-heads", "KV heads of the model (split across TP)")
       .add(head_dim, "head-dim", "head dimension")
       .add(dtype_bytes, "dtype-bytes", "bytes per element (2: bf16)")
+      .add(page_order, "page-order", "hnd (head-major pages) or nhd (token-major)")
+      .add(mla, "mla", "MLA: one latent head of head-dim, replicated on every TP rank")
       .add(pages_per_room, "pages-per-room", "KV pages per request (prompt tokens / page-tokens)")
       .add(chunks, "chunks", "send() calls per room (chunked prefill)")
       .add(verify_every, "verify-every", "check every N-th room byte-exact (0: none)")
@@ -86,41 +92,84 @@ int run_demo(int argc, char** argv) {
     return 0;
   if (!set_log_level(cfg.log_level))
     return fail("unknown log level '" + cfg.log_level + "'");
-  if (cfg.prefill_tp < 1 || cfg.prefill_tp != cfg.decode_tp)
-    return fail("prefill-tp and decode-tp must be equal and positive "
-                "(head-sliced transfers are not implemented)");
+  if (cfg.prefill_tp < 1 || cfg.decode_tp < 1 || cfg.prefill_tp > 64 || cfg.decode_tp > 64)
+    return fail("prefill-tp and decode-tp must lie in [1, 64]");
   if (cfg.rooms < 1 || cfg.concurrency < 1 || cfg.layers < 1 || cfg.chunks < 1
       || cfg.pages_per_room < 1 || cfg.page_tokens < 1 || cfg.head_dim < 1
-      || cfg.dtype_bytes < 1 || cfg.kv_heads % cfg.prefill_tp != 0
-      || cfg.timeout_ms < 1)
-    return fail("every size must be positive and kv-heads divisible by tp");
+      || cfg.dtype_bytes < 1 || cfg.kv_heads < 1 || cfg.timeout_ms < 1 || cfg.layers > 4096
+      || cfg.page_tokens > 65536 || cfg.head_dim > 65536 || cfg.dtype_bytes > 16
+      || cfg.kv_heads > 4096)
+    return fail("every size must be positive (and reasonable)");
+  if (cfg.page_order != "hnd" && cfg.page_order != "nhd")
+    return fail("--page-order must be hnd or nhd");
+  // The model the demo serves; each rank holds its TP share of it.
+  parallel_layout model;
+  model.layers = static_cast<int32_t>(cfg.layers);
+  model.total_kv_heads = static_cast<int32_t>(cfg.kv_heads);
+  model.head_dim = static_cast<int32_t>(cfg.head_dim);
+  model.bytes_per_element = static_cast<int32_t>(cfg.dtype_bytes);
+  model.tokens_per_page = static_cast<int32_t>(cfg.page_tokens);
+  model.order = cfg.page_order == "nhd" ? page_order::nhd : page_order::hnd;
+  model.mla = cfg.mla;
+  auto ptp = static_cast<int>(cfg.prefill_tp);
+  auto dtp = static_cast<int>(cfg.decode_tp);
+  for (auto tp : {ptp, dtp}) {
+    auto x = model;
+    x.tp_size = tp;
+    if (auto why = check(x); !why.empty())
+      return fail("TP " + std::to_string(tp) + ": " + why);
+  }
   fault_point point;
   if (!from_string(cfg.fail_point, point))
     return fail("unknown fail-point '" + cfg.fail_point + "'");
   if (cfg.fail_rank < 0 || cfg.fail_rank >= cfg.prefill_tp)
     return fail("fail-rank must name a prefill TP rank");
-  auto tp = static_cast<int>(cfg.prefill_tp);
+  {
+    std::vector<parallel_layout> group;
+    for (int t = 0; t < ptp; ++t) {
+      group.push_back(model);
+      group.back().tp_size = ptp;
+      group.back().tp_rank = t;
+    }
+    auto targets = prefill_targets(group, group[static_cast<size_t>(cfg.fail_rank)], dtp);
+    if (!targets)
+      return fail(describe(targets.error()));
+    if (cfg.fail_room > 0 && targets->empty())
+      return fail("prefill tp" + std::to_string(cfg.fail_rank)
+                  + " moves no byte in this layout (a dummy): --fail-rank must name a sender");
+  }
+  auto decode_page = [&] {
+    auto x = model;
+    x.tp_size = dtp;
+    return x.page_bytes();
+  }();
+  auto prefill_page = [&] {
+    auto x = model;
+    x.tp_size = ptp;
+    return x.page_bytes();
+  }();
   kv_shape shape;
   shape.num_buffers = static_cast<uint32_t>(2 * cfg.layers);
-  shape.page_size_bytes = static_cast<uint64_t>(
-    cfg.page_tokens * (cfg.kv_heads / cfg.prefill_tp) * cfg.head_dim * cfg.dtype_bytes);
+  shape.page_size_bytes = decode_page;
   shape.num_pages = static_cast<uint64_t>(cfg.concurrency * cfg.pages_per_room);
   shape.num_aux = 2;
   shape.aux_slots = static_cast<uint64_t>(cfg.concurrency);
   shape.aux_item_bytes = 256;
-  auto room_bytes = static_cast<uint64_t>(tp) * shape.num_buffers
-                      * static_cast<uint64_t>(cfg.pages_per_room) * shape.page_size_bytes
-                    + static_cast<uint64_t>(tp) * shape.num_aux * shape.aux_item_bytes;
-  std::printf("kvroom demo: %d prefill + %d decode ranks (TP=%d each), one process, transport local\n"
-              "  KV layout: %lld layers x K/V, page %lld tokens x %lld heads/rank x %lld dims x %lld B"
-              " = %llu B per page per buffer\n"
+  // What lands on the decode ranks, all of them together.
+  auto room_bytes = static_cast<uint64_t>(dtp) * shape.num_buffers
+                      * static_cast<uint64_t>(cfg.pages_per_room) * decode_page
+                    + static_cast<uint64_t>(dtp) * shape.num_aux * shape.aux_item_bytes;
+  std::printf("kvroom demo: %d prefill + %d decode ranks (TP %d -> %d%s), one process, transport local\n"
+              "  KV layout: %lld layers x K/V, page %lld tokens x %lld heads x %lld dims x %lld B"
+              " %s = %llu B per page per buffer on prefill, %llu B on decode\n"
               "  rooms %lld, concurrency %lld, %lld pages/room (%.1f MiB/room over all ranks), %lld chunks/room\n"
               "  registered per rank: %.1f MiB; injected failure: room %lld on prefill tp%lld (%s)\n",
-              tp, tp, tp, static_cast<long long>(cfg.layers),
+              ptp, dtp, ptp, dtp, cfg.mla ? ", MLA" : "", static_cast<long long>(cfg.layers),
               static_cast<long long>(cfg.page_tokens),
-              static_cast<long long>(cfg.kv_heads / cfg.prefill_tp),
+              static_cast<long long>(cfg.mla ? 1 : cfg.kv_heads),
               static_cast<long long>(cfg.head_dim), static_cast<long long>(cfg.dtype_bytes),
-              static_cast<unsigned long long>(shape.page_size_bytes),
+              cfg.page_order.c_str(), static_cast<unsigned long long>(prefill_page),
+              static_cast<unsigned long long>(decode_page),
               static_cast<long long>(cfg.rooms), static_cast<long long>(cfg.concurrency),
               static_cast<long long>(cfg.pages_per_room), room_bytes / 1048576.0,
               static_cast<long long>(cfg.chunks), shape.total_bytes() / 1048576.0,
@@ -133,7 +182,7 @@ int run_demo(int argc, char** argv) {
   {
     runtime rt{sys};
     auto ms = static_cast<uint32_t>(cfg.timeout_ms);
-    auto group = local_group::start(rt, tp, shape, [&](rank_config& rc) {
+    auto group = local_group::start(rt, ptp, dtp, model, shape, [&](rank_config& rc) {
       rc.timeouts = room_timeouts{ms, ms, ms};
       if (rc.side == role::prefill && rc.tp_rank == cfg.fail_rank && cfg.fail_room > 0) {
         rc.faults.rooms = {static_cast<room_id>(cfg.fail_room)};
@@ -166,13 +215,14 @@ int run_demo(int argc, char** argv) {
     auto verify = [&](room_id room) {
       return cfg.verify_every > 0 && room % static_cast<room_id>(cfg.verify_every) == 0;
     };
-    auto key = [](room_id room, int t) { return room ^ (room_id(t + 1) << 40); };
     loop_hooks hooks;
     hooks.opened = [&](loop_room& r) {
+      // The model's pattern of each rank's heads: decode ranks of any TP
+      // check theirs.
       if (verify(r.id))
-        for (int t = 0; t < tp; ++t)
-          prefill_mem[t]->write_room(key(r.id, t), pages_of(r.slot, false),
-                                     static_cast<int64_t>(r.slot));
+        for (int t = 0; t < ptp; ++t)
+          prefill_mem[t]->write_room(r.id, pages_of(r.slot, false), static_cast<int64_t>(r.slot),
+                                     *(*group)->layout(role::prefill, t));
     };
     hooks.receiver_ready = [&](loop_room& r, int t) {
       (void) r.receivers[static_cast<size_t>(t)].init(pages_of(r.slot, true),
@@ -193,11 +243,15 @@ int run_demo(int argc, char** argv) {
     };
     hooks.concluded = [&](loop_room& r) {
       bool room_failed = false;
-      for (int t = 0; t < tp; ++t) {
+      for (int t = 0; t < std::max(ptp, dtp); ++t) {
         auto ut = static_cast<size_t>(t);
-        for (auto* h : {static_cast<room_handle*>(&r.senders[ut]),
-                        static_cast<room_handle*>(&r.receivers[ut])}) {
-          bool is_sender = h == &r.senders[ut];
+        std::vector<room_handle*> handles;
+        if (t < ptp)
+          handles.push_back(&r.senders[ut]);
+        if (t < dtp)
+          handles.push_back(&r.receivers[ut]);
+        for (auto* h : handles) {
+          bool is_sender = t < ptp && h == &r.senders[ut];
           auto& states = is_sender ? prefill_states : decode_states;
           if (h->poll() == kv_poll::success) {
             ++states.success;
@@ -223,11 +277,11 @@ int run_demo(int argc, char** argv) {
       bytes_ok += room_bytes;
       if (!verify(r.id))
         return;
-      for (int t = 0; t < tp; ++t) {
+      for (int t = 0; t < dtp; ++t) {
         std::string why;
         ++verified;
-        if (!decode_mem[t]->check_room(key(r.id, t), pages_of(r.slot, true),
-                                       static_cast<int64_t>(r.slot), &why)) {
+        if (!decode_mem[t]->check_room(r.id, pages_of(r.slot, true), static_cast<int64_t>(r.slot),
+                                       *(*group)->layout(role::decode, t), &why)) {
           ++verify_failures;
           std::fprintf(stderr, "verification failed: %s\n", why.c_str());
         }

@@ -23,6 +23,7 @@
 #include "kvroom/kit/testkit.hpp"
 
 #include "commands.hpp"
+#include "layout_options.hpp"
 #include "membership_options.hpp"
 #include "stress_plan.hpp"
 
@@ -55,12 +56,7 @@ public:
   int64_t layers = 4;
   int64_t page_bytes = 4096;
   // The parallel layout this rank declares (--kv-heads > 0 or --mla).
-  int64_t kv_heads = 0;
-  int64_t head_dim = 128;
-  int64_t bytes_per_element = 2;
-  int64_t tokens_per_page = 16;
-  std::string page_order_name = "hnd";
-  bool mla = false;
+  layout_options parallel;
   int64_t pages_per_room = 8;
   int64_t concurrency = 8;
   int64_t first_room = 1;
@@ -79,6 +75,7 @@ public:
   serve_config() {
     opt_group group{custom_options_, "global"};
     join.add_to(group);
+    parallel.add_to(group);
     group.add(role, "role", "prefill or decode")
       .add(dp, "dp", "data-parallel rank")
       .add(tp, "tp", "tensor-parallel rank")
@@ -98,12 +95,6 @@ public:
       .add(timeout_ms, "timeout-ms", "room state timeouts (decode waits twice as long)")
       .add(layers, "layers", "layers (K and V buffer each)")
       .add(page_bytes, "page-bytes", "bytes per KV page (a declared layout sets it)")
-      .add(kv_heads, "kv-heads", "declare a parallel layout: the model's KV heads (0: none)")
-      .add(head_dim, "head-dim", "declared layout: head dimension")
-      .add(bytes_per_element, "bytes-per-element", "declared layout: bytes per element")
-      .add(tokens_per_page, "tokens-per-page", "declared layout: tokens per page")
-      .add(page_order_name, "page-order", "declared layout: hnd (head-major) or nhd (token-major)")
-      .add(mla, "mla", "declare an MLA layout (one latent head, replicated on every TP rank)")
       .add(pages_per_room, "pages-per-room", "KV pages per room")
       .add(concurrency, "concurrency", "rooms in flight")
       .add(first_room, "first-room", "first room id")
@@ -172,25 +163,12 @@ int run_serve(int argc, char** argv) {
       || cfg.rooms < 0 || cfg.then_rooms < 0 || cfg.timeout_ms < 1)
     return bad("sizes must be positive");
   // A declared layout says what the pages hold, and so their size.
-  std::optional<parallel_layout> declared;
-  if (cfg.kv_heads > 0 || cfg.mla) {
-    parallel_layout x;
-    x.tp_size = static_cast<int32_t>(cfg.tp_size);
-    x.tp_rank = static_cast<int32_t>(cfg.tp);
-    x.layers = static_cast<int32_t>(cfg.layers);
-    x.total_kv_heads = static_cast<int32_t>(std::max<int64_t>(cfg.kv_heads, 1));
-    x.head_dim = static_cast<int32_t>(cfg.head_dim);
-    x.bytes_per_element = static_cast<int32_t>(cfg.bytes_per_element);
-    x.tokens_per_page = static_cast<int32_t>(cfg.tokens_per_page);
-    x.mla = cfg.mla;
-    if (cfg.page_order_name != "hnd" && cfg.page_order_name != "nhd")
-      return bad("--page-order must be hnd or nhd");
-    x.order = cfg.page_order_name == "nhd" ? page_order::nhd : page_order::hnd;
-    if (auto why = check(x); !why.empty())
-      return bad("declared layout: " + why);
-    cfg.page_bytes = static_cast<int64_t>(x.page_bytes());
-    declared = x;
-  }
+  auto declared_or = cfg.parallel.layout(cfg.tp_size, cfg.tp, cfg.layers);
+  if (!declared_or)
+    return bad(describe(declared_or.error()));
+  auto declared = *declared_or;
+  if (declared)
+    cfg.page_bytes = static_cast<int64_t>(declared->page_bytes());
   runtime_options opts;
   if (auto err = cfg.join.apply("serve", opts))
     return bad(describe(err));

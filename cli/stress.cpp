@@ -21,8 +21,10 @@
 #include "caf/all.hpp"
 
 #include "kvroom/kit/testkit.hpp"
+#include "kvroom/transport/rank_mapping.hpp"
 
 #include "commands.hpp"
+#include "layout_options.hpp"
 #include "stress_check.hpp"
 #include "stress_plan.hpp"
 #include "stress_processes.hpp"
@@ -61,11 +63,16 @@ public:
   bool processes = false;
   std::string signal = "seeded";
   std::string victim;
+  // A declared parallel layout (--kv-heads or --mla): any two TP sizes.
+  layout_options parallel;
 
   stress_config() {
-    opt_group{custom_options_, "global"}
+    opt_group group{custom_options_, "global"};
+    parallel.add_to(group);
+    group
       .add(prefill_tp, "prefill-tp", "tensor-parallel size of the prefill group")
-      .add(decode_tp, "decode-tp", "tensor-parallel size of the decode group (= prefill-tp)")
+      .add(decode_tp, "decode-tp", "tensor-parallel size of the decode group (another "
+                                   "than prefill's needs a declared layout: --kv-heads or --mla)")
       .add(rooms, "rooms", "rooms to run")
       .add(concurrency, "concurrency", "rooms in flight at once")
       .add(seed, "seed", "fault schedule seed (0: from the clock; printed)")
@@ -173,8 +180,19 @@ int run_stress(int argc, char** argv) {
     return 0;
   if (!set_log_level(cfg.log_level))
     return bad("unknown log level '" + cfg.log_level + "'");
-  if (cfg.prefill_tp < 1 || cfg.prefill_tp != cfg.decode_tp)
-    return bad("prefill-tp and decode-tp must be equal and positive");
+  if (cfg.prefill_tp < 1 || cfg.decode_tp < 1 || cfg.prefill_tp > 64 || cfg.decode_tp > 64)
+    return bad("prefill-tp and decode-tp must lie in [1, 64]");
+  if (cfg.prefill_tp != cfg.decode_tp && !cfg.parallel.declared())
+    return bad("prefill-tp " + std::to_string(cfg.prefill_tp) + " and decode-tp "
+               + std::to_string(cfg.decode_tp)
+               + " differ: declare the model's layout (--kv-heads or --mla) to slice heads");
+  if (cfg.processes && (cfg.prefill_tp != cfg.decode_tp || cfg.parallel.declared()))
+    return bad("--processes runs equal TP sizes without a declared layout (unequal TP and "
+               "MLA across processes: process_parallel_test)");
+  // The model's layout, its TP size and rank set per rank.
+  auto model = cfg.parallel.layout(1, 0, cfg.layers);
+  if (!model)
+    return bad(describe(model.error()));
   if (cfg.rooms < 1 || cfg.concurrency < 1 || cfg.layers < 1
       || cfg.page_bytes < 8 || cfg.pages_per_room < 2 || cfg.timeout_ms < 10
       || cfg.max_seconds < 1)
@@ -194,6 +212,9 @@ int run_stress(int argc, char** argv) {
                 ? static_cast<uint64_t>(cfg.seed)
                 : static_cast<uint64_t>(clock_type::now().time_since_epoch().count());
   auto tp = static_cast<int>(cfg.prefill_tp);
+  auto ptp = static_cast<int>(cfg.prefill_tp);
+  auto dtp = static_cast<int>(cfg.decode_tp);
+  auto size_of = [&](role side) { return side == role::prefill ? ptp : dtp; };
   if (cfg.processes) {
     process_options po;
     po.tp = tp;
@@ -211,12 +232,13 @@ int run_stress(int argc, char** argv) {
       return bad("--signal must be sigkill, sigstop or seeded");
     return run_processes(po);
   }
-  std::printf("kvroom stress: seed %llu, %d prefill x %d decode ranks in one process, "
+  std::printf("kvroom stress: seed %llu, %d prefill x %d decode ranks in one process%s, "
               "%lld rooms at concurrency %lld\n"
               "  faults: transfer %.3f, abort %.3f, kill %.3f, same-on-every-rank %.3f, "
               "late write %.3f per room; control delay %.3f "
               "(up to %lld ms); timeouts %lld ms; sabotage %s\n",
-              static_cast<unsigned long long>(seed), tp, tp,
+              static_cast<unsigned long long>(seed), ptp, dtp,
+              !*model ? "" : (*model)->mla ? " (MLA)" : " (heads sliced by the rank mapping)",
               static_cast<long long>(cfg.rooms), static_cast<long long>(cfg.concurrency),
               cfg.p_transfer, cfg.p_abort, cfg.p_kill, cfg.p_multi, cfg.p_late, cfg.p_delay,
               static_cast<long long>(cfg.max_delay_ms), static_cast<long long>(cfg.timeout_ms),
@@ -232,10 +254,35 @@ int run_stress(int argc, char** argv) {
   shape.aux_slots = static_cast<uint64_t>(2 * cfg.concurrency);
   shape.aux_item_bytes = 64;
   std::vector<room_plan> plans(static_cast<size_t>(cfg.rooms) + 1);
-  std::vector<fault_plan> prefill_faults(static_cast<size_t>(tp));
+  std::vector<fault_plan> prefill_faults(static_cast<size_t>(ptp));
   fault_odds odds{cfg.p_transfer, cfg.p_abort, cfg.p_kill, cfg.p_multi, cfg.p_late};
+  // A data-plane fault needs a rank that moves the room's bytes and aux
+  // (an MLA dummy moves nothing): the aux sources of the decode ranks.
+  std::vector<bool> moves_aux(static_cast<size_t>(ptp), true);
+  if (*model) {
+    std::vector<parallel_layout> ps, ds;
+    for (int t = 0; t < ptp; ++t) {
+      ps.push_back(**model);
+      ps.back().tp_size = ptp;
+      ps.back().tp_rank = t;
+    }
+    for (int t = 0; t < dtp; ++t) {
+      ds.push_back(**model);
+      ds.back().tp_size = dtp;
+      ds.back().tp_rank = t;
+    }
+    auto m = map_room(ps, ds);
+    if (!m)
+      return bad(describe(m.error()));
+    moves_aux.assign(moves_aux.size(), false);
+    for (auto& d : m->decode)
+      moves_aux[static_cast<size_t>(d.aux_source.tp_rank)] = true;
+  }
   for (room_id r = 1; r <= static_cast<room_id>(cfg.rooms); ++r) {
-    plans[r] = plan_for(seed, r, odds, tp);
+    plans[r] = plan_for(seed, r, odds, std::max(ptp, dtp));
+    plans[r].tp %= size_of(plans[r].side);
+    if (plans[r].kind == fault_kind::transfer && !moves_aux[static_cast<size_t>(plans[r].tp)])
+      plans[r].tp = 0;
     if (plans[r].kind == fault_kind::transfer)
       prefill_faults[static_cast<size_t>(plans[r].tp)].targeted.push_back(
         {r, plans[r].point});
@@ -257,7 +304,7 @@ int run_stress(int argc, char** argv) {
     // from the actor they name (an anonymous one could be a stranger's).
     caf::scoped_actor killer{sys};
     auto ms = static_cast<uint32_t>(cfg.timeout_ms);
-    auto group = local_group::start(rt, tp, shape, [&](rank_config& rc) {
+    auto customize = [&](rank_config& rc) {
       // Decode waits longer, so a prefill-side fault is always seen first
       // where it happened and no second origin races it.
       rc.timeouts = rc.side == role::prefill ? room_timeouts{ms, ms, ms}
@@ -272,7 +319,9 @@ int run_stress(int argc, char** argv) {
       rc.chaos.local_decisions = cfg.sabotage == "local-decisions";
       rc.chaos.keep_room_monitors = cfg.sabotage == "keep-monitors";
       rc.limits.max_tombstones = static_cast<uint32_t>(cfg.max_tombstones);
-    });
+    };
+    auto group = *model ? local_group::start(rt, ptp, dtp, **model, shape, customize)
+                        : local_group::start(rt, tp, shape, customize);
     if (!group)
       return bad(describe(group.error()));
     auto& prefill = (*group)->prefill;
@@ -309,7 +358,7 @@ int run_stress(int argc, char** argv) {
     uint64_t canaries_checked = 0;
     /// A freed page or slot that changed while free: a late write.
     auto check_free = [&](int64_t page, int64_t aux, const char* when) {
-      for (int t = 0; t < tp; ++t) {
+      for (int t = 0; t < dtp; ++t) {
         auto n = canary_damage(*decode_mem[static_cast<size_t>(t)], page, aux);
         ++canaries_checked;
         if (n == 0)
@@ -367,9 +416,15 @@ int run_stress(int argc, char** argv) {
         r.fault.detail = r.plan.kind == fault_kind::abort_both ? "in " + to_string(r.plan.at)
                                                                 : "on every rank";
       }
-      for (int t = 0; t < tp; ++t)
-        prefill_mem[t]->write_room(key(lr.id, t), source_pages(lr.slot),
-                                   static_cast<int64_t>(lr.slot));
+      for (int t = 0; t < ptp; ++t) {
+        auto& layout = (*group)->layout(role::prefill, t);
+        if (layout)
+          prefill_mem[t]->write_room(lr.id, source_pages(lr.slot), static_cast<int64_t>(lr.slot),
+                                     *layout);
+        else
+          prefill_mem[t]->write_room(key(lr.id, t), source_pages(lr.slot),
+                                     static_cast<int64_t>(lr.slot));
+      }
     };
     hooks.each = [&](loop_room& lr) {
       auto& r = by_slot[lr.slot];
@@ -377,7 +432,7 @@ int run_stress(int argc, char** argv) {
       if (r.plan.kind == fault_kind::abort_both) {
         for (auto side : {role::prefill, role::decode}) {
           auto& done = side == role::prefill ? r.prefill_aborted : r.decode_aborted;
-          auto& h = handle_of(lr, side, r.plan.tp);
+          auto& h = handle_of(lr, side, r.plan.tp % size_of(side));
           auto st = h.poll();
           if (!done && !is_terminal(st) && st >= r.plan.at) {
             (void) h.abort("stress abort of both sides in " + to_string(st));
@@ -431,8 +486,8 @@ int run_stress(int argc, char** argv) {
       rec.room = lr.id;
       rec.fault = r.fault;
       bool any_failed = false;
-      for (int t = 0; t < tp; ++t) {
-        for (auto side : {role::prefill, role::decode}) {
+      for (auto side : {role::prefill, role::decode}) {
+        for (int t = 0; t < size_of(side); ++t) {
           auto& h = handle_of(lr, side, t);
           rank_outcome o;
           o.rank = rank_of(side, t).ref();
@@ -443,8 +498,10 @@ int run_stress(int argc, char** argv) {
           }
           if (side == role::decode && o.state == kv_poll::success) {
             std::string why;
-            if (!decode_mem[static_cast<size_t>(t)]->check_room(key(lr.id, t), r.dst_pages,
-                                                                r.dst_aux, &why))
+            auto& mem = *decode_mem[static_cast<size_t>(t)];
+            auto& layout = (*group)->layout(role::decode, t);
+            if (!(layout ? mem.check_room(lr.id, r.dst_pages, r.dst_aux, *layout, &why)
+                         : mem.check_room(key(lr.id, t), r.dst_pages, r.dst_aux, &why)))
               rec.data_error = why;
           }
           rec.outcomes.push_back(std::move(o));
@@ -583,8 +640,9 @@ int run_stress(int argc, char** argv) {
   if (!cfg.json.empty()) {
     nlohmann::ordered_json j;
     j["seed"] = seed;
-    j["prefill_tp"] = tp;
-    j["decode_tp"] = tp;
+    j["prefill_tp"] = ptp;
+    j["decode_tp"] = dtp;
+    j["layout"] = !*model ? "undeclared" : (*model)->mla ? "mla" : to_string((*model)->order);
     j["rooms"] = cfg.rooms;
     j["concurrency"] = cfg.concurrency;
     j["p_transfer"] = cfg.p_transfer;

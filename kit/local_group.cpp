@@ -25,6 +25,46 @@ local_group::start(runtime& rt, int tp, const kv_shape& shape, const customizer&
         return make_error(errc::invalid_config,
                           "cannot start " + to_string(rc.ref()) + ": " + describe(r.error()));
       (side == role::prefill ? g->prefill : g->decode).push_back(std::move(*r));
+      (side == role::prefill ? g->prefill_layout : g->decode_layout).emplace_back();
+    }
+  }
+  return g;
+}
+
+caf::expected<std::unique_ptr<local_group>>
+local_group::start(runtime& rt, int prefill_tp, int decode_tp, const parallel_layout& model,
+                   const kv_shape& shape, const customizer& customize) {
+  if (prefill_tp < 1 || decode_tp < 1)
+    return make_error(errc::invalid_config, "TP sizes must be at least 1");
+  auto g = std::make_unique<local_group>();
+  for (auto side : {role::prefill, role::decode}) {
+    auto tp = side == role::prefill ? prefill_tp : decode_tp;
+    for (int t = 0; t < tp; ++t) {
+      auto x = model;
+      x.tp_size = tp;
+      x.tp_rank = t;
+      if (auto why = check(x); !why.empty())
+        return make_error(errc::invalid_config, "layout of TP rank " + std::to_string(t)
+                                                  + " of " + std::to_string(tp) + ": " + why);
+      auto s = shape;
+      s.num_buffers = static_cast<uint32_t>(2 * x.layers);
+      s.page_size_bytes = x.page_bytes();
+      auto& mem = side == role::prefill ? g->prefill_mem : g->decode_mem;
+      mem.push_back(std::make_unique<host_kv_cache>(s));
+      rank_config rc;
+      rc.side = side;
+      rc.tp_rank = t;
+      rc.tp_size = tp;
+      rc.memory = mem.back()->layout();
+      rc.parallel = x;
+      if (customize)
+        customize(rc);
+      auto r = rt.add_rank(rc);
+      if (!r)
+        return make_error(errc::invalid_config,
+                          "cannot start " + to_string(rc.ref()) + ": " + describe(r.error()));
+      (side == role::prefill ? g->prefill : g->decode).push_back(std::move(*r));
+      (side == role::prefill ? g->prefill_layout : g->decode_layout).push_back(x);
     }
   }
   return g;

@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "caf/expected.hpp"
@@ -23,6 +24,18 @@ public:
   static caf::expected<std::unique_ptr<local_group>>
   start(runtime& rt, int tp, const kv_shape& shape, const customizer& customize = {});
 
+  /// Groups of any two TP sizes whose ranks declare `model`'s layout (its
+  /// TP size and rank set per rank): each rank's pages hold its heads
+  /// (`shape`'s page size and buffer count follow from the layout).
+  static caf::expected<std::unique_ptr<local_group>>
+  start(runtime& rt, int prefill_tp, int decode_tp, const parallel_layout& model,
+        const kv_shape& shape, const customizer& customize = {});
+
+  /// The layout a rank declared, when it did.
+  const std::optional<parallel_layout>& layout(role side, int tp_rank) const {
+    return (side == role::prefill ? prefill_layout : decode_layout)[static_cast<size_t>(tp_rank)];
+  }
+
   ~local_group();
 
   int tp() const noexcept {
@@ -39,6 +52,7 @@ public:
 
   std::vector<std::unique_ptr<host_kv_cache>> prefill_mem, decode_mem;
   std::vector<std::unique_ptr<rank>> prefill, decode;
+  std::vector<std::optional<parallel_layout>> prefill_layout, decode_layout;
 };
 
 } // namespace kvroom
