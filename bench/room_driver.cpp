@@ -20,6 +20,20 @@ bench_group::bench_group(runtime& rt, int tp_size, const kv_shape& shape,
   decode = std::move((*g)->decode);
 }
 
+bench_group::bench_group(runtime& rt, int prefill_tp, int decode_tp,
+                         const parallel_layout& model, const kv_shape& shape, int64_t ppr)
+  : tp(prefill_tp), pages_per_room(ppr) {
+  auto g = local_group::start(rt, prefill_tp, decode_tp, model, shape);
+  if (!g) {
+    std::fprintf(stderr, "%s\n", describe(g.error()).c_str());
+    std::exit(2);
+  }
+  prefill_mem = std::move((*g)->prefill_mem);
+  decode_mem = std::move((*g)->decode_mem);
+  prefill = std::move((*g)->prefill);
+  decode = std::move((*g)->decode);
+}
+
 bench_group::~bench_group() {
   decode.clear();
   prefill.clear();

@@ -18,6 +18,10 @@ struct bench_group {
   int64_t pages_per_room = 1;
 
   bench_group(runtime& rt, int tp, const kv_shape& shape, int64_t pages_per_room);
+  /// Ranks declaring `model`'s layout (TP sizes `prefill_tp` and
+  /// `decode_tp`): rooms follow the rank mapping.
+  bench_group(runtime& rt, int prefill_tp, int decode_tp, const parallel_layout& model,
+              const kv_shape& shape, int64_t pages_per_room);
   ~bench_group();
 };
 
