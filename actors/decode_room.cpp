@@ -257,8 +257,24 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
       core.prepare();
     },
     [=](const room_committed&) {
-      if (self->state.core.from_member())
-        self->state.core.on_committed();
+      auto& st = self->state;
+      auto& core = st.core;
+      if (!core.from_member())
+        return;
+      // A commit confirms this rank's only source: the decider commits
+      // once every slot's part is done, and the one source of a slot
+      // reports its part itself once its bytes landed (the decider counts
+      // its own), so no transfer_done need come first.
+      if (!core.protocol().prepared() && !core.concluded() && st.dst_sent
+          && st.sources.size() == 1) {
+        auto src = st.sources.front()->rank.id;
+        core.source_done(src);
+        if (std::find(st.sources_done.begin(), st.sources_done.end(), src)
+            == st.sources_done.end())
+          st.sources_done.push_back(src);
+        core.prepare();
+      }
+      core.on_committed();
     },
     [=](const room_failed& msg) {
       if (self->state.core.from_member())

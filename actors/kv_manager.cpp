@@ -438,6 +438,8 @@ void on_opened(self_ptr self, room_opened& msg) {
     self->send(entry.actor, std::move(part));
   if (auto early = st.parked->take_failure(room))
     self->send(entry.actor, std::move(*early));
+  if (st.parked->take_commit(room))
+    self->send(entry.actor, room_committed{room});
 }
 
 void on_part(self_ptr self, part_done& part) {
@@ -770,6 +772,10 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
         self->send(entry->actor, msg);
       else if (auto d = st.dead.find(msg.room); d != st.dead.end())
         run_dead(self, msg.room, d->second.committed(now_ms()));
+      else if (!st.rooms->tombstone_of(msg.room)
+               && !st.parked->park_commit(msg.room, now_ms()))
+        logger()->debug("{}: early commit for room {} dropped (parking full)",
+                        to_string(me(self)), msg.room);
     },
     [=](directory_update& msg) {
       if (detail::from_registry(self))

@@ -71,6 +71,19 @@ std::vector<part_done> parking::take_parts(room_id room) {
   return out;
 }
 
+bool parking::park_commit(room_id room, uint64_t now_ms) {
+  if (commits_.count(room) > 0)
+    return true;
+  if (full())
+    return false;
+  commits_.emplace(room, now_ms);
+  return true;
+}
+
+bool parking::take_commit(room_id room) {
+  return commits_.erase(room) > 0;
+}
+
 bool parking::park_failure(room_failed msg, uint64_t now_ms) {
   if (failures_.count(msg.room) > 0)
     return true; // the first one stands
@@ -146,6 +159,8 @@ std::vector<dst_info> parking::expire(uint64_t now_ms) {
   }
   for (auto i = failures_.begin(); i != failures_.end();)
     i = old(i->second.since_ms) ? failures_.erase(i) : std::next(i);
+  for (auto i = commits_.begin(); i != commits_.end();)
+    i = old(i->second) ? commits_.erase(i) : std::next(i);
   for_deciders_.erase(std::remove_if(for_deciders_.begin(), for_deciders_.end(),
                                      [&](const auto& x) { return old(x.since_ms); }),
                       for_deciders_.end());

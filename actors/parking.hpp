@@ -39,6 +39,13 @@ public:
 
   std::vector<part_done> take_parts(room_id room);
 
+  /// A commit for a room not open here yet (a dummy prefill rank's room can
+  /// open after its room committed); false when full.
+  bool park_commit(room_id room, uint64_t now_ms);
+
+  /// Whether a commit was parked for `room` (taken).
+  bool take_commit(room_id room);
+
   /// Keeps the first failure heard of for `room`; false when full.
   bool park_failure(room_failed msg, uint64_t now_ms);
 
@@ -63,7 +70,8 @@ public:
   std::vector<dst_info> expire(uint64_t now_ms);
 
   size_t size() const noexcept {
-    return dsts_count_ + parts_count_ + failures_.size() + for_deciders_.size();
+    return dsts_count_ + parts_count_ + failures_.size() + for_deciders_.size()
+           + commits_.size();
   }
 
   size_t failures() const noexcept {
@@ -93,6 +101,7 @@ private:
   std::unordered_map<room_id, std::vector<item<part_done>>> parts_;
   size_t parts_count_ = 0;
   std::unordered_map<room_id, item<room_failed>> failures_;
+  std::unordered_map<room_id, uint64_t> commits_;
   std::vector<for_decider> for_deciders_;
 };
 

@@ -404,9 +404,25 @@ void on_result(self_ptr self, const transfer_result& res) {
       // done (the bytes landed), no need for the decode rank to say so.
       // When that was the last part, the room commits here and this very
       // message carries the commit: two cross-process messages per 1P x 1D
-      // room instead of four.
+      // room instead of four. Otherwise the commit, when it comes, is the
+      // decode rank's confirmation (its only source committed once its own
+      // bytes landed); a failure reaches it with the fence instead.
       done.counted = true;
       done.committed = core.count_part(t.dst.decode_rank, t.dst.decode_room);
+      if (!done.committed && !core.concluded())
+        continue;
+    } else if (!st.mapped) {
+      // The one source of this decode slot reports its part to the decider
+      // itself (its bytes landed), and the decider's commit is the decode
+      // rank's confirmation: six cross-process messages per 2P x 2D room
+      // instead of eight.
+      auto& d = t.dst.decode_rank;
+      auto& me = core.params().self;
+      part_done part{core.params().room, d.tp_rank, d.tp_size, d.id, caf::actor{}, me.id,
+                     caf::actor{}};
+      self->send(core.params().manager,
+                 to_decider{role::prefill, me.dp_rank, caf::make_message(std::move(part))});
+      continue;
     }
     to_decode(self, t, std::move(done));
   }

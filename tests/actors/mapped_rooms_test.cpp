@@ -273,3 +273,47 @@ TEST_CASE("mapped rooms: a failure anywhere reaches every rank, dummies included
     abort_on(s, true, 2, false);
   }
 }
+
+TEST_CASE("mapped rooms: a dummy's scheduler may call init and send after the room succeeded") {
+  deployment_shape s;
+  s.mla = true;
+  s.prefill_tp = 4;
+  s.decode_tp = 2;
+  runtime rt{runtime_options{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
+  auto p = make_side(rt, s, true);
+  auto d = make_side(rt, s, false);
+  room_id room = 9;
+  std::vector<int64_t> pages{0, 1};
+  std::vector<kv_receiver> receivers;
+  std::vector<kv_sender> senders;
+  for (auto& r : d.ranks) {
+    auto x = r->make_receiver(room);
+    REQUIRE(x);
+    REQUIRE_FALSE(x->init(pages, 0));
+    receivers.push_back(std::move(*x));
+  }
+  for (size_t t = 0; t < p.ranks.size(); ++t) {
+    p.caches[t]->write_room(room, pages, 0, p.layouts[t]);
+    auto x = p.ranks[t]->make_sender(room);
+    REQUIRE(x);
+    senders.push_back(std::move(*x));
+  }
+  // Only the senders (TP 0 and 1) start; the dummies' schedulers lag.
+  for (size_t t = 0; t < 2; ++t) {
+    REQUIRE_FALSE(senders[t].init(pages.size(), 0));
+    REQUIRE_FALSE(senders[t].send(pages, true));
+  }
+  for (auto& r : receivers)
+    REQUIRE(until([&] { return r.poll() == kv_poll::success; }));
+  for (size_t t = 2; t < 4; ++t) {
+    REQUIRE(until([&] { return senders[t].poll() == kv_poll::success; }));
+    CHECK_FALSE(senders[t].init(pages.size(), 0));
+    CHECK_FALSE(senders[t].send(pages, true));
+    CHECK(senders[t].poll() == kv_poll::success);
+    // Still one init and one last chunk.
+    CHECK(senders[t].init(pages.size(), 0));
+    CHECK(senders[t].send(pages, true));
+  }
+  for (size_t t = 0; t < 2; ++t)
+    CHECK(d.caches[t]->check_room(room, pages, 0, d.layouts[t]));
+}
