@@ -163,6 +163,14 @@ bool send_to_decider(self_ptr self, const decider_ref& group, caf::message& payl
     return true;
   }
   if (auto e = self->state.peers->decider(group)) {
+    // Room handles in a part stay in this process: one sent to another
+    // makes CAF create, announce and later kill a proxy there.
+    if (e->manager.node() != self->node() && payload.match_elements<part_done>()) {
+      auto part = payload.get_as<part_done>(0);
+      part.decode_room = nullptr;
+      part.prefill_room = nullptr;
+      payload = caf::make_message(std::move(part));
+    }
     send_ctrl(self, e->manager, std::move(payload));
     return true;
   }

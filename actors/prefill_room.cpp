@@ -418,8 +418,10 @@ void on_result(self_ptr self, const transfer_result& res) {
       // instead of eight.
       auto& d = t.dst.decode_rank;
       auto& me = core.params().self;
-      part_done part{core.params().room, d.tp_rank, d.tp_size, d.id, caf::actor{}, me.id,
-                     caf::actor{}};
+      // Handles for a decider in this process (its manager drops them for
+      // one in another): it commits the two rooms directly.
+      part_done part{core.params().room, d.tp_rank, d.tp_size, d.id, t.dst.decode_room, me.id,
+                     caf::actor_cast<caf::actor>(self)};
       self->send(core.params().manager,
                  to_decider{role::prefill, me.dp_rank, caf::make_message(std::move(part))});
       continue;
