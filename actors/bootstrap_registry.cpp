@@ -75,13 +75,6 @@ std::string layout_conflict(const std::vector<rank_entry>& ranks, const rank_ent
                                        e.parallel, e.rank.side == role::prefill);
           !why.empty())
         return to_string(candidate.rank) + " against " + who + ": " + why;
-      // Mappable, but a room's decider and members are TP ranks yet: two
-      // stages of one TP rank would be one member.
-      if (candidate.parallel.pp_size > 1 || e.parallel.pp_size > 1)
-        return to_string(candidate.rank) + " has PP size "
-               + std::to_string(candidate.parallel.pp_size) + ", " + who + " has "
-               + std::to_string(e.parallel.pp_size)
-               + " (pipeline-parallel prefill is not supported yet)";
     } else if (e.has_parallel != candidate.has_parallel) {
       return to_string(candidate.rank) + (candidate.has_parallel ? " declares" : " does not declare")
              + " a parallel layout, " + who + (e.has_parallel ? " does" : " does not");

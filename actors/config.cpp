@@ -13,7 +13,10 @@ rank_ref rank_config::ref() const noexcept {
   out.dp_rank = dp_rank;
   out.tp_rank = tp_rank;
   out.tp_size = tp_size;
-  out.id = id >= 0 ? id : default_rank_id(side, dp_rank, tp_rank, tp_size);
+  out.pp_rank = parallel ? parallel->pp_rank : 0;
+  out.id = id >= 0 ? id
+                  : default_rank_id(side, dp_rank, tp_rank, tp_size, out.pp_rank,
+                                    parallel ? parallel->pp_size : 1);
   return out;
 }
 

@@ -109,7 +109,7 @@ void on_group(self_ptr self, group_reply& reply) {
   if (sources.empty())
     return; // those ranks have not registered yet (or the room failed)
   for (auto& entry : reply.ranks)
-    if (entry->rank.tp_rank == 0)
+    if (entry->rank.tp_rank == 0 && entry->rank.pp_rank == 0)
       st.decider = entry;
   st.sources = std::move(sources);
   std::vector<rank_ref> counterparts;

@@ -98,7 +98,10 @@ std::vector<peer_directory::entry_ptr> peer_directory::group(role side,
     if (e->rank.side == side && e->rank.dp_rank == dp)
       out.push_back(e);
   std::sort(out.begin(), out.end(),
-            [](auto& x, auto& y) { return x->rank.tp_rank < y->rank.tp_rank; });
+            [](auto& x, auto& y) {
+              return x->rank.pp_rank != y->rank.pp_rank ? x->rank.pp_rank < y->rank.pp_rank
+                                                        : x->rank.tp_rank < y->rank.tp_rank;
+            });
   return out;
 }
 

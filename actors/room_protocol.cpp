@@ -21,7 +21,7 @@ room_effect make_effect(room_effect::kind what, kv_poll state,
 
 bool is_decider(const rank_ref& rank, const decider_ref& group) noexcept {
   return rank.side == group.side && rank.dp_rank == group.dp_rank
-         && rank.tp_rank == 0;
+         && rank.tp_rank == 0 && rank.pp_rank == 0;
 }
 
 room_protocol::room_protocol(room_id room, rank_ref self, int32_t prefill_dp,

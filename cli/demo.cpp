@@ -27,6 +27,7 @@ class demo_config : public caf::actor_system_config {
 public:
   int64_t prefill_tp = 2;
   int64_t decode_tp = 2;
+  int64_t prefill_pp = 1;
   int64_t rooms = 400;
   int64_t concurrency = 16;
   int64_t layers = 32;
@@ -48,6 +49,8 @@ public:
   demo_config() {
     opt_group{custom_options_, "global"}
       .add(prefill_tp, "prefill-tp", "tensor-parallel size of the prefill group")
+      .add(prefill_pp, "prefill-pp", "pipeline stages of the prefill group (each holds "
+                                     "layers / prefill-pp layers)")
       .add(decode_tp, "decode-tp", "tensor-parallel size of the decode group (any: the rank "
                                    "mapping slices heads)")
       .add(rooms, "rooms", "rooms (requests) to transfer")
@@ -111,7 +114,12 @@ int run_demo(int argc, char** argv) {
   model.tokens_per_page = static_cast<int32_t>(cfg.page_tokens);
   model.order = cfg.page_order == "nhd" ? page_order::nhd : page_order::hnd;
   model.mla = cfg.mla;
+  if (cfg.prefill_pp < 1 || cfg.prefill_pp > 16 || cfg.layers % cfg.prefill_pp != 0)
+    return fail("prefill-pp must lie in [1, 16] and divide layers");
   auto ptp = static_cast<int>(cfg.prefill_tp);
+  auto ppp = static_cast<int>(cfg.prefill_pp);
+  // Prefill ranks in stage-major order: index pp * ptp + tp.
+  auto np = ptp * ppp;
   auto dtp = static_cast<int>(cfg.decode_tp);
   for (auto tp : {ptp, dtp}) {
     auto x = model;
@@ -126,10 +134,15 @@ int run_demo(int argc, char** argv) {
     return fail("fail-rank must name a prefill TP rank");
   {
     std::vector<parallel_layout> group;
-    for (int t = 0; t < ptp; ++t) {
+    for (int i = 0; i < np; ++i) {
       group.push_back(model);
-      group.back().tp_size = ptp;
-      group.back().tp_rank = t;
+      auto& x = group.back();
+      x.tp_size = ptp;
+      x.tp_rank = i % ptp;
+      x.pp_size = ppp;
+      x.pp_rank = i / ptp;
+      x.layers = model.layers / ppp;
+      x.first_layer = x.pp_rank * x.layers;
     }
     auto targets = prefill_targets(group, group[static_cast<size_t>(cfg.fail_rank)], dtp);
     if (!targets)
@@ -159,12 +172,13 @@ int run_demo(int argc, char** argv) {
   auto room_bytes = static_cast<uint64_t>(dtp) * shape.num_buffers
                       * static_cast<uint64_t>(cfg.pages_per_room) * decode_page
                     + static_cast<uint64_t>(dtp) * shape.num_aux * shape.aux_item_bytes;
-  std::printf("kvroom demo: %d prefill + %d decode ranks (TP %d -> %d%s), one process, transport local\n"
+  std::printf("kvroom demo: %d prefill + %d decode ranks (TP %d%s -> %d%s), one process, transport local\n"
               "  KV layout: %lld layers x K/V, page %lld tokens x %lld heads x %lld dims x %lld B"
               " %s = %llu B per page per buffer on prefill, %llu B on decode\n"
               "  rooms %lld, concurrency %lld, %lld pages/room (%.1f MiB/room over all ranks), %lld chunks/room\n"
               "  registered per rank: %.1f MiB; injected failure: room %lld on prefill tp%lld (%s)\n",
-              ptp, dtp, ptp, dtp, cfg.mla ? ", MLA" : "", static_cast<long long>(cfg.layers),
+              np, dtp, ptp, ppp > 1 ? (" x PP " + std::to_string(ppp)).c_str() : "", dtp,
+              cfg.mla ? ", MLA" : "", static_cast<long long>(cfg.layers),
               static_cast<long long>(cfg.page_tokens),
               static_cast<long long>(cfg.mla ? 1 : cfg.kv_heads),
               static_cast<long long>(cfg.head_dim), static_cast<long long>(cfg.dtype_bytes),
@@ -184,11 +198,12 @@ int run_demo(int argc, char** argv) {
     auto ms = static_cast<uint32_t>(cfg.timeout_ms);
     auto group = local_group::start(rt, ptp, dtp, model, shape, [&](rank_config& rc) {
       rc.timeouts = room_timeouts{ms, ms, ms};
-      if (rc.side == role::prefill && rc.tp_rank == cfg.fail_rank && cfg.fail_room > 0) {
+      if (rc.side == role::prefill && rc.tp_rank == cfg.fail_rank && cfg.fail_room > 0
+          && rc.parallel->pp_rank == 0) {
         rc.faults.rooms = {static_cast<room_id>(cfg.fail_room)};
         rc.faults.point = point;
       }
-    });
+    }, ppp);
     if (!group)
       return fail(describe(group.error()));
     auto& prefill = (*group)->prefill;
@@ -220,7 +235,7 @@ int run_demo(int argc, char** argv) {
       // The model's pattern of each rank's heads: decode ranks of any TP
       // check theirs.
       if (verify(r.id))
-        for (int t = 0; t < ptp; ++t)
+        for (int t = 0; t < np; ++t)
           prefill_mem[t]->write_room(r.id, pages_of(r.slot, false), static_cast<int64_t>(r.slot),
                                      *(*group)->layout(role::prefill, t));
     };
@@ -243,15 +258,15 @@ int run_demo(int argc, char** argv) {
     };
     hooks.concluded = [&](loop_room& r) {
       bool room_failed = false;
-      for (int t = 0; t < std::max(ptp, dtp); ++t) {
+      for (int t = 0; t < std::max(np, dtp); ++t) {
         auto ut = static_cast<size_t>(t);
         std::vector<room_handle*> handles;
-        if (t < ptp)
+        if (t < np)
           handles.push_back(&r.senders[ut]);
         if (t < dtp)
           handles.push_back(&r.receivers[ut]);
         for (auto* h : handles) {
-          bool is_sender = t < ptp && h == &r.senders[ut];
+          bool is_sender = t < np && h == &r.senders[ut];
           auto& states = is_sender ? prefill_states : decode_states;
           if (h->poll() == kv_poll::success) {
             ++states.success;

@@ -22,17 +22,22 @@ struct layout_options {
   int64_t tokens_per_page = 16;
   std::string page_order = "hnd";
   bool mla = false;
+  /// Pipeline-parallel prefill: the group's stages and this rank's; each
+  /// stage holds `layers` layers (stage s: [s * layers, (s + 1) * layers)).
+  int64_t pp_size = 1;
+  int64_t pp = 0;
 
   /// Adds --kv-heads, --head-dim, --bytes-per-element, --tokens-per-page,
-  /// --page-order and --mla.
+  /// --page-order, --mla, --pp-size and --pp.
   void add_to(caf::config_option_adder& group);
 
   bool declared() const noexcept {
     return kv_heads > 0 || mla;
   }
 
-  /// The layout of TP rank `tp_rank` of `tp_size` holding `layers` layers,
-  /// or nullopt when none is declared; an error names the bad option.
+  /// The layout of TP rank `tp_rank` of `tp_size` holding `layers` layers
+  /// (of its stage), or nullopt when none is declared; an error names the
+  /// bad option.
   caf::expected<std::optional<parallel_layout>> layout(int64_t tp_size, int64_t tp_rank,
                                                        int64_t layers) const;
 };

@@ -40,6 +40,7 @@ class stress_config : public caf::actor_system_config {
 public:
   int64_t prefill_tp = 2;
   int64_t decode_tp = 2;
+  int64_t prefill_pp = 1;
   int64_t rooms = 3000;
   int64_t concurrency = 64;
   int64_t seed = 0;
@@ -71,6 +72,8 @@ public:
     parallel.add_to(group);
     group
       .add(prefill_tp, "prefill-tp", "tensor-parallel size of the prefill group")
+      .add(prefill_pp, "prefill-pp", "pipeline stages of the prefill group (a declared layout; "
+                                     "each stage holds layers / prefill-pp layers)")
       .add(decode_tp, "decode-tp", "tensor-parallel size of the decode group (another "
                                    "than prefill's needs a declared layout: --kv-heads or --mla)")
       .add(rooms, "rooms", "rooms to run")
@@ -182,6 +185,12 @@ int run_stress(int argc, char** argv) {
     return bad("unknown log level '" + cfg.log_level + "'");
   if (cfg.prefill_tp < 1 || cfg.decode_tp < 1 || cfg.prefill_tp > 64 || cfg.decode_tp > 64)
     return bad("prefill-tp and decode-tp must lie in [1, 64]");
+  if (cfg.prefill_pp < 1 || cfg.prefill_pp > 16 || cfg.layers % cfg.prefill_pp != 0)
+    return bad("prefill-pp must lie in [1, 16] and divide layers");
+  if (cfg.prefill_pp > 1 && !cfg.parallel.declared())
+    return bad("--prefill-pp needs a declared layout (--kv-heads or --mla)");
+  if (cfg.parallel.pp_size != 1 || cfg.parallel.pp != 0)
+    return bad("stress takes --prefill-pp, not --pp-size/--pp");
   if (cfg.prefill_tp != cfg.decode_tp && !cfg.parallel.declared())
     return bad("prefill-tp " + std::to_string(cfg.prefill_tp) + " and decode-tp "
                + std::to_string(cfg.decode_tp)
@@ -214,7 +223,10 @@ int run_stress(int argc, char** argv) {
   auto tp = static_cast<int>(cfg.prefill_tp);
   auto ptp = static_cast<int>(cfg.prefill_tp);
   auto dtp = static_cast<int>(cfg.decode_tp);
-  auto size_of = [&](role side) { return side == role::prefill ? ptp : dtp; };
+  auto ppp = static_cast<int>(cfg.prefill_pp);
+  // Prefill ranks in stage-major order: index pp * ptp + tp.
+  auto np = ptp * ppp;
+  auto size_of = [&](role side) { return side == role::prefill ? np : dtp; };
   if (cfg.processes) {
     process_options po;
     po.tp = tp;
@@ -237,8 +249,11 @@ int run_stress(int argc, char** argv) {
               "  faults: transfer %.3f, abort %.3f, kill %.3f, same-on-every-rank %.3f, "
               "late write %.3f per room; control delay %.3f "
               "(up to %lld ms); timeouts %lld ms; sabotage %s\n",
-              static_cast<unsigned long long>(seed), ptp, dtp,
-              !*model ? "" : (*model)->mla ? " (MLA)" : " (heads sliced by the rank mapping)",
+              static_cast<unsigned long long>(seed), np, dtp,
+              !*model      ? ""
+              : ppp > 1    ? " (prefill in pipeline stages, by the rank mapping)"
+              : (*model)->mla ? " (MLA)"
+                              : " (heads sliced by the rank mapping)",
               static_cast<long long>(cfg.rooms), static_cast<long long>(cfg.concurrency),
               cfg.p_transfer, cfg.p_abort, cfg.p_kill, cfg.p_multi, cfg.p_late, cfg.p_delay,
               static_cast<long long>(cfg.max_delay_ms), static_cast<long long>(cfg.timeout_ms),
@@ -254,17 +269,22 @@ int run_stress(int argc, char** argv) {
   shape.aux_slots = static_cast<uint64_t>(2 * cfg.concurrency);
   shape.aux_item_bytes = 64;
   std::vector<room_plan> plans(static_cast<size_t>(cfg.rooms) + 1);
-  std::vector<fault_plan> prefill_faults(static_cast<size_t>(ptp));
+  std::vector<fault_plan> prefill_faults(static_cast<size_t>(np));
   fault_odds odds{cfg.p_transfer, cfg.p_abort, cfg.p_kill, cfg.p_multi, cfg.p_late};
   // A data-plane fault needs a rank that moves the room's bytes and aux
   // (an MLA dummy moves nothing): the aux sources of the decode ranks.
-  std::vector<bool> moves_aux(static_cast<size_t>(ptp), true);
+  std::vector<bool> moves_aux(static_cast<size_t>(np), true);
   if (*model) {
     std::vector<parallel_layout> ps, ds;
-    for (int t = 0; t < ptp; ++t) {
+    for (int i = 0; i < np; ++i) {
       ps.push_back(**model);
-      ps.back().tp_size = ptp;
-      ps.back().tp_rank = t;
+      auto& x = ps.back();
+      x.tp_size = ptp;
+      x.tp_rank = i % ptp;
+      x.pp_size = ppp;
+      x.pp_rank = i / ptp;
+      x.layers = (**model).layers / ppp;
+      x.first_layer = x.pp_rank * x.layers;
     }
     for (int t = 0; t < dtp; ++t) {
       ds.push_back(**model);
@@ -276,7 +296,7 @@ int run_stress(int argc, char** argv) {
       return bad(describe(m.error()));
     moves_aux.assign(moves_aux.size(), false);
     for (auto& d : m->decode)
-      moves_aux[static_cast<size_t>(d.aux_source.tp_rank)] = true;
+      moves_aux[static_cast<size_t>(d.aux_source.pp_rank * ptp + d.aux_source.tp_rank)] = true;
   }
   for (room_id r = 1; r <= static_cast<room_id>(cfg.rooms); ++r) {
     plans[r] = plan_for(seed, r, odds, std::max(ptp, dtp));
@@ -310,7 +330,8 @@ int run_stress(int argc, char** argv) {
       rc.timeouts = rc.side == role::prefill ? room_timeouts{ms, ms, ms}
                                              : room_timeouts{2 * ms, 2 * ms, 2 * ms};
       if (rc.side == role::prefill)
-        rc.faults = prefill_faults[static_cast<size_t>(rc.tp_rank)];
+        rc.faults = prefill_faults[static_cast<size_t>(
+          (rc.parallel ? rc.parallel->pp_rank : 0) * rc.tp_size + rc.tp_rank)];
       rc.chaos.delay_probability = cfg.p_delay;
       rc.chaos.max_delay_ms = static_cast<uint32_t>(cfg.max_delay_ms);
       rc.chaos.seed = seed;
@@ -320,7 +341,7 @@ int run_stress(int argc, char** argv) {
       rc.chaos.keep_room_monitors = cfg.sabotage == "keep-monitors";
       rc.limits.max_tombstones = static_cast<uint32_t>(cfg.max_tombstones);
     };
-    auto group = *model ? local_group::start(rt, ptp, dtp, **model, shape, customize)
+    auto group = *model ? local_group::start(rt, ptp, dtp, **model, shape, customize, ppp)
                         : local_group::start(rt, tp, shape, customize);
     if (!group)
       return bad(describe(group.error()));
@@ -416,7 +437,7 @@ int run_stress(int argc, char** argv) {
         r.fault.detail = r.plan.kind == fault_kind::abort_both ? "in " + to_string(r.plan.at)
                                                                 : "on every rank";
       }
-      for (int t = 0; t < ptp; ++t) {
+      for (int t = 0; t < np; ++t) {
         auto& layout = (*group)->layout(role::prefill, t);
         if (layout)
           prefill_mem[t]->write_room(lr.id, source_pages(lr.slot), static_cast<int64_t>(lr.slot),
@@ -641,6 +662,7 @@ int run_stress(int argc, char** argv) {
     nlohmann::ordered_json j;
     j["seed"] = seed;
     j["prefill_tp"] = ptp;
+    j["prefill_pp"] = ppp;
     j["decode_tp"] = dtp;
     j["layout"] = !*model ? "undeclared" : (*model)->mla ? "mla" : to_string((*model)->order);
     j["rooms"] = cfg.rooms;

@@ -33,16 +33,26 @@ local_group::start(runtime& rt, int tp, const kv_shape& shape, const customizer&
 
 caf::expected<std::unique_ptr<local_group>>
 local_group::start(runtime& rt, int prefill_tp, int decode_tp, const parallel_layout& model,
-                   const kv_shape& shape, const customizer& customize) {
-  if (prefill_tp < 1 || decode_tp < 1)
-    return make_error(errc::invalid_config, "TP sizes must be at least 1");
+                   const kv_shape& shape, const customizer& customize, int prefill_pp) {
+  if (prefill_tp < 1 || decode_tp < 1 || prefill_pp < 1)
+    return make_error(errc::invalid_config, "TP and PP sizes must be at least 1");
+  if (model.layers % prefill_pp != 0)
+    return make_error(errc::invalid_config, std::to_string(model.layers) + " layers in "
+                                              + std::to_string(prefill_pp)
+                                              + " pipeline stages: not an even split");
   auto g = std::make_unique<local_group>();
   for (auto side : {role::prefill, role::decode}) {
     auto tp = side == role::prefill ? prefill_tp : decode_tp;
-    for (int t = 0; t < tp; ++t) {
+    auto pp = side == role::prefill ? prefill_pp : 1;
+    for (int i = 0; i < tp * pp; ++i) {
+      auto t = i % tp;
       auto x = model;
       x.tp_size = tp;
       x.tp_rank = t;
+      x.pp_size = pp;
+      x.pp_rank = i / tp;
+      x.layers = model.layers / pp;
+      x.first_layer = x.pp_rank * x.layers;
       if (auto why = check(x); !why.empty())
         return make_error(errc::invalid_config, "layout of TP rank " + std::to_string(t)
                                                   + " of " + std::to_string(tp) + ": " + why);

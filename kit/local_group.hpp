@@ -25,11 +25,14 @@ public:
   start(runtime& rt, int tp, const kv_shape& shape, const customizer& customize = {});
 
   /// Groups of any two TP sizes whose ranks declare `model`'s layout (its
-  /// TP size and rank set per rank): each rank's pages hold its heads
-  /// (`shape`'s page size and buffer count follow from the layout).
+  /// TP size and rank set per rank; `model.layers` the whole model): each
+  /// rank's pages hold its heads (`shape`'s page size and buffer count
+  /// follow from the layout). `prefill_pp` > 1: the prefill group is that
+  /// many pipeline stages of `prefill_tp` ranks, each holding its share of
+  /// the layers (`prefill` in stage-major order: index pp * prefill_tp + tp).
   static caf::expected<std::unique_ptr<local_group>>
   start(runtime& rt, int prefill_tp, int decode_tp, const parallel_layout& model,
-        const kv_shape& shape, const customizer& customize = {});
+        const kv_shape& shape, const customizer& customize = {}, int prefill_pp = 1);
 
   /// The layout a rank declared, when it did.
   const std::optional<parallel_layout>& layout(role side, int tp_rank) const {

@@ -30,18 +30,22 @@ struct rank_ref {
   int32_t tp_size = 1;
   /// Unique across the deployment; see `default_rank_id`.
   rank_id id = 0;
+  /// Pipeline stage (prefill ranks of a pipeline-parallel group; 0
+  /// otherwise): a group's ranks are its TP x PP grid.
+  int32_t pp_rank = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_ref& x) {
   return f(caf::meta::type_name("kvroom.rank_ref"), x.side, x.dp_rank,
-           x.tp_rank, x.tp_size, x.id);
+           x.tp_rank, x.tp_size, x.id, x.pp_rank);
 }
 
 /// Rank ids when the operator sets none: prefill ranks count from 0,
-/// decode ranks from 1 << 16, `dp_rank * tp_size + tp_rank` within a side.
-rank_id default_rank_id(role side, int32_t dp_rank, int32_t tp_rank,
-                        int32_t tp_size) noexcept;
+/// decode ranks from 1 << 16, `(dp_rank * pp_size + pp_rank) * tp_size +
+/// tp_rank` within a side.
+rank_id default_rank_id(role side, int32_t dp_rank, int32_t tp_rank, int32_t tp_size,
+                        int32_t pp_rank = 0, int32_t pp_size = 1) noexcept;
 
 /// Human form used in logs, e.g. "prefill[dp0,tp1]#1".
 std::string to_string(const rank_ref& x);

@@ -20,16 +20,22 @@ struct deployment_shape {
   int32_t prefill_tp = 1;
   int32_t decode_tp = 1;
   int32_t kv_heads = 8;
+  int32_t prefill_pp = 1;
   bool mla = false;
   page_order prefill_order = page_order::hnd;
   page_order decode_order = page_order::hnd;
 };
 
-parallel_layout layout_of(const deployment_shape& s, bool prefill, int32_t tp_rank) {
+/// Rank `i` of a side: TP rank i % tp of PP stage i / tp (each stage holds
+/// its share of the model's 4 layers).
+parallel_layout layout_of(const deployment_shape& s, bool prefill, int32_t i) {
   parallel_layout x;
   x.tp_size = prefill ? s.prefill_tp : s.decode_tp;
-  x.tp_rank = tp_rank;
-  x.layers = 2;
+  x.tp_rank = i % x.tp_size;
+  x.pp_size = prefill ? s.prefill_pp : 1;
+  x.pp_rank = i / x.tp_size;
+  x.layers = 4 / x.pp_size;
+  x.first_layer = x.pp_rank * x.layers;
   x.total_kv_heads = s.kv_heads;
   x.head_dim = 8;
   x.bytes_per_element = 2;
@@ -59,14 +65,15 @@ struct side {
 side make_side(runtime& rt, const deployment_shape& s, bool prefill) {
   side out;
   auto tp = prefill ? s.prefill_tp : s.decode_tp;
-  for (int32_t t = 0; t < tp; ++t) {
+  auto n = tp * (prefill ? s.prefill_pp : 1);
+  for (int32_t t = 0; t < n; ++t) {
     auto x = layout_of(s, prefill, t);
     out.layouts.push_back(x);
     out.caches.push_back(std::make_unique<host_kv_cache>(cache_of(x)));
     out.caches.back()->fill(0xEE);
     rank_config c;
     c.side = prefill ? role::prefill : role::decode;
-    c.tp_rank = t;
+    c.tp_rank = x.tp_rank;
     c.tp_size = tp;
     c.memory = out.caches.back()->layout();
     c.parallel = x;
@@ -316,4 +323,35 @@ TEST_CASE("mapped rooms: a dummy's scheduler may call init and send after the ro
   }
   for (size_t t = 0; t < 2; ++t)
     CHECK(d.caches[t]->check_room(room, pages, 0, d.layouts[t]));
+}
+
+TEST_CASE("mapped rooms: each pipeline stage of prefill sends its own layers (PP 2 -> 1)") {
+  deployment_shape s;
+  s.prefill_pp = 2;
+  SECTION("TP 1 x PP 2 -> TP 1") {
+    run_rooms(s, 3);
+  }
+  SECTION("TP 2 x PP 2 -> TP 4, NHD") {
+    s.prefill_tp = 2;
+    s.decode_tp = 4;
+    s.prefill_order = s.decode_order = page_order::nhd;
+    run_rooms(s, 2);
+  }
+  SECTION("MLA TP 4 x PP 2 -> TP 2") {
+    s.mla = true;
+    s.prefill_tp = 4;
+    s.decode_tp = 2;
+    run_rooms(s, 2);
+  }
+  SECTION("PP 4") {
+    s.prefill_pp = 4;
+    s.prefill_tp = 2;
+    s.decode_tp = 2;
+    run_rooms(s, 2);
+  }
+  SECTION("a stage's rank aborts: every rank fails with it as the one origin") {
+    s.prefill_tp = 2;
+    s.decode_tp = 2;
+    abort_on(s, true, 3, false);
+  }
 }

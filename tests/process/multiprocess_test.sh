@@ -89,15 +89,17 @@ parallel)
   # Unequal TP sizes with head slicing (2P -> 4D, HND and NHD), then MLA
   # (4P -> 2D: two dummy prefill ranks), every rank its own process; every
   # decode rank checks its heads byte-exact, every rank reports Success.
-  deployment() { # deployment NAME PREFILL_TP DECODE_TP ARGS...
+  deployment() { # deployment NAME PREFILL_TP DECODE_TP ARGS... (PP=N: N prefill stages)
     local name=$1 ptp=$2 dtp=$3; shift 3
-    local p; p=$(port); local names=()
-    for ((t = 0; t < ptp; ++t)); do
-      local extra=(); [ $t = 0 ] && extra=(--publish-registry)
-      start "${name}_p$t" "$K" serve "$SECRET" --role=prefill --tp=$t --tp-size=$ptp --bootstrap-port="$p" \
-        --report="${name}_p$t.json" "${extra[@]}" "$@"
-      names+=("${name}_p$t")
-      [ $t = 0 ] && { wait_for '"ready"' "${name}_p0.log" 20 || fail "${name}_p0 not ready"; }
+    local p; p=$(port); local names=() pp=${PP:-1}
+    for ((i = 0; i < ptp * pp; ++i)); do
+      local t=$((i % ptp)) s=$((i / ptp)) extra=()
+      [ $i = 0 ] && extra=(--publish-registry)
+      [ "$pp" -gt 1 ] && extra+=(--pp-size=$pp --pp=$s --layers=$((LAYERS / pp)))
+      start "${name}_p$i" "$K" serve "$SECRET" --role=prefill --tp=$t --tp-size=$ptp --bootstrap-port="$p" \
+        --report="${name}_p$i.json" "$@" "${extra[@]}"
+      names+=("${name}_p$i")
+      [ $i = 0 ] && { wait_for '"ready"' "${name}_p0.log" 20 || fail "${name}_p0 not ready"; }
     done
     for ((t = 0; t < dtp; ++t)); do
       start "${name}_d$t" "$K" serve "$SECRET" --role=decode --tp=$t --tp-size=$dtp --bootstrap-port="$p" \
@@ -115,7 +117,10 @@ parallel)
   deployment hnd 2 4 "${shape[@]}" --page-order=hnd
   deployment nhd 2 4 "${shape[@]}" --page-order=nhd
   deployment mla 4 2 --rooms=150 --layers=2 --mla --head-dim=64 --tokens-per-page=4 --pages-per-room=2
-  echo "ok: 150 rooms byte-exact each for 2P -> 4D (HND, NHD) and MLA 4P -> 2D, one process per rank"
+  # Pipeline-parallel prefill: TP 2 x PP 2 -> TP 2, each stage its 2 of 4 layers.
+  LAYERS=4 PP=2 deployment pp 2 2 --rooms=150 --layers=4 --kv-heads=8 --head-dim=32 \
+    --tokens-per-page=4 --pages-per-room=2
+  echo "ok: 150 rooms byte-exact each for 2P -> 4D (HND, NHD), MLA 4P -> 2D and TP 2 x PP 2 -> 2D, one process per rank"
   ;;
 
 sigkill)
