@@ -84,6 +84,19 @@ std::string layout_conflict(const std::vector<rank_entry>& ranks, const rank_ent
     if (!same_shape(e.layout.aux, c.aux))
       return to_string(candidate.rank) + " has " + buffers_text(c.aux, true) + ", " + who
              + " has " + buffers_text(e.layout.aux, true);
+    if (!same_shape(e.layout.state, c.state))
+      return to_string(candidate.rank) + " has " + std::to_string(c.state.size())
+             + " state buffers" + (c.state.empty() ? "" : " of " + std::to_string(c.state.front().page_size_bytes) + " B pages")
+             + ", " + who + " has " + std::to_string(e.layout.state.size())
+             + (e.layout.state.empty() ? "" : " of " + std::to_string(e.layout.state.front().page_size_bytes) + " B pages");
+    // A rank's state is its own shard (Mamba heads split like KV heads): it
+    // moves from the decode rank's own TP slot, with no slicing.
+    if (!c.state.empty() && e.rank.side != candidate.rank.side
+        && (e.rank.tp_size != candidate.rank.tp_size
+            || (candidate.has_parallel && candidate.parallel.pp_size > 1)
+            || (e.has_parallel && e.parallel.pp_size > 1)))
+      return to_string(candidate.rank) + " and " + who
+             + " carry state buffers: state moves between equal TP sizes without PP only";
     // Undeclared layouts move whole pages: one prefill rank per decode rank.
     if (!candidate.has_parallel && e.rank.tp_size != candidate.rank.tp_size)
       return to_string(candidate.rank) + " has TP size " + std::to_string(candidate.rank.tp_size)

@@ -57,6 +57,8 @@ caf::error validate(const rank_config& cfg) {
     return err;
   if (auto err = check_buffers(cfg.memory.aux, "aux"))
     return err;
+  if (auto err = check_buffers(cfg.memory.state, "state"))
+    return err;
   for (auto& b : cfg.memory.kv)
     if (b.mem.device_id != kv_device_id(cfg.memory))
       return make_error(errc::invalid_config,

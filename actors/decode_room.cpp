@@ -25,7 +25,7 @@ void maybe_send_dst(self_ptr self) {
   auto& dp = core.params().data_plane;
   if (dp && dp->enforces_grants()) {
     auto ranges = room_grant(core.params().self_entry->layout, st.init.kv_indices,
-                             st.init.aux_index);
+                             st.init.aux_index, st.init.state_indices);
     for (auto& s : st.sources)
       if (!dp->grant(core.params().room, s->rank.id, ranges)) {
         core.fail_local("the data plane's grant table is full");
@@ -44,6 +44,7 @@ void maybe_send_dst(self_ptr self) {
       info.decode_room = caf::actor_cast<caf::actor>(self);
     info.kv_indices = st.init.kv_indices;
     info.aux_index = st.init.aux_index;
+    info.state_indices = st.init.state_indices;
     // Straight to the prefill rank's manager; this rank's manager hears
     // where the pages went, in case this actor dies before the fence.
     self->send(core.params().manager, dst_sent{info.room, s->rank.id});
@@ -148,7 +149,7 @@ std::string check_init(const memory_layout& layout, const receiver_init& msg) {
       return "aux index " + std::to_string(msg.aux_index) + " out of range [0, "
              + std::to_string(n) + ") in aux buffer " + std::to_string(b);
   }
-  return {};
+  return check_state_indices(layout, msg.state_indices);
 }
 
 } // namespace

@@ -88,6 +88,19 @@ caf::expected<write_batch> plan_for(self_ptr self, const prefill_target& t,
     batch.aux_ops = static_cast<uint32_t>(aux->size());
     batch.ops.insert(batch.ops.end(), aux->begin(), aux->end());
   }
+  // A hybrid model's state goes with the last chunk, from the rank that
+  // sends aux (state buffers need equal TP sizes: registration), before the
+  // aux writes (which stay last in the batch).
+  if (chunk.is_last && t.sends_aux && !src_layout.state.empty()) {
+    auto state = plan_state_writes(src_layout, dst_layout, st.state_indices,
+                                   t.dst.state_indices);
+    if (!state)
+      return make_error(errc::invalid_argument, "cannot plan state transfer to "
+                                                  + to_string(t.dst.decode_rank) + ": "
+                                                  + describe(state.error()));
+    auto at = batch.ops.end() - static_cast<std::ptrdiff_t>(batch.aux_ops);
+    batch.ops.insert(at, state->begin(), state->end());
+  }
   return batch;
 }
 
@@ -186,6 +199,19 @@ void on_chunk(self_ptr self, sender_chunk& chunk) {
     core.fail_local("more than " + std::to_string(core.params().max_queued_chunks)
                     + " chunks queued");
     return;
+  }
+  if (!chunk.state_indices.empty() && !chunk.is_last) {
+    core.fail_local("state indices with a chunk that is not the last");
+    return;
+  }
+  if (chunk.is_last) {
+    auto& me = *core.params().self_entry;
+    auto why = check_state_indices(me.layout, chunk.state_indices);
+    if (!why.empty()) {
+      core.fail_local("bad send: " + why);
+      return;
+    }
+    st.state_indices = chunk.state_indices;
   }
   st.received_pages += n;
   st.last_received = chunk.is_last;

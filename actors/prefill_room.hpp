@@ -35,6 +35,8 @@ struct prefill_room_state {
   bool initialized = false;
   uint64_t declared_pages = 0;
   int64_t aux_index = 0;
+  /// Hybrid models: the request's state pages, from the last chunk.
+  std::vector<int64_t> state_indices;
   /// Both sides declared parallel layouts: the decode ranks this rank writes
   /// follow from the rank mapping (none: a dummy). Otherwise the one decode
   /// rank of its own TP slot, whichever sends a destination first.

@@ -45,7 +45,7 @@ caf::error rank::start() {
     return std::move(made.error());
   data_plane_ = std::shared_ptr<backend>{std::move(*made)};
   shortcut_ = std::make_shared<inline_path>(data_plane_, cfg_.limits.inline_copy_bytes);
-  for (auto* buffers : {&cfg_.memory.kv, &cfg_.memory.aux})
+  for (auto* buffers : {&cfg_.memory.kv, &cfg_.memory.aux, &cfg_.memory.state})
     for (auto& b : *buffers)
       if (auto id = data_plane_->register_memory(b.mem); !id)
         return make_error(errc::invalid_config,

@@ -89,7 +89,8 @@ caf::error kv_sender::init(uint64_t num_kv_indices, int64_t aux_index) {
   return caf::none;
 }
 
-caf::error kv_sender::send(std::vector<int64_t> kv_indices, bool is_last) {
+caf::error kv_sender::send(std::vector<int64_t> kv_indices, bool is_last,
+                           std::vector<int64_t> state_indices) {
   if (slot_)
     owner_->pump();
   if (slot_ && dummy_done(*slot_) && slot_->initialized && !slot_->last_sent) {
@@ -117,12 +118,13 @@ caf::error kv_sender::send(std::vector<int64_t> kv_indices, bool is_last) {
   // Even a refused chunk goes to the room, which fails with the same reason:
   // the scheduler's view of the room is broken and its peers must know.
   caf::anon_send(slot_->actor,
-                 sender_chunk{slot_->room, std::move(kv_indices), is_last});
+                 sender_chunk{slot_->room, std::move(kv_indices), is_last,
+                              std::move(state_indices)});
   return result;
 }
 
-caf::error kv_receiver::init(std::vector<int64_t> kv_indices,
-                             int64_t aux_index) {
+caf::error kv_receiver::init(std::vector<int64_t> kv_indices, int64_t aux_index,
+                             std::vector<int64_t> state_indices) {
   if (auto err = check_live("init"))
     return err;
   if (slot_->initialized)
@@ -131,7 +133,8 @@ caf::error kv_receiver::init(std::vector<int64_t> kv_indices,
   slot_->initialized = true;
   slot_->declared_pages = kv_indices.size();
   caf::anon_send(slot_->actor,
-                 receiver_init{slot_->room, std::move(kv_indices), aux_index});
+                 receiver_init{slot_->room, std::move(kv_indices), aux_index,
+                               std::move(state_indices)});
   return caf::none;
 }
 

@@ -93,8 +93,12 @@ public:
 
   /// Sends one chunk of source page indices; a non-last chunk ends on a page
   /// boundary by construction (indices are pages). The aux slot follows the
-  /// last chunk. Refuses more pages than `init` declared.
-  caf::error send(std::vector<int64_t> kv_indices, bool is_last);
+  /// last chunk, and so does the request's state (hybrid models:
+  /// `state_indices`, its state slots or window pages in the rank's state
+  /// buffers; only with the last chunk). Refuses more pages than `init`
+  /// declared.
+  caf::error send(std::vector<int64_t> kv_indices, bool is_last,
+                  std::vector<int64_t> state_indices = {});
 
 private:
   friend class rank;
@@ -106,8 +110,11 @@ class kv_receiver : public room_handle {
 public:
   kv_receiver() = default;
 
-  /// Hands the pre-allocated destination pages and the aux slot. Once.
-  caf::error init(std::vector<int64_t> kv_indices, int64_t aux_index);
+  /// Hands the pre-allocated destination pages and the aux slot (and, for a
+  /// rank with state buffers, the request's state slots or window pages).
+  /// Once.
+  caf::error init(std::vector<int64_t> kv_indices, int64_t aux_index,
+                  std::vector<int64_t> state_indices = {});
 
 private:
   friend class rank;

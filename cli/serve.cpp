@@ -57,6 +57,8 @@ public:
   int64_t page_bytes = 4096;
   // The parallel layout this rank declares (--kv-heads > 0 or --mla).
   layout_options parallel;
+  // Hybrid-model state: none, mamba (a slot per room) or swa (a 2-page window).
+  std::string state = "none";
   int64_t pages_per_room = 8;
   int64_t concurrency = 8;
   int64_t first_room = 1;
@@ -101,6 +103,9 @@ public:
       .add(rooms, "rooms", "rooms to run (0: serve until killed)")
       .add(pace_us, "pace-us", "wait this long between opening rooms")
       .add(init_delay_ms, "init-delay-ms", "decode: wait this long before init (admission delay)")
+      .add(state, "state", "hybrid-model state beside the KV pages: none, mamba (2 state "
+                           "buffers, a 512 B slot per room) or swa (2 buffers, a 2-page window "
+                           "of 256 B pages)")
       .add(wait_file, "wait-file", "start the rooms once this file exists")
       .add(then_rooms, "then-rooms", "a second batch of rooms after the first")
       .add(then_wait_file, "then-wait-file", "start the second batch once this file exists")
@@ -162,6 +167,8 @@ int run_serve(int argc, char** argv) {
   if (cfg.layers < 1 || cfg.page_bytes < 8 || cfg.pages_per_room < 1 || cfg.concurrency < 1
       || cfg.rooms < 0 || cfg.then_rooms < 0 || cfg.timeout_ms < 1)
     return bad("sizes must be positive");
+  if (cfg.state != "none" && cfg.state != "mamba" && cfg.state != "swa")
+    return bad("--state must be none, mamba or swa");
   // A declared layout says what the pages hold, and so their size.
   auto declared_or = cfg.parallel.layout(cfg.tp_size, cfg.tp, cfg.layers);
   if (!declared_or)
@@ -202,6 +209,19 @@ int run_serve(int argc, char** argv) {
     shape.num_aux = 1;
     shape.aux_slots = static_cast<uint64_t>(cfg.concurrency);
     shape.aux_item_bytes = 64;
+    if (cfg.state != "none") {
+      shape.num_state = 2;
+      shape.state_pages = shape.aux_slots * (cfg.state == "swa" ? 2 : 1);
+      shape.state_page_bytes = cfg.state == "swa" ? 256 : 512;
+    }
+    // A room's state pages follow its slot (decode: the window reversed).
+    auto state_of = [&](size_t slot) {
+      std::vector<int64_t> out;
+      auto w = static_cast<int64_t>(cfg.state == "swa" ? 2 : 1);
+      for (int64_t i = 0; cfg.state != "none" && i < w; ++i)
+        out.push_back(static_cast<int64_t>(slot) * w + (side == role::decode ? w - 1 - i : i));
+      return out;
+    };
     host_kv_cache mem{shape, /*shared=*/true};
     rank_config rc;
     rc.side = side;
@@ -265,6 +285,8 @@ int run_serve(int argc, char** argv) {
           mem.write_room(l.id, pages_of(l.slot), static_cast<int64_t>(l.slot), *declared);
         else if (side == role::prefill)
           mem.write_room(key(l.id), pages_of(l.slot), static_cast<int64_t>(l.slot));
+        if (side == role::prefill)
+          mem.write_state(key(l.id), state_of(l.slot));
       };
       hooks.receiver_ready = [&](loop_room& l, int) {
         // A decode scheduler admits the request once it has the memory.
@@ -275,13 +297,14 @@ int run_serve(int argc, char** argv) {
           if (wall_ms() - t.ready_ms < cfg.init_delay_ms)
             return false;
         }
-        (void) l.receivers[0].init(pages_of(l.slot), static_cast<int64_t>(l.slot));
+        (void) l.receivers[0].init(pages_of(l.slot), static_cast<int64_t>(l.slot),
+                                   state_of(l.slot));
         return true;
       };
       hooks.sender_ready = [&](loop_room& l, int) {
         auto pages = pages_of(l.slot);
         (void) l.senders[0].init(pages.size(), static_cast<int64_t>(l.slot));
-        (void) l.senders[0].send(std::move(pages), true);
+        (void) l.senders[0].send(std::move(pages), true, state_of(l.slot));
         return true;
       };
       hooks.concluded = [&](loop_room& l) {
@@ -298,11 +321,12 @@ int run_serve(int argc, char** argv) {
         if (o.state == kv_poll::failed)
           o.error = h.failure();
         else if (side == role::decode
-                 && !(declared ? mem.check_room(l.id, pages_of(l.slot),
-                                                static_cast<int64_t>(l.slot), *declared,
-                                                &o.data_error)
-                               : mem.check_room(key(l.id), pages_of(l.slot),
-                                                static_cast<int64_t>(l.slot), &o.data_error)))
+                 && (!(declared ? mem.check_room(l.id, pages_of(l.slot),
+                                                 static_cast<int64_t>(l.slot), *declared,
+                                                 &o.data_error)
+                                : mem.check_room(key(l.id), pages_of(l.slot),
+                                                 static_cast<int64_t>(l.slot), &o.data_error))
+                     || !mem.check_state(key(l.id), state_of(l.slot), &o.data_error)))
           std::fprintf(stderr, "room %llu: %s\n", static_cast<unsigned long long>(l.id),
                        o.data_error.c_str());
         outcomes.push_back(std::move(o));

@@ -66,12 +66,15 @@ public:
   std::string victim;
   // A declared parallel layout (--kv-heads or --mla): any two TP sizes.
   layout_options parallel;
+  std::string state = "none";
 
   stress_config() {
     opt_group group{custom_options_, "global"};
     parallel.add_to(group);
     group
       .add(prefill_tp, "prefill-tp", "tensor-parallel size of the prefill group")
+      .add(state, "state", "hybrid-model state beside the KV pages: none, mamba (2 state "
+                           "buffers, a slot per room) or swa (2 buffers, a 2-page window)")
       .add(prefill_pp, "prefill-pp", "pipeline stages of the prefill group (a declared layout; "
                                      "each stage holds layers / prefill-pp layers)")
       .add(decode_tp, "decode-tp", "tensor-parallel size of the decode group (another "
@@ -127,8 +130,24 @@ uint8_t canary_of(int64_t index) {
   return static_cast<uint8_t>(0xA5 ^ (index * 31));
 }
 
+/// A room's state pages (hybrid models) follow its aux slot: one Mamba slot
+/// per aux slot, or an SWA window of `state_pages / aux_slots` pages; freed
+/// and reused with it.
+std::vector<int64_t> state_of(const kv_shape& sh, int64_t aux) {
+  std::vector<int64_t> out;
+  if (sh.num_state == 0 || aux < 0)
+    return out;
+  auto w = static_cast<int64_t>(sh.state_pages / sh.aux_slots);
+  for (int64_t i = 0; i < w; ++i)
+    out.push_back(aux * w + (w - 1 - i));
+  return out;
+}
+
 void write_canary(host_kv_cache& mem, int64_t page, int64_t aux) {
   auto& sh = mem.shape();
+  for (auto s : state_of(sh, aux))
+    for (uint32_t b = 0; b < sh.num_state; ++b)
+      std::memset(mem.state(b, static_cast<uint64_t>(s)), canary_of(aux), sh.state_page_bytes);
   if (page >= 0)
     for (uint32_t b = 0; b < sh.num_buffers; ++b)
       std::memset(mem.page(b, static_cast<uint64_t>(page)), canary_of(page),
@@ -153,6 +172,9 @@ uint64_t canary_damage(host_kv_cache& mem, int64_t page, int64_t aux) {
   if (aux >= 0)
     for (uint32_t b = 0; b < sh.num_aux; ++b)
       count(mem.aux(b, static_cast<uint64_t>(aux)), sh.aux_item_bytes, canary_of(aux));
+  for (auto s : state_of(sh, aux))
+    for (uint32_t b = 0; b < sh.num_state; ++b)
+      count(mem.state(b, static_cast<uint64_t>(s)), sh.state_page_bytes, canary_of(aux));
   return n;
 }
 
@@ -187,6 +209,12 @@ int run_stress(int argc, char** argv) {
     return bad("prefill-tp and decode-tp must lie in [1, 64]");
   if (cfg.prefill_pp < 1 || cfg.prefill_pp > 16 || cfg.layers % cfg.prefill_pp != 0)
     return bad("prefill-pp must lie in [1, 16] and divide layers");
+  if (cfg.state != "none" && cfg.state != "mamba" && cfg.state != "swa")
+    return bad("--state must be none, mamba or swa");
+  if (cfg.state != "none" && (cfg.prefill_tp != cfg.decode_tp || cfg.prefill_pp != 1))
+    return bad("--state moves a rank's own state: equal TP sizes and no PP");
+  if (cfg.state != "none" && cfg.processes)
+    return bad("--state runs in one process (across processes: serve --state)");
   if (cfg.prefill_pp > 1 && !cfg.parallel.declared())
     return bad("--prefill-pp needs a declared layout (--kv-heads or --mla)");
   if (cfg.parallel.pp_size != 1 || cfg.parallel.pp != 0)
@@ -268,6 +296,11 @@ int run_stress(int argc, char** argv) {
   shape.num_aux = 1;
   shape.aux_slots = static_cast<uint64_t>(2 * cfg.concurrency);
   shape.aux_item_bytes = 64;
+  if (cfg.state != "none") {
+    shape.num_state = 2;
+    shape.state_pages = shape.aux_slots * (cfg.state == "swa" ? 2 : 1);
+    shape.state_page_bytes = cfg.state == "swa" ? 256 : 512;
+  }
   std::vector<room_plan> plans(static_cast<size_t>(cfg.rooms) + 1);
   std::vector<fault_plan> prefill_faults(static_cast<size_t>(np));
   fault_odds odds{cfg.p_transfer, cfg.p_abort, cfg.p_kill, cfg.p_multi, cfg.p_late};
@@ -445,6 +478,8 @@ int run_stress(int argc, char** argv) {
         else
           prefill_mem[t]->write_room(key(lr.id, t), source_pages(lr.slot),
                                      static_cast<int64_t>(lr.slot));
+        // A TP slot's own state (equal TP sizes): checked per slot.
+        prefill_mem[t]->write_state(key(lr.id, t), state_of(shape, static_cast<int64_t>(lr.slot)));
       }
     };
     hooks.each = [&](loop_room& lr) {
@@ -486,7 +521,8 @@ int run_stress(int argc, char** argv) {
       // as TP ranks do).
       if (r.plan.kind == fault_kind::bad_indices_all)
         dst[0] = static_cast<int64_t>(shape.num_pages) + 3;
-      (void) lr.receivers[static_cast<size_t>(t)].init(std::move(dst), r.dst_aux);
+      (void) lr.receivers[static_cast<size_t>(t)].init(std::move(dst), r.dst_aux,
+                                                       state_of(shape, r.dst_aux));
       return true;
     };
     hooks.sender_ready = [&](loop_room& lr, int t) {
@@ -495,7 +531,8 @@ int run_stress(int argc, char** argv) {
       auto half = pages.size() / 2;
       (void) send.init(pages.size(), static_cast<int64_t>(lr.slot));
       (void) send.send({pages.begin(), pages.begin() + static_cast<long>(half)}, false);
-      (void) send.send({pages.begin() + static_cast<long>(half), pages.end()}, true);
+      (void) send.send({pages.begin() + static_cast<long>(half), pages.end()}, true,
+                       state_of(shape, static_cast<int64_t>(lr.slot)));
       return true;
     };
     hooks.give_up = [&](const loop_room& lr) {
@@ -522,7 +559,8 @@ int run_stress(int argc, char** argv) {
             auto& mem = *decode_mem[static_cast<size_t>(t)];
             auto& layout = (*group)->layout(role::decode, t);
             if (!(layout ? mem.check_room(lr.id, r.dst_pages, r.dst_aux, *layout, &why)
-                         : mem.check_room(key(lr.id, t), r.dst_pages, r.dst_aux, &why)))
+                         : mem.check_room(key(lr.id, t), r.dst_pages, r.dst_aux, &why))
+                || !mem.check_state(key(lr.id, t), state_of(shape, r.dst_aux), &why))
               rec.data_error = why;
           }
           rec.outcomes.push_back(std::move(o));

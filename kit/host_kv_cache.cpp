@@ -108,6 +108,9 @@ host_kv_cache::host_kv_cache(const kv_shape& shape, bool shared)
   KVROOM_ASSERT(kv_bytes_ > 0);
   kv_ = shared ? allocate_shared(kv_bytes_, segments_) : allocate(kv_bytes_);
   aux_ = shared ? allocate_shared(aux_bytes_, segments_) : allocate(aux_bytes_);
+  state_bytes_ = shape.num_state * shape.state_pages * shape.state_page_bytes;
+  if (state_bytes_ > 0)
+    state_ = shared ? allocate_shared(state_bytes_, segments_) : allocate(state_bytes_);
   fill(0);
 }
 
@@ -116,12 +119,15 @@ host_kv_cache::~host_kv_cache() {
     ::munmap(kv_, round_up(kv_bytes_));
     if (aux_)
       ::munmap(aux_, round_up(aux_bytes_));
+    if (state_)
+      ::munmap(state_, round_up(state_bytes_));
     for (auto& name : segments_)
       ::shm_unlink(name.c_str());
     return;
   }
   std::free(kv_);
   std::free(aux_);
+  std::free(state_);
 }
 
 memory_layout host_kv_cache::layout() const {
@@ -136,7 +142,58 @@ memory_layout host_kv_cache::layout() const {
     out.aux.push_back(paged_buffer{
       mem_desc{reinterpret_cast<uint64_t>(aux_ + b * per_aux), per_aux, -1},
       shape_.aux_item_bytes});
+  auto per_state = shape_.state_pages * shape_.state_page_bytes;
+  for (uint32_t b = 0; b < shape_.num_state; ++b)
+    out.state.push_back(paged_buffer{
+      mem_desc{reinterpret_cast<uint64_t>(state_ + b * per_state), per_state, -1},
+      shape_.state_page_bytes});
   return out;
+}
+
+uint8_t* host_kv_cache::state(uint32_t buffer, uint64_t index) noexcept {
+  return state_ + (buffer * shape_.state_pages + index) * shape_.state_page_bytes;
+}
+
+void host_kv_cache::write_state(room_id room, const std::vector<int64_t>& indices) {
+  for (uint32_t b = 0; b < shape_.num_state; ++b)
+    for (size_t i = 0; i < indices.size(); ++i)
+      write_pattern(state(b, static_cast<uint64_t>(indices[i])), shape_.state_page_bytes, room,
+                    2000 + b, i);
+}
+
+bool host_kv_cache::check_state(room_id room, const std::vector<int64_t>& indices,
+                                std::string* why) const {
+  auto* self = const_cast<host_kv_cache*>(this);
+  for (uint32_t b = 0; b < shape_.num_state; ++b)
+    for (size_t i = 0; i < indices.size(); ++i) {
+      auto len = shape_.state_page_bytes;
+      auto at = check_pattern(self->state(b, static_cast<uint64_t>(indices[i])), len, room,
+                              2000 + b, i);
+      if (at != len) {
+        if (why)
+          *why = "room " + std::to_string(room) + ": state buffer " + std::to_string(b)
+                 + " page " + std::to_string(indices[i]) + " byte " + std::to_string(at)
+                 + " differs";
+        return false;
+      }
+    }
+  return true;
+}
+
+uint64_t host_kv_cache::count_state_changed_outside(const std::vector<int64_t>& indices,
+                                                    uint8_t byte) const {
+  std::unordered_set<int64_t> mine(indices.begin(), indices.end());
+  auto* self = const_cast<host_kv_cache*>(this);
+  uint64_t changed = 0;
+  for (uint32_t b = 0; b < shape_.num_state; ++b)
+    for (uint64_t i = 0; i < shape_.state_pages; ++i) {
+      if (mine.count(static_cast<int64_t>(i)) > 0)
+        continue;
+      auto* p = self->state(b, i);
+      for (uint64_t j = 0; j < shape_.state_page_bytes; ++j)
+        changed += p[j] != byte;
+    }
+  return changed;
 }
 
 uint8_t* host_kv_cache::page(uint32_t buffer, uint64_t index) noexcept {
@@ -151,6 +208,8 @@ void host_kv_cache::fill(uint8_t byte) {
   std::memset(kv_, byte, kv_bytes_);
   if (aux_)
     std::memset(aux_, byte, aux_bytes_);
+  if (state_)
+    std::memset(state_, byte, state_bytes_);
 }
 
 void host_kv_cache::write_room(room_id room, const std::vector<int64_t>& pages,

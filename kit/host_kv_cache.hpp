@@ -23,10 +23,16 @@ struct kv_shape {
   uint32_t num_aux = 1;
   uint64_t aux_slots = 64;
   uint64_t aux_item_bytes = 64;
+  /// State buffers of a hybrid model (Mamba conv/SSM slots, SWA window
+  /// pages): `num_state` buffers of `state_pages` pages of
+  /// `state_page_bytes`; none by default.
+  uint32_t num_state = 0;
+  uint64_t state_pages = 0;
+  uint64_t state_page_bytes = 0;
 
   uint64_t total_bytes() const noexcept {
     return num_buffers * num_pages * page_size_bytes
-           + num_aux * aux_slots * aux_item_bytes;
+           + num_aux * aux_slots * aux_item_bytes + num_state * state_pages * state_page_bytes;
   }
 };
 
@@ -53,6 +59,18 @@ public:
 
   uint8_t* page(uint32_t buffer, uint64_t index) noexcept;
   uint8_t* aux(uint32_t buffer, uint64_t slot) noexcept;
+  uint8_t* state(uint32_t buffer, uint64_t index) noexcept;
+
+  /// Writes room `room`'s state pattern into pages `indices` of every state
+  /// buffer (the i-th index: the room's i-th state page).
+  void write_state(room_id room, const std::vector<int64_t>& indices);
+
+  /// Checks pages `indices` hold room `room`'s state pattern.
+  bool check_state(room_id room, const std::vector<int64_t>& indices,
+                   std::string* why = nullptr) const;
+
+  /// Bytes of state pages outside `indices` that differ from `byte`.
+  uint64_t count_state_changed_outside(const std::vector<int64_t>& indices, uint8_t byte) const;
 
   /// Fills every byte with `byte` (e.g. to detect writes outside a room).
   void fill(uint8_t byte);
@@ -86,8 +104,10 @@ private:
   kv_shape shape_;
   uint8_t* kv_ = nullptr;
   uint8_t* aux_ = nullptr;
+  uint8_t* state_ = nullptr;
   uint64_t kv_bytes_ = 0;
   uint64_t aux_bytes_ = 0;
+  uint64_t state_bytes_ = 0;
   bool shared_ = false;
   std::vector<std::string> segments_;
 };

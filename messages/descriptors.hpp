@@ -61,12 +61,17 @@ typename Inspector::result_type inspect(Inspector& f, paged_buffer& x) {
            x.page_size_bytes);
 }
 
-/// A rank's registered KV and aux memory, as it tells its counterpart.
-/// `kv` holds one entry per buffer (SGLang's `kv_data_ptrs`: K and V of every
-/// layer); `aux` one per aux buffer (`aux_data_ptrs`).
+/// A rank's registered KV, aux and state memory, as it tells its
+/// counterpart. `kv` holds one entry per buffer (SGLang's `kv_data_ptrs`: K
+/// and V of every layer); `aux` one per aux buffer (`aux_data_ptrs`);
+/// `state` one per state buffer of a hybrid model (`state_data_ptrs`: Mamba
+/// conv and SSM state, whose "pages" are per-request slots, or the pages of
+/// sliding-window layers): a room's `state_indices` name the same pages in
+/// every state buffer.
 struct memory_layout {
   std::vector<paged_buffer> kv;
   std::vector<paged_buffer> aux;
+  std::vector<paged_buffer> state;
 };
 
 /// The GPU holding a layout's KV buffers, or -1 for host memory (a rank's
@@ -75,7 +80,7 @@ int32_t kv_device_id(const memory_layout& x) noexcept;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, memory_layout& x) {
-  return f(caf::meta::type_name("kvroom.memory_layout"), x.kv, x.aux);
+  return f(caf::meta::type_name("kvroom.memory_layout"), x.kv, x.aux, x.state);
 }
 
 /// A registered range that lives in a named shared-memory segment: where it

@@ -37,17 +37,19 @@ typename Inspector::result_type inspect(Inspector& f, sender_init& x) {
 }
 
 /// One chunk of source page indices (SGLang `KVSender.send`); the aux slot
-/// follows the last chunk.
+/// and the state pages (`state_indices`, hybrid models) follow the last
+/// chunk.
 struct sender_chunk {
   room_id room = 0;
   std::vector<int64_t> kv_indices;
   bool is_last = false;
+  std::vector<int64_t> state_indices;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sender_chunk& x) {
   return f(caf::meta::type_name("kvroom.sender_chunk"), x.room, x.kv_indices,
-           x.is_last);
+           x.is_last, x.state_indices);
 }
 
 /// Decode scheduler hands the pre-allocated destination pages and aux slot
@@ -56,12 +58,14 @@ struct receiver_init {
   room_id room = 0;
   std::vector<int64_t> kv_indices;
   int64_t aux_index = 0;
+  /// Hybrid models: the state slots or window pages for the request.
+  std::vector<int64_t> state_indices;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, receiver_init& x) {
   return f(caf::meta::type_name("kvroom.receiver_init"), x.room, x.kv_indices,
-           x.aux_index);
+           x.aux_index, x.state_indices);
 }
 
 /// Scheduler gives up on the room; fails it here and on every other rank.
@@ -112,12 +116,13 @@ struct dst_info {
   caf::actor decode_room;
   std::vector<int64_t> kv_indices;
   int64_t aux_index = 0;
+  std::vector<int64_t> state_indices;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, dst_info& x) {
   return f(caf::meta::type_name("kvroom.dst_info"), x.room, x.decode_rank,
-           x.decode_room, x.kv_indices, x.aux_index);
+           x.decode_room, x.kv_indices, x.aux_index, x.state_indices);
 }
 
 /// Prefill room started moving bytes for the room (decode -> Transferring).

@@ -89,13 +89,22 @@ py::object failure_of(room_handle& h) {
 using buffer_spec = std::tuple<uint64_t, uint64_t, uint64_t>;
 
 memory_layout layout_of(const std::vector<buffer_spec>& kv, const std::vector<buffer_spec>& aux,
-                        int32_t device_id) {
+                        const std::vector<buffer_spec>& state, int32_t device_id) {
   memory_layout out;
   for (auto& [addr, size, page] : kv)
     out.kv.push_back(paged_buffer{mem_desc{addr, size, device_id}, page});
   for (auto& [addr, size, item] : aux)
     out.aux.push_back(paged_buffer{mem_desc{addr, size, device_id}, item});
+  for (auto& [addr, size, page] : state)
+    out.state.push_back(paged_buffer{mem_desc{addr, size, device_id}, page});
   return out;
+}
+
+/// Optional index lists (SGLang passes None for models without state).
+std::vector<int64_t> optional_indices(const py::handle& x, const char* what) {
+  if (x.is_none())
+    return {};
+  return indices(x, what);
 }
 
 /// Owns a rank; the Python objects of its handles keep it alive.
@@ -170,7 +179,8 @@ PYBIND11_MODULE(_core, m) {
          [](runtime& rt, const std::string& side, int32_t tp_rank, int32_t tp_size,
             int32_t dp_rank, int64_t id, const std::vector<buffer_spec>& kv,
             const std::vector<buffer_spec>& aux, int32_t device_id, const std::string& transport,
-            bool network, const std::string& host, const std::vector<uint64_t>& fail_rooms) {
+            bool network, const std::string& host, const std::vector<uint64_t>& fail_rooms,
+            const std::vector<buffer_spec>& state) {
            rank_config cfg;
            if (side == "prefill")
              cfg.side = role::prefill;
@@ -182,7 +192,7 @@ PYBIND11_MODULE(_core, m) {
            cfg.tp_size = tp_size;
            cfg.dp_rank = dp_rank;
            cfg.id = static_cast<rank_id>(id);
-           cfg.memory = layout_of(kv, aux, device_id);
+           cfg.memory = layout_of(kv, aux, state, device_id);
            cfg.transport = transport;
            cfg.network = network;
            cfg.tcp_host = host;
@@ -207,7 +217,7 @@ PYBIND11_MODULE(_core, m) {
          py::arg("aux") = std::vector<buffer_spec>{}, py::arg("device_id") = -1,
          py::arg("transport") = "local", py::arg("network") = false,
          py::arg("host") = "127.0.0.1", py::arg("fail_rooms") = std::vector<uint64_t>{},
-         py::keep_alive<0, 1>());
+         py::arg("state") = std::vector<buffer_spec>{}, py::keep_alive<0, 1>());
 
   py::class_<py_rank>(m, "Rank")
     .def_property_readonly("id", [](py_rank& r) { return r.get().ref().id; })
@@ -266,15 +276,20 @@ PYBIND11_MODULE(_core, m) {
          },
          py::arg("num_kv_indices"), py::arg("aux_index") = 0)
     .def("send",
-         [](kv_sender& s, const py::handle& kv_indices, bool is_last) {
-           check(s.send(indices(kv_indices, "kv_indices"), is_last));
+         [](kv_sender& s, const py::handle& kv_indices, bool is_last,
+            const py::handle& state_indices) {
+           check(s.send(indices(kv_indices, "kv_indices"), is_last,
+                        optional_indices(state_indices, "state_indices")));
          },
-         py::arg("kv_indices"), py::arg("is_last"));
+         py::arg("kv_indices"), py::arg("is_last"), py::arg("state_indices") = py::none());
   py::class_<kv_receiver> receiver(m, "Receiver");
   common(receiver);
   receiver.def("init",
-               [](kv_receiver& r, const py::handle& kv_indices, int64_t aux_index) {
-                 check(r.init(indices(kv_indices, "kv_indices"), aux_index));
+               [](kv_receiver& r, const py::handle& kv_indices, int64_t aux_index,
+                  const py::handle& state_indices) {
+                 check(r.init(indices(kv_indices, "kv_indices"), aux_index,
+                              optional_indices(state_indices, "state_indices")));
                },
-               py::arg("kv_indices"), py::arg("aux_index") = 0);
+               py::arg("kv_indices"), py::arg("aux_index") = 0,
+               py::arg("state_indices") = py::none());
 }

@@ -119,10 +119,69 @@ plan_aux_writes(const memory_layout& src, const memory_layout& dst,
   return ops;
 }
 
+caf::expected<std::vector<write_op>>
+plan_state_writes(const memory_layout& src, const memory_layout& dst,
+                  const std::vector<int64_t>& src_indices,
+                  const std::vector<int64_t>& dst_indices) {
+  if (auto err = check_layouts(src.state, dst.state, "state"))
+    return err;
+  if (src_indices.size() != dst_indices.size())
+    return make_error(errc::invalid_argument,
+                      "prefill sent " + std::to_string(src_indices.size())
+                        + " state indices, decode allocated " + std::to_string(dst_indices.size()));
+  for (size_t b = 0; b < src.state.size(); ++b)
+    for (size_t i = 0; i < src_indices.size(); ++i) {
+      if (auto err = check_index(src_indices[i], src.state[b].num_pages(), "source", "state", b))
+        return err;
+      if (auto err = check_index(dst_indices[i], dst.state[b].num_pages(), "destination",
+                                 "state", b))
+        return err;
+    }
+  std::vector<write_op> ops;
+  ops.reserve(src.state.size() * src_indices.size());
+  for (size_t b = 0; b < src.state.size(); ++b) {
+    auto item = src.state[b].page_size_bytes;
+    for (size_t i = 0; i < src_indices.size(); ++i) {
+      write_op op{src.state[b].mem.addr + static_cast<uint64_t>(src_indices[i]) * item,
+                  dst.state[b].mem.addr + static_cast<uint64_t>(dst_indices[i]) * item, item};
+      // Consecutive window pages on both sides are one write.
+      if (!ops.empty() && ops.back().src_addr + ops.back().size_bytes == op.src_addr
+          && ops.back().dst_addr + ops.back().size_bytes == op.dst_addr)
+        ops.back().size_bytes += item;
+      else
+        ops.push_back(op);
+    }
+  }
+  return ops;
+}
+
+std::string check_state_indices(const memory_layout& x, const std::vector<int64_t>& indices) {
+  if (x.state.empty())
+    return indices.empty() ? std::string{}
+                           : std::to_string(indices.size())
+                               + " state indices for a rank that registered no state buffers";
+  if (indices.empty())
+    return "no state indices for a rank with " + std::to_string(x.state.size())
+           + " state buffers (hybrid models hand the request's state slots or window pages)";
+  if (indices.size() > max_planned_writes)
+    return std::to_string(indices.size()) + " state indices";
+  for (size_t b = 0; b < x.state.size(); ++b)
+    for (auto idx : indices)
+      if (auto err = check_index(idx, x.state[b].num_pages(), "the", "state", b))
+        return describe(err);
+  return {};
+}
+
 std::vector<byte_range> room_grant(const memory_layout& dst, const std::vector<int64_t>& kv_indices,
-                                   int64_t aux_index) {
+                                   int64_t aux_index, const std::vector<int64_t>& state_indices) {
   std::vector<byte_range> out;
-  out.reserve(dst.kv.size() * kv_indices.size() + dst.aux.size());
+  out.reserve(dst.kv.size() * kv_indices.size() + dst.aux.size()
+              + dst.state.size() * state_indices.size());
+  for (auto& b : dst.state)
+    for (auto idx : state_indices)
+      if (idx >= 0 && static_cast<uint64_t>(idx) < b.num_pages())
+        out.push_back(byte_range{b.mem.addr + static_cast<uint64_t>(idx) * b.page_size_bytes,
+                                 b.page_size_bytes});
   for (auto& b : dst.kv)
     for (auto idx : kv_indices)
       if (idx >= 0 && static_cast<uint64_t>(idx) < b.num_pages())

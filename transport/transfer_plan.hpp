@@ -3,6 +3,7 @@
 #include "kvroom/transport/grants.hpp"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "caf/expected.hpp"
@@ -36,11 +37,26 @@ caf::expected<std::vector<write_op>>
 plan_aux_writes(const memory_layout& src, const memory_layout& dst,
                 int64_t src_index, int64_t dst_index);
 
+/// Plans the state writes of a room (hybrid models): page `src_indices[i]`
+/// of every src state buffer into page `dst_indices[i]` of the matching dst
+/// state buffer. The two lists must be equally long; every index is checked
+/// first.
+caf::expected<std::vector<write_op>>
+plan_state_writes(const memory_layout& src, const memory_layout& dst,
+                  const std::vector<int64_t>& src_indices,
+                  const std::vector<int64_t>& dst_indices);
+
+/// Empty when `indices` fit every state buffer of `x` (and are given
+/// exactly when it has state buffers), else why not.
+std::string check_state_indices(const memory_layout& x, const std::vector<int64_t>& indices);
+
 /// What a decode room grants the prefill rank that writes it: the pages
-/// `kv_indices` of every KV buffer and slot `aux_index` of every aux buffer
-/// of `dst` (the same bytes `plan_writes`/`plan_aux_writes` target),
-/// merged. Indices outside the layout are skipped (init refused them).
+/// `kv_indices` of every KV buffer, slot `aux_index` of every aux buffer and
+/// pages `state_indices` of every state buffer of `dst` (the same bytes
+/// `plan_writes`/`plan_aux_writes`/`plan_state_writes` target), merged.
+/// Indices outside the layout are skipped (init refused them).
 std::vector<byte_range> room_grant(const memory_layout& dst, const std::vector<int64_t>& kv_indices,
-                                   int64_t aux_index);
+                                   int64_t aux_index,
+                                   const std::vector<int64_t>& state_indices = {});
 
 } // namespace kvroom

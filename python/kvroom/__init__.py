@@ -130,16 +130,18 @@ class Sender(_Handle):
     def init(self, num_kv_indices, aux_index=0):
         self._impl.init(num_kv_indices, aux_index)
 
-    def send(self, kv_indices, is_last):
-        self._impl.send(kv_indices, is_last)
+    def send(self, kv_indices, is_last, state_indices=None):
+        """``state_indices`` (hybrid models): the request's state slots or
+        window pages, with the last chunk only."""
+        self._impl.send(kv_indices, is_last, state_indices)
 
 
 class Receiver(_Handle):
     """Decode side of one room."""
     __slots__ = ()
 
-    def init(self, kv_indices, aux_index=0):
-        self._impl.init(kv_indices, aux_index)
+    def init(self, kv_indices, aux_index=0, state_indices=None):
+        self._impl.init(kv_indices, aux_index, state_indices)
 
 
 class Rank:
@@ -187,12 +189,14 @@ class Runtime:
 
     def add_rank(self, side, tp_rank=0, tp_size=1, dp_rank=0, id=-1, kv=(), aux=(),
                  device_id=-1, transport="local", network=False, host="127.0.0.1",
-                 keep=(), fail_rooms=()):
-        """Starts a rank. ``kv``/``aux``: (address, size, page bytes) per
-        buffer (``buffer_of(array, page_bytes)``, or SGLang's
-        ``data_ptr()``s); ``keep``: objects (arrays) to keep alive with it;
-        ``fail_rooms`` (tests): rooms whose transfers this rank's data plane
-        fails."""
+                 keep=(), fail_rooms=(), state=()):
+        """Starts a rank. ``kv``/``aux``/``state``: (address, size, page
+        bytes) per buffer (``buffer_of(array, page_bytes)``, or SGLang's
+        ``data_ptr()``s; ``state``: a hybrid model's state buffers, whose
+        pages are per-request slots or window pages); ``keep``: objects
+        (arrays) to keep alive with it; ``fail_rooms`` (tests): rooms whose
+        transfers this rank's data plane fails."""
         impl = self._impl.add_rank(side, tp_rank, tp_size, dp_rank, id, list(kv), list(aux),
-                                   device_id, transport, network, host, list(fail_rooms))
+                                   device_id, transport, network, host, list(fail_rooms),
+                                   list(state))
         return Rank(impl, tuple(keep))

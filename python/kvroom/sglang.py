@@ -14,9 +14,12 @@ read are those of :class:`ServerArgs` below (``tp_size``, ``dp_size``,
 come from the ``KVROOM_SECRET_FILE`` environment variable.
 
 SGLang passes page indices (``kv_to_page_indices``) and page counts; so does
-this. Not supported yet, refused with a clear error: state buffers
-(``state_indices``, hybrid models), unequal prefill/decode TP and MLA
-layouts (the parallel-layouts work), and GPU memory from Python.
+this. Hybrid models: one state type (``state_types``: Mamba slots or SWA
+window pages, its buffers ``state_data_ptrs``/``state_data_lens``/
+``state_item_lens``), whose ``state_indices`` go with the last chunk and with
+``send_metadata``. Not supported yet, refused with a clear error: several
+state types at once, unequal prefill/decode TP and MLA layouts from Python
+(the C++ API's declared layouts carry them), and GPU memory from Python.
 """
 
 from __future__ import annotations
@@ -138,8 +141,10 @@ class KVManager:
             raise ValueError(f"kvroom: a KVManager is prefill or decode, not {disaggregation_mode}")
         if is_mla_backend:
             raise NotImplementedError("kvroom: MLA layouts are not supported yet")
-        if getattr(args, "state_types", None):
-            raise NotImplementedError("kvroom: state buffers (hybrid models) are not supported yet")
+        types = list(getattr(args, "state_types", None) or [])
+        if len(set(map(str, types))) > 1:
+            raise NotImplementedError("kvroom: one state type per model (Mamba slots or SWA "
+                                      f"window pages), got {types}")
         self.args = args
         self.disaggregation_mode = disaggregation_mode
         self.server_args = server_args
@@ -175,9 +180,10 @@ class KVManager:
                       map(int, a.kv_item_lens)))
         aux = list(zip(map(int, a.aux_data_ptrs), map(int, a.aux_data_lens),
                        map(int, a.aux_item_lens)))
+        state = _state_buffers(a)
         self._rank = self._rt.add_rank(
             self._side, tp_rank=int(a.engine_rank) % self.tp_size, tp_size=self.tp_size,
-            dp_rank=int(getattr(a, "system_dp_rank", 0) or 0), kv=kv, aux=aux,
+            dp_rank=int(getattr(a, "system_dp_rank", 0) or 0), kv=kv, aux=aux, state=state,
             # SGLang's KV pools live on its GPU: registered as device memory
             # (moved by the cuda/verbs data planes, refused with the reason
             # where this build has neither).
@@ -193,6 +199,24 @@ class KVManager:
         if self._rank is not None:
             self._rank.close()
             self._rank = None
+
+
+def _flat(xs):
+    """SGLang keeps state buffers per state type (lists of lists) or flat."""
+    out = []
+    for x in xs or []:
+        out.extend(_flat(x) if isinstance(x, (list, tuple)) else [x])
+    return out
+
+
+def _state_buffers(a):
+    ptrs = _flat(getattr(a, "state_data_ptrs", None))
+    lens = _flat(getattr(a, "state_data_lens", None))
+    items = _flat(getattr(a, "state_item_lens", None))
+    if not (len(ptrs) == len(lens) == len(items)):
+        raise ValueError("kvroom: state_data_ptrs, state_data_lens and state_item_lens must be "
+                         "of one length")
+    return list(zip(map(int, ptrs), map(int, lens), map(int, items)))
 
 
 def _bootstrap_endpoint(bootstrap_addr):
@@ -226,16 +250,16 @@ class KVSender:
 
     def send(self, kv_indices, state_indices: Optional[List] = None,
              token_position_offset: int = 0):
-        if state_indices is not None:
-            raise NotImplementedError("kvroom: state_indices (hybrid-model state) are not "
-                                      "supported yet")
         if self._num_pages is None:
             raise RuntimeError(f"kvroom: room {self.bootstrap_room}: send before init")
         n = len(kv_indices)
         # The last chunk is the one that completes the pages init declared,
         # as SGLang's own senders decide it.
         is_last = self._sent + n >= self._num_pages
-        self._handle.send(kv_indices, is_last)
+        if state_indices is not None and not is_last:
+            raise ValueError(f"kvroom: room {self.bootstrap_room}: state_indices go with the "
+                             "last chunk")
+        self._handle.send(kv_indices, is_last, state_indices)
         self._sent += n
 
     def pop_decode_prefix_len(self) -> int:
@@ -281,12 +305,9 @@ class KVReceiver:
     def send_metadata(self, kv_indices, aux_index: Optional[int] = None,
                       state_indices: Optional[List] = None,
                       decode_prefix_len: Optional[int] = None):
-        if state_indices is not None:
-            raise NotImplementedError("kvroom: state_indices (hybrid-model state) are not "
-                                      "supported yet")
         if self._handle is None:
             raise RuntimeError(f"kvroom: room {self.bootstrap_room}: send_metadata before init")
-        self._handle.init(kv_indices, 0 if aux_index is None else int(aux_index))
+        self._handle.init(kv_indices, 0 if aux_index is None else int(aux_index), state_indices)
 
     def poll(self) -> KVPoll:
         if self._handle is None:

@@ -120,7 +120,10 @@ parallel)
   # Pipeline-parallel prefill: TP 2 x PP 2 -> TP 2, each stage its 2 of 4 layers.
   LAYERS=4 PP=2 deployment pp 2 2 --rooms=150 --layers=4 --kv-heads=8 --head-dim=32 \
     --tokens-per-page=4 --pages-per-room=2
-  echo "ok: 150 rooms byte-exact each for 2P -> 4D (HND, NHD), MLA 4P -> 2D and TP 2 x PP 2 -> 2D, one process per rank"
+  # Hybrid-model state beside the pages: Mamba slots, SWA windows.
+  deployment mamba 2 2 --rooms=150 --state=mamba
+  deployment swa 2 2 "${shape[@]}" --state=swa
+  echo "ok: 150 rooms byte-exact each for 2P -> 4D (HND, NHD), MLA 4P -> 2D, TP 2 x PP 2 -> 2D and with Mamba/SWA state, one process per rank"
   ;;
 
 sigkill)

@@ -292,3 +292,39 @@ def test_shared_buffers_move_over_shm_between_processes(tmp_path):
     src.close()
     # The segment is gone with the buffer.
     assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"kvroom-{child.pid}-")]
+
+
+def test_hybrid_state_moves_with_the_last_chunk():
+    """Mamba-style state: one slot in each of two state buffers, beside the
+    KV pages; missing state indices are refused with the reason."""
+    rt = kvroom.Runtime()
+    rng = np.random.default_rng(3)
+    src, dst = Cache(seed=8), Cache()
+    src_state = [rng.integers(0, 256, 512 * 4, dtype=np.uint8) for _ in range(2)]
+    dst_state = [np.zeros(512 * 4, np.uint8) for _ in range(2)]
+    ps, ds = src.specs(), dst.specs()
+    p = rt.add_rank("prefill", state=[kvroom.buffer_of(b, 512) for b in src_state],
+                    **dict(ps, keep=(ps["keep"], src_state)))
+    d = rt.add_rank("decode", state=[kvroom.buffer_of(b, 512) for b in dst_state],
+                    **dict(ds, keep=(ds["keep"], dst_state)))
+    s, r = p.make_sender(31), d.make_receiver(31)
+    assert until(lambda: r.poll() == KVPoll.WaitingForInput)
+    r.init(np.array([2, 3], np.int64), 0, state_indices=[1])
+    assert until(lambda: s.poll() == KVPoll.WaitingForInput)
+    s.init(2, 1)
+    s.send(np.array([5], np.int32), False)
+    s.send(np.array([6], np.int32), True, state_indices=np.array([3], np.int32))
+    assert until(lambda: r.poll() == KVPoll.Success and s.poll() == KVPoll.Success)
+    for b in range(2):
+        assert np.array_equal(dst_state[b][512:1024], src_state[b][3 * 512:4 * 512])
+        assert not dst_state[b][:512].any() and not dst_state[b][1024:].any()
+    assert np.array_equal(dst.page(0, 2), src.page(0, 5))
+    # A decode rank with state buffers must hand the request's state.
+    r2 = d.make_receiver(32)
+    r2.init(np.array([4], np.int64), 0)
+    assert until(lambda: r2.poll() == KVPoll.Failed)
+    assert "no state indices" in r2.failure().failure_reason
+    for h in (s, r, r2):
+        h.clear()
+    p.close()
+    d.close()

@@ -154,9 +154,12 @@ def test_what_is_not_supported_yet_is_refused_clearly(bootstrap):
     with pytest.raises(ValueError, match="prefill or decode"):
         KVManager(a, DisaggregationMode.NULL, sargs)
     p, d, _, _ = managers(bootstrap, 3)
+    a.state_types = ["mamba", "swa"]
+    with pytest.raises(NotImplementedError, match="one state type"):
+        KVManager(a, DisaggregationMode.PREFILL, sargs)
     sender = KVSender(p, "127.0.0.1:1", 303, [0], 0)
-    sender.init(1, 0)
-    with pytest.raises(NotImplementedError, match="state_indices"):
+    sender.init(2, 0)
+    with pytest.raises(ValueError, match="last chunk"):
         sender.send(np.array([0], np.int32), state_indices=[1])
     receiver = KVReceiver(d, "not-an-address", 303)
     with pytest.raises(ValueError, match="host:port"):
@@ -343,3 +346,62 @@ def test_an_abort_on_decode_reaches_prefill(bootstrap):
     receiver.clear()
     p.close()
     d.close()
+
+
+def _hybrid_process(secret, result_queue):
+    """A Mamba-style deployment of its own (the state buffers are part of the
+    deployment's layout): one prefill and one decode manager of this
+    process, SGLang's calls with state_indices, the bytes checked."""
+    import os
+    os.environ["KVROOM_SECRET_FILE"] = secret
+    from kvroom import sglang as ks
+    try:
+        server = ks.KVBootstrapServer("127.0.0.1", 0)
+        sargs = ks.ServerArgs(disaggregation_bootstrap_port=server.port)
+        rng = np.random.default_rng(5)
+        made = {}
+        for side in ("prefill", "decode"):
+            a, kv, aux = kv_args(0, seed=9 if side == "prefill" else None)
+            state = [rng.integers(0, 256, 256 * 4, dtype=np.uint8) if side == "prefill"
+                     else np.zeros(256 * 4, np.uint8) for _ in range(2)]
+            a.state_types = ["mamba"]
+            a.state_data_ptrs = [[b.ctypes.data for b in state]]  # per state type
+            a.state_data_lens = [[b.nbytes for b in state]]
+            a.state_item_lens = [[256, 256]]
+            mode = (ks.DisaggregationMode.PREFILL if side == "prefill"
+                    else ks.DisaggregationMode.DECODE)
+            made[side] = (ks.KVManager(a, mode, sargs), kv, aux, state)
+        p, pkv, _, pstate = made["prefill"]
+        d, dkv, _, dstate = made["decode"]
+        addr = f"127.0.0.1:{server.port}"
+        receiver = ks.KVReceiver(d, addr, 401)
+        receiver.init(0)
+        sender = ks.KVSender(p, addr, 401, [0], 0)
+        ok = until(lambda: receiver.poll() == KVPoll.WaitingForInput, 30)
+        receiver.send_metadata(np.array([7], np.int32), 0, state_indices=[2])
+        ok = ok and until(lambda: sender.poll() == KVPoll.WaitingForInput, 30)
+        sender.init(1, 0)
+        sender.send(np.array([3], np.int32), state_indices=[1])
+        ok = ok and until(lambda: receiver.poll() == KVPoll.Success
+                          and sender.poll() == KVPoll.Success, 30)
+        ok = ok and all(np.array_equal(dstate[b][512:768], pstate[b][256:512]) for b in range(2))
+        ok = ok and np.array_equal(dkv[0][7 * PAGE:8 * PAGE], pkv[0][3 * PAGE:4 * PAGE])
+        result_queue.put("ok" if ok else "mismatch")
+        p.close()
+        d.close()
+    except Exception as e:  # reported to the test
+        result_queue.put(f"error: {e!r}")
+
+
+def test_hybrid_model_state_through_sglangs_calls(tmp_path):
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    child = ctx.Process(target=_hybrid_process, args=(secret_file(tmp_path), q))
+    child.start()
+    try:
+        assert q.get(timeout=60) == "ok"
+    finally:
+        child.join(30)
+        if child.is_alive():
+            child.kill()
