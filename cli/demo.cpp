@@ -36,6 +36,7 @@ public:
   int64_t head_dim = 128;
   int64_t dtype_bytes = 2;
   std::string page_order = "hnd";
+  std::string state = "none";
   bool mla = false;
   int64_t pages_per_room = 16;
   int64_t chunks = 2;
@@ -61,6 +62,8 @@ public:
       .add(head_dim, "head-dim", "head dimension")
       .add(dtype_bytes, "dtype-bytes", "bytes per element (2: bf16)")
       .add(page_order, "page-order", "hnd (head-major pages) or nhd (token-major)")
+      .add(state, "state", "hybrid-model state beside the pages: none, mamba (2 buffers, a "
+                           "64 KiB slot per request) or swa (2 buffers, a 4-page window)")
       .add(mla, "mla", "MLA: one latent head of head-dim, replicated on every TP rank")
       .add(pages_per_room, "pages-per-room", "KV pages per request (prompt tokens / page-tokens)")
       .add(chunks, "chunks", "send() calls per room (chunked prefill)")
@@ -105,6 +108,10 @@ int run_demo(int argc, char** argv) {
     return fail("every size must be positive (and reasonable)");
   if (cfg.page_order != "hnd" && cfg.page_order != "nhd")
     return fail("--page-order must be hnd or nhd");
+  if (cfg.state != "none" && cfg.state != "mamba" && cfg.state != "swa")
+    return fail("--state must be none, mamba or swa");
+  if (cfg.state != "none" && (cfg.prefill_tp != cfg.decode_tp || cfg.prefill_pp != 1))
+    return fail("--state moves each rank's own state: equal TP sizes and no PP");
   // The model the demo serves; each rank holds its TP share of it.
   parallel_layout model;
   model.layers = static_cast<int32_t>(cfg.layers);
@@ -168,6 +175,19 @@ int run_demo(int argc, char** argv) {
   shape.num_aux = 2;
   shape.aux_slots = static_cast<uint64_t>(cfg.concurrency);
   shape.aux_item_bytes = 256;
+  // A request's state pages follow its slot (decode: the window reversed).
+  int64_t window = cfg.state == "swa" ? 4 : 1;
+  if (cfg.state != "none") {
+    shape.num_state = 2;
+    shape.state_pages = shape.aux_slots * static_cast<uint64_t>(window);
+    shape.state_page_bytes = cfg.state == "swa" ? 16384 : 65536;
+  }
+  auto state_of = [&](size_t slot, bool dst) {
+    std::vector<int64_t> out;
+    for (int64_t i = 0; cfg.state != "none" && i < window; ++i)
+      out.push_back(static_cast<int64_t>(slot) * window + (dst ? window - 1 - i : i));
+    return out;
+  };
   // What lands on the decode ranks, all of them together.
   auto room_bytes = static_cast<uint64_t>(dtp) * shape.num_buffers
                       * static_cast<uint64_t>(cfg.pages_per_room) * decode_page
@@ -235,13 +255,16 @@ int run_demo(int argc, char** argv) {
       // The model's pattern of each rank's heads: decode ranks of any TP
       // check theirs.
       if (verify(r.id))
-        for (int t = 0; t < np; ++t)
+        for (int t = 0; t < np; ++t) {
           prefill_mem[t]->write_room(r.id, pages_of(r.slot, false), static_cast<int64_t>(r.slot),
                                      *(*group)->layout(role::prefill, t));
+          prefill_mem[t]->write_state(r.id ^ (room_id(t + 1) << 40), state_of(r.slot, false));
+        }
     };
     hooks.receiver_ready = [&](loop_room& r, int t) {
       (void) r.receivers[static_cast<size_t>(t)].init(pages_of(r.slot, true),
-                                                     static_cast<int64_t>(r.slot));
+                                                     static_cast<int64_t>(r.slot),
+                                                     state_of(r.slot, true));
       return true;
     };
     hooks.sender_ready = [&](loop_room& r, int t) {
@@ -252,7 +275,8 @@ int run_demo(int argc, char** argv) {
       for (size_t c = 0; c * per < pages.size(); ++c) {
         auto last = std::min(pages.size(), (c + 1) * per);
         std::vector<int64_t> chunk(pages.begin() + c * per, pages.begin() + last);
-        (void) send.send(std::move(chunk), last == pages.size());
+        (void) send.send(std::move(chunk), last == pages.size(),
+                         last == pages.size() ? state_of(r.slot, false) : std::vector<int64_t>{});
       }
       return true;
     };
@@ -296,7 +320,9 @@ int run_demo(int argc, char** argv) {
         std::string why;
         ++verified;
         if (!decode_mem[t]->check_room(r.id, pages_of(r.slot, true), static_cast<int64_t>(r.slot),
-                                       *(*group)->layout(role::decode, t), &why)) {
+                                       *(*group)->layout(role::decode, t), &why)
+            || !decode_mem[t]->check_state(r.id ^ (room_id(t + 1) << 40),
+                                           state_of(r.slot, true), &why)) {
           ++verify_failures;
           std::fprintf(stderr, "verification failed: %s\n", why.c_str());
         }
