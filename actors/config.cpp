@@ -73,10 +73,12 @@ caf::error validate(const rank_config& cfg) {
                         "parallel layout: TP rank " + std::to_string(x->tp_rank) + " of "
                           + std::to_string(x->tp_size) + ", the rank is "
                           + std::to_string(cfg.tp_rank) + " of " + std::to_string(cfg.tp_size));
-    if (cfg.memory.kv.size() != static_cast<size_t>(2 * x->layers))
+    if (cfg.memory.kv.size() != static_cast<size_t>(x->kv_buffers()))
       return make_error(errc::invalid_config,
                         "parallel layout: " + std::to_string(x->layers) + " layers need "
-                          + std::to_string(2 * x->layers) + " KV buffers (K and V), "
+                          + std::to_string(x->kv_buffers())
+                          + (x->mla ? " KV buffers (one latent buffer each), "
+                                    : " KV buffers (K and V), ")
                           + std::to_string(cfg.memory.kv.size()) + " registered");
     for (size_t b = 0; b < cfg.memory.kv.size(); ++b)
       if (cfg.memory.kv[b].page_size_bytes != x->page_bytes())

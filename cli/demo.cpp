@@ -169,7 +169,7 @@ int run_demo(int argc, char** argv) {
     return x.page_bytes();
   }();
   kv_shape shape;
-  shape.num_buffers = static_cast<uint32_t>(2 * cfg.layers);
+  shape.num_buffers = static_cast<uint32_t>(model.kv_buffers());
   shape.page_size_bytes = decode_page;
   shape.num_pages = static_cast<uint64_t>(cfg.concurrency * cfg.pages_per_room);
   shape.num_aux = 2;
@@ -193,12 +193,13 @@ int run_demo(int argc, char** argv) {
                       * static_cast<uint64_t>(cfg.pages_per_room) * decode_page
                     + static_cast<uint64_t>(dtp) * shape.num_aux * shape.aux_item_bytes;
   std::printf("kvroom demo: %d prefill + %d decode ranks (TP %d%s -> %d%s), one process, transport local\n"
-              "  KV layout: %lld layers x K/V, page %lld tokens x %lld heads x %lld dims x %lld B"
+              "  KV layout: %lld layers x %s, page %lld tokens x %lld heads x %lld dims x %lld B"
               " %s = %llu B per page per buffer on prefill, %llu B on decode\n"
               "  rooms %lld, concurrency %lld, %lld pages/room (%.1f MiB/room over all ranks), %lld chunks/room\n"
               "  registered per rank: %.1f MiB; injected failure: room %lld on prefill tp%lld (%s)\n",
               np, dtp, ptp, ppp > 1 ? (" x PP " + std::to_string(ppp)).c_str() : "", dtp,
               cfg.mla ? ", MLA" : "", static_cast<long long>(cfg.layers),
+              cfg.mla ? "one latent buffer" : "K/V",
               static_cast<long long>(cfg.page_tokens),
               static_cast<long long>(cfg.mla ? 1 : cfg.kv_heads),
               static_cast<long long>(cfg.head_dim), static_cast<long long>(cfg.dtype_bytes),

@@ -203,7 +203,7 @@ int run_serve(int argc, char** argv) {
       return bad(describe(err));
     }
     kv_shape shape;
-    shape.num_buffers = static_cast<uint32_t>(2 * cfg.layers);
+    shape.num_buffers = static_cast<uint32_t>(declared ? declared->kv_buffers() : 2 * cfg.layers);
     shape.page_size_bytes = static_cast<uint64_t>(cfg.page_bytes);
     shape.num_pages = static_cast<uint64_t>(cfg.concurrency * cfg.pages_per_room);
     shape.num_aux = 1;

@@ -262,9 +262,10 @@ template <class F>
 void for_each_head(host_kv_cache& cache, const std::vector<int64_t>& pages,
                    const parallel_layout& x, F f) {
   for (int32_t l = 0; l < x.layers; ++l)
-    for (uint32_t kv = 0; kv < 2; ++kv) {
-      auto b = static_cast<uint32_t>(2 * l) + kv;
-      auto global = static_cast<uint64_t>(2 * (x.first_layer + l)) + kv;
+    for (int32_t kv = 0; kv < x.buffers_per_layer(); ++kv) {
+      auto n = x.buffers_per_layer();
+      auto b = static_cast<uint32_t>(n * l + kv);
+      auto global = static_cast<uint64_t>(n * (x.first_layer + l) + kv);
       for (size_t i = 0; i < pages.size(); ++i)
         for (int32_t h = 0; h < x.local_heads(); ++h)
           for (int32_t t = 0; t < x.tokens_per_page; ++t) {

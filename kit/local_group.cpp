@@ -57,7 +57,7 @@ local_group::start(runtime& rt, int prefill_tp, int decode_tp, const parallel_la
         return make_error(errc::invalid_config, "layout of TP rank " + std::to_string(t)
                                                   + " of " + std::to_string(tp) + ": " + why);
       auto s = shape;
-      s.num_buffers = static_cast<uint32_t>(2 * x.layers);
+      s.num_buffers = static_cast<uint32_t>(x.kv_buffers());
       s.page_size_bytes = x.page_bytes();
       auto& mem = side == role::prefill ? g->prefill_mem : g->decode_mem;
       mem.push_back(std::make_unique<host_kv_cache>(s));

@@ -19,8 +19,9 @@ std::string to_string(page_order x);
 /// Which part of the model's KV cache one rank holds, and how: what the
 /// rank mapping (transport/rank_mapping.hpp) needs to know which prefill
 /// rank writes which bytes of which decode page. A rank's KV buffers are one
-/// K and one V buffer per layer of its pipeline stage, in layer order; a
-/// page of each holds `tokens_per_page` tokens of this rank's heads.
+/// K and one V buffer per layer of its pipeline stage (MLA: one latent
+/// buffer per layer), in layer order; a page of each holds
+/// `tokens_per_page` tokens of this rank's heads.
 struct parallel_layout {
   /// Tensor-parallel size and this rank's place in it.
   int32_t tp_size = 1;
@@ -56,6 +57,15 @@ struct parallel_layout {
   }
   /// Offset in a page of token `t` of local head `h`.
   uint64_t offset(int32_t token, int32_t local_head) const noexcept;
+  /// KV buffers per layer: K and V, or one latent buffer for MLA (SGLang's
+  /// MLA pool keeps one `kv_buffer` per layer).
+  int32_t buffers_per_layer() const noexcept {
+    return mla ? 1 : 2;
+  }
+  /// The rank's KV buffers: every layer of its stage, in layer order.
+  int32_t kv_buffers() const noexcept {
+    return buffers_per_layer() * layers;
+  }
   bool holds_layer(int32_t layer) const noexcept {
     return layer >= first_layer && layer < first_layer + layers;
   }

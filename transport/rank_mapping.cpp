@@ -118,15 +118,16 @@ caf::expected<decode_mapping> map_decode_rank(const std::vector<parallel_layout>
     int32_t stage = 0;
     while (!by_place[prefill_place{0, stage}]->holds_layer(layer))
       ++stage;
-    for (uint32_t kv = 0; kv < 2; ++kv) {
-      auto dst_buffer = static_cast<uint32_t>(2 * layer) + kv;
+    auto per = static_cast<uint32_t>(decode.buffers_per_layer());
+    for (uint32_t kv = 0; kv < per; ++kv) {
+      auto dst_buffer = per * static_cast<uint32_t>(layer) + kv;
       auto add = [&](int32_t token, int32_t j) {
         prefill_place src{from[static_cast<size_t>(j)].tp_rank, stage};
         auto& sl = *by_place[src];
         slice_write w;
         w.src = src;
         w.layer = layer;
-        w.src_buffer = static_cast<uint32_t>(2 * (layer - sl.first_layer)) + kv;
+        w.src_buffer = per * static_cast<uint32_t>(layer - sl.first_layer) + kv;
         w.dst_buffer = dst_buffer;
         w.src_offset = sl.offset(token, from[static_cast<size_t>(j)].local_head);
         w.dst_offset = decode.offset(token, j);
@@ -270,10 +271,11 @@ namespace {
 
 /// Empty when `mem` holds the K and V buffers `x` describes, else why not.
 std::string check_memory(const parallel_layout& x, const memory_layout& mem, const char* side) {
-  auto want = static_cast<size_t>(2 * x.layers);
+  auto want = static_cast<size_t>(x.kv_buffers());
   if (mem.kv.size() != want)
     return std::string{side} + " has " + std::to_string(mem.kv.size()) + " KV buffers, its layout "
-           + std::to_string(want) + " (K and V of " + std::to_string(x.layers) + " layers)";
+           + std::to_string(want) + (x.mla ? " (one latent buffer" : " (K and V")
+           + " of each of " + std::to_string(x.layers) + " layers)";
   for (size_t b = 0; b < want; ++b)
     if (mem.kv[b].page_size_bytes != x.page_bytes())
       return std::string{side} + " buffer " + std::to_string(b) + " has pages of "

@@ -35,7 +35,8 @@ struct prefill_place {
 /// the source's KV buffer `src_buffer` go to [dst_offset, +length) of page i
 /// of the decode rank's buffer `dst_buffer`, for every page pair of a room.
 /// Buffers are K and V of each layer in order: buffer 2 * (layer -
-/// first_layer) + kv.
+/// first_layer) + kv (MLA: one latent buffer per layer, buffer layer -
+/// first_layer).
 struct slice_write {
   prefill_place src;
   int32_t layer = 0;

@@ -47,7 +47,7 @@ parallel_layout layout_of(const deployment_shape& s, bool prefill, int32_t i) {
 
 kv_shape cache_of(const parallel_layout& x) {
   kv_shape k;
-  k.num_buffers = static_cast<uint32_t>(2 * x.layers);
+  k.num_buffers = static_cast<uint32_t>(x.kv_buffers());
   k.num_pages = 16;
   k.page_size_bytes = x.page_bytes();
   k.num_aux = 1;

@@ -116,14 +116,16 @@ parallel)
   shape=(--rooms=150 --layers=2 --kv-heads=8 --head-dim=32 --tokens-per-page=4 --pages-per-room=2)
   deployment hnd 2 4 "${shape[@]}" --page-order=hnd
   deployment nhd 2 4 "${shape[@]}" --page-order=nhd
+  deployment gather 4 2 "${shape[@]}" --page-order=hnd
   deployment mla 4 2 --rooms=150 --layers=2 --mla --head-dim=64 --tokens-per-page=4 --pages-per-room=2
+  deployment mla_up 2 4 --rooms=150 --layers=2 --mla --head-dim=64 --tokens-per-page=4 --pages-per-room=2
   # Pipeline-parallel prefill: TP 2 x PP 2 -> TP 2, each stage its 2 of 4 layers.
   LAYERS=4 PP=2 deployment pp 2 2 --rooms=150 --layers=4 --kv-heads=8 --head-dim=32 \
     --tokens-per-page=4 --pages-per-room=2
   # Hybrid-model state beside the pages: Mamba slots, SWA windows.
   deployment mamba 2 2 --rooms=150 --state=mamba
   deployment swa 2 2 "${shape[@]}" --state=swa
-  echo "ok: 150 rooms byte-exact each for 2P -> 4D (HND, NHD), MLA 4P -> 2D, TP 2 x PP 2 -> 2D and with Mamba/SWA state, one process per rank"
+  echo "ok: 150 rooms byte-exact each for 2P -> 4D (HND, NHD), 4P -> 2D, MLA 4P -> 2D and 2P -> 4D, TP 2 x PP 2 -> 2D and with Mamba/SWA state, one process per rank"
   ;;
 
 sigkill)

@@ -57,10 +57,11 @@ uint8_t value(int32_t layer, uint32_t kv, int32_t head, int32_t token, uint64_t 
 /// One page of every K and V buffer of a rank, filled (source) or expected
 /// (destination) with `value`.
 std::vector<std::vector<uint8_t>> pages(const parallel_layout& x) {
-  std::vector<std::vector<uint8_t>> out(static_cast<size_t>(2 * x.layers));
+  std::vector<std::vector<uint8_t>> out(static_cast<size_t>(x.kv_buffers()));
+  auto per = static_cast<uint32_t>(x.buffers_per_layer());
   for (int32_t l = 0; l < x.layers; ++l)
-    for (uint32_t kv = 0; kv < 2; ++kv) {
-      auto& page = out[static_cast<size_t>(2 * l) + kv];
+    for (uint32_t kv = 0; kv < per; ++kv) {
+      auto& page = out[per * static_cast<size_t>(l) + kv];
       page.assign(x.page_bytes(), 0);
       for (int32_t h = 0; h < x.local_heads(); ++h)
         for (int32_t t = 0; t < x.tokens_per_page; ++t)
@@ -132,6 +133,9 @@ TEST_CASE("rank mapping: every decode byte is written exactly once, by the right
         CHECK(m.sources.size() == static_cast<size_t>(g.pp));
       if (!g.mla && g.ptp == g.dtp && g.porder == g.dorder)
         CHECK(m.writes.size() == static_cast<size_t>(2 * layers));
+      // MLA: one latent buffer per layer, one whole-page write each.
+      if (g.mla)
+        CHECK(m.writes.size() == static_cast<size_t>(layers));
       // HND on both sides: one write per run of heads from one source.
       if (g.porder == page_order::hnd && g.dorder == page_order::hnd)
         CHECK(m.writes.size() <= static_cast<size_t>(2 * layers * d.local_heads()));
@@ -251,10 +255,11 @@ TEST_CASE("mapped writes move a chunk's pages between registered memories, coale
     auto alloc = [&](const parallel_layout& x, std::vector<std::vector<uint8_t>>& store,
                      bool fill) {
       memory_layout mem;
-      store.assign(static_cast<size_t>(2 * x.layers), {});
+      auto per = static_cast<uint32_t>(x.buffers_per_layer());
+      store.assign(static_cast<size_t>(x.kv_buffers()), {});
       for (int32_t l = 0; l < x.layers; ++l)
-        for (uint32_t kv = 0; kv < 2; ++kv) {
-          auto& buf = store[static_cast<size_t>(2 * l) + kv];
+        for (uint32_t kv = 0; kv < per; ++kv) {
+          auto& buf = store[per * static_cast<size_t>(l) + kv];
           buf.assign(x.page_bytes() * npages, 0xEE);
           if (fill)
             for (int64_t p = 0; p < npages; ++p)
@@ -292,9 +297,10 @@ TEST_CASE("mapped writes move a chunk's pages between registered memories, coale
       }
       // Destination page dst_pages[i] holds source page src_pages[i]; the
       // other pages are untouched.
+      auto per = static_cast<uint32_t>(d.buffers_per_layer());
       for (int32_t l = 0; l < d.layers; ++l)
-        for (uint32_t kv = 0; kv < 2; ++kv) {
-          auto& buf = dst_store[static_cast<size_t>(2 * l) + kv];
+        for (uint32_t kv = 0; kv < per; ++kv) {
+          auto& buf = dst_store[per * static_cast<size_t>(l) + kv];
           for (int64_t p = 0; p < npages; ++p) {
             auto i = std::find(dst_pages.begin(), dst_pages.end(), p) - dst_pages.begin();
             bool mapped = i < static_cast<long>(dst_pages.size());
