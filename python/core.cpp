@@ -10,6 +10,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -100,6 +102,54 @@ memory_layout layout_of(const std::vector<buffer_spec>& kv, const std::vector<bu
   return out;
 }
 
+/// A declared parallel layout from a dict (None: none declared): the keys of
+/// `parallel_layout`, TP size and rank from the rank itself.
+std::optional<parallel_layout> layout_from(const py::object& x, int32_t tp_size, int32_t tp_rank) {
+  if (x.is_none())
+    return std::nullopt;
+  if (!py::isinstance<py::dict>(x))
+    throw py::type_error("layout must be a dict or None");
+  auto d = py::reinterpret_borrow<py::dict>(x);
+  static const char* known[] = {"kv_heads",    "head_dim",   "bytes_per_element",
+                                "tokens_per_page", "page_order", "mla",
+                                "layers",      "first_layer", "pp_size",
+                                "pp_rank"};
+  for (auto item : d) {
+    auto key = py::str(item.first).cast<std::string>();
+    if (std::none_of(std::begin(known), std::end(known), [&](const char* k) { return key == k; }))
+      throw py::value_error("layout: unknown key '" + key + "'");
+  }
+  auto get = [&](const char* key, int64_t dflt) {
+    if (!d.contains(key))
+      return dflt;
+    return d[key].cast<int64_t>();
+  };
+  auto small = [](int64_t v, const char* key) {
+    if (v < 0 || v > (int64_t{1} << 30))
+      throw py::value_error(std::string{"layout: "} + key + " out of range");
+    return static_cast<int32_t>(v);
+  };
+  parallel_layout out;
+  out.tp_size = tp_size;
+  out.tp_rank = tp_rank;
+  out.total_kv_heads = small(get("kv_heads", 1), "kv_heads");
+  out.head_dim = small(get("head_dim", 128), "head_dim");
+  out.bytes_per_element = small(get("bytes_per_element", 2), "bytes_per_element");
+  out.tokens_per_page = small(get("tokens_per_page", 16), "tokens_per_page");
+  out.mla = d.contains("mla") && d["mla"].cast<bool>();
+  out.layers = small(get("layers", 1), "layers");
+  out.first_layer = small(get("first_layer", 0), "first_layer");
+  out.pp_size = small(get("pp_size", 1), "pp_size");
+  out.pp_rank = small(get("pp_rank", 0), "pp_rank");
+  auto order = d.contains("page_order") ? d["page_order"].cast<std::string>() : "hnd";
+  if (order != "hnd" && order != "nhd")
+    throw py::value_error("layout: page_order must be 'hnd' or 'nhd', got '" + order + "'");
+  out.order = order == "nhd" ? page_order::nhd : page_order::hnd;
+  if (auto why = check(out); !why.empty())
+    throw py::value_error("layout: " + why);
+  return out;
+}
+
 /// Optional index lists (SGLang passes None for models without state).
 std::vector<int64_t> optional_indices(const py::handle& x, const char* what) {
   if (x.is_none())
@@ -180,7 +230,7 @@ PYBIND11_MODULE(_core, m) {
             int32_t dp_rank, int64_t id, const std::vector<buffer_spec>& kv,
             const std::vector<buffer_spec>& aux, int32_t device_id, const std::string& transport,
             bool network, const std::string& host, const std::vector<uint64_t>& fail_rooms,
-            const std::vector<buffer_spec>& state) {
+            const std::vector<buffer_spec>& state, const py::object& layout) {
            rank_config cfg;
            if (side == "prefill")
              cfg.side = role::prefill;
@@ -193,6 +243,7 @@ PYBIND11_MODULE(_core, m) {
            cfg.dp_rank = dp_rank;
            cfg.id = static_cast<rank_id>(id);
            cfg.memory = layout_of(kv, aux, state, device_id);
+           cfg.parallel = layout_from(layout, tp_size, tp_rank);
            cfg.transport = transport;
            cfg.network = network;
            cfg.tcp_host = host;
@@ -217,7 +268,8 @@ PYBIND11_MODULE(_core, m) {
          py::arg("aux") = std::vector<buffer_spec>{}, py::arg("device_id") = -1,
          py::arg("transport") = "local", py::arg("network") = false,
          py::arg("host") = "127.0.0.1", py::arg("fail_rooms") = std::vector<uint64_t>{},
-         py::arg("state") = std::vector<buffer_spec>{}, py::keep_alive<0, 1>());
+         py::arg("state") = std::vector<buffer_spec>{}, py::arg("layout") = py::none(),
+         py::keep_alive<0, 1>());
 
   py::class_<py_rank>(m, "Rank")
     .def_property_readonly("id", [](py_rank& r) { return r.get().ref().id; })

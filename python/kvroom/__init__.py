@@ -189,14 +189,18 @@ class Runtime:
 
     def add_rank(self, side, tp_rank=0, tp_size=1, dp_rank=0, id=-1, kv=(), aux=(),
                  device_id=-1, transport="local", network=False, host="127.0.0.1",
-                 keep=(), fail_rooms=(), state=()):
+                 keep=(), fail_rooms=(), state=(), layout=None):
         """Starts a rank. ``kv``/``aux``/``state``: (address, size, page
         bytes) per buffer (``buffer_of(array, page_bytes)``, or SGLang's
         ``data_ptr()``s; ``state``: a hybrid model's state buffers, whose
-        pages are per-request slots or window pages); ``keep``: objects
-        (arrays) to keep alive with it; ``fail_rooms`` (tests): rooms whose
-        transfers this rank's data plane fails."""
+        pages are per-request slots or window pages); ``layout``: what part
+        of the model the rank holds (a dict: ``kv_heads``, ``head_dim``,
+        ``bytes_per_element``, ``tokens_per_page``, ``page_order`` 'hnd' or
+        'nhd', ``mla``, ``layers``, ``first_layer``, ``pp_size``,
+        ``pp_rank``), which lets it move rooms to ranks of another TP size;
+        ``keep``: objects (arrays) to keep alive with it; ``fail_rooms``
+        (tests): rooms whose transfers this rank's data plane fails."""
         impl = self._impl.add_rank(side, tp_rank, tp_size, dp_rank, id, list(kv), list(aux),
                                    device_id, transport, network, host, list(fail_rooms),
-                                   list(state))
+                                   list(state), layout)
         return Rank(impl, tuple(keep))

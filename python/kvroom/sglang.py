@@ -14,12 +14,15 @@ read are those of :class:`ServerArgs` below (``tp_size``, ``dp_size``,
 come from the ``KVROOM_SECRET_FILE`` environment variable.
 
 SGLang passes page indices (``kv_to_page_indices``) and page counts; so does
-this. Hybrid models: one state type (``state_types``: Mamba slots or SWA
+this. With ``KVArgs.page_size`` and ``total_kv_head_num`` set (SGLang sets
+them), a rank declares its parallel layout, so prefill and decode TP sizes
+may differ, and ``is_mla_backend`` declares MLA (one latent buffer per layer;
+the prefill ranks the mapping gives nothing are dummies that conclude with
+the room). Hybrid models: one state type (``state_types``: Mamba slots or SWA
 window pages, its buffers ``state_data_ptrs``/``state_data_lens``/
 ``state_item_lens``), whose ``state_indices`` go with the last chunk and with
 ``send_metadata``. Not supported yet, refused with a clear error: several
-state types at once, unequal prefill/decode TP and MLA layouts from Python
-(the C++ API's declared layouts carry them), and GPU memory from Python.
+state types at once, and GPU memory from Python.
 """
 
 from __future__ import annotations
@@ -79,9 +82,11 @@ class KVArgs:
         self.ib_device = ""
         self.ib_traffic_class = ""
         self.gpu_id = -1
-        self.kv_head_num = 1
-        self.total_kv_head_num = 1
-        self.page_size = 1
+        # Set by SGLang; when these are, the rank declares its layout (which
+        # lets prefill and decode TP sizes differ, and MLA).
+        self.kv_head_num = None
+        self.total_kv_head_num = None
+        self.page_size = None
         self.system_dp_rank = 0
         self.pp_rank = 0
         self.prefill_start_layer = 0
@@ -139,13 +144,14 @@ class KVManager:
                  is_mla_backend: Optional[bool] = False):
         if disaggregation_mode not in (DisaggregationMode.PREFILL, DisaggregationMode.DECODE):
             raise ValueError(f"kvroom: a KVManager is prefill or decode, not {disaggregation_mode}")
-        if is_mla_backend:
-            raise NotImplementedError("kvroom: MLA layouts are not supported yet")
         types = list(getattr(args, "state_types", None) or [])
         if len(set(map(str, types))) > 1:
             raise NotImplementedError("kvroom: one state type per model (Mamba slots or SWA "
                                       f"window pages), got {types}")
         self.args = args
+        self.is_mla_backend = bool(is_mla_backend)
+        if self.is_mla_backend and not getattr(args, "page_size", None):
+            raise ValueError("kvroom: an MLA backend needs KVArgs.page_size (its layout is declared)")
         self.disaggregation_mode = disaggregation_mode
         self.server_args = server_args
         self.tp_size = int(getattr(server_args, "tp_size", 1) or 1)
@@ -181,9 +187,12 @@ class KVManager:
         aux = list(zip(map(int, a.aux_data_ptrs), map(int, a.aux_data_lens),
                        map(int, a.aux_item_lens)))
         state = _state_buffers(a)
+        pp_size = int(getattr(self.server_args, "pp_size", 1) or 1) if self._side == "prefill" else 1
+        layout = _layout_of(a, self.is_mla_backend, self.tp_size, pp_size)
         self._rank = self._rt.add_rank(
             self._side, tp_rank=int(a.engine_rank) % self.tp_size, tp_size=self.tp_size,
             dp_rank=int(getattr(a, "system_dp_rank", 0) or 0), kv=kv, aux=aux, state=state,
+            layout=layout,
             # SGLang's KV pools live on its GPU: registered as device memory
             # (moved by the cuda/verbs data planes, refused with the reason
             # where this build has neither).
@@ -217,6 +226,36 @@ def _state_buffers(a):
         raise ValueError("kvroom: state_data_ptrs, state_data_lens and state_item_lens must be "
                          "of one length")
     return list(zip(map(int, ptrs), map(int, lens), map(int, items)))
+
+
+def _layout_of(a, mla, tp_size, pp_size):
+    """The parallel layout SGLang's KVArgs describe, or None when they do not
+    say (no page_size / total_kv_head_num): SGLang's pools are token-major
+    pages ([token][head][dim], "NHD") of ``page_size`` tokens; one K and one
+    V buffer per layer (MLA: one latent buffer); ``kv_item_lens`` bytes per
+    page, so a head's bytes are item / (page_size x this rank's heads)."""
+    page = getattr(a, "page_size", None)
+    total = getattr(a, "total_kv_head_num", None)
+    if not page or (not mla and not total):
+        return None
+    page = int(page)
+    n = len(a.kv_data_ptrs)
+    per_layer = 1 if mla else 2
+    if n % per_layer:
+        raise ValueError(f"kvroom: {n} KV buffers are not K and V of whole layers")
+    layers = n // per_layer
+    local = 1 if mla else int(getattr(a, "kv_head_num", 0) or 0)
+    item = int(a.kv_item_lens[0])
+    if local <= 0 or item % (page * local):
+        raise ValueError(f"kvroom: kv_item_lens {item} is not page_size {page} x "
+                         f"{local} heads x a head's bytes")
+    layout = dict(kv_heads=1 if mla else int(total), head_dim=item // (page * local),
+                  bytes_per_element=1, tokens_per_page=page, page_order="nhd", mla=bool(mla),
+                  layers=layers)
+    if pp_size > 1:
+        layout.update(pp_size=pp_size, pp_rank=int(getattr(a, "pp_rank", 0) or 0),
+                      first_layer=int(getattr(a, "prefill_start_layer", 0) or 0))
+    return layout
 
 
 def _bootstrap_endpoint(bootstrap_addr):

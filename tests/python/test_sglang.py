@@ -149,7 +149,7 @@ def test_a_failure_raises_kvtransfererror_with_the_origin(bootstrap):
 def test_what_is_not_supported_yet_is_refused_clearly(bootstrap):
     sargs = ServerArgs(disaggregation_bootstrap_port=bootstrap.port)
     a, _, _ = kv_args(2)
-    with pytest.raises(NotImplementedError, match="MLA"):
+    with pytest.raises(ValueError, match="page_size"):
         KVManager(a, DisaggregationMode.PREFILL, sargs, is_mla_backend=True)
     with pytest.raises(ValueError, match="prefill or decode"):
         KVManager(a, DisaggregationMode.NULL, sargs)
@@ -401,6 +401,97 @@ def test_hybrid_model_state_through_sglangs_calls(tmp_path):
     child.start()
     try:
         assert q.get(timeout=60) == "ok"
+    finally:
+        child.join(30)
+        if child.is_alive():
+            child.kill()
+
+
+def _mapped_process(secret, mla, result_queue):
+    """A deployment of its own with unequal TP sizes, driven by SGLang's
+    calls: head-sliced 2P -> 4D (token-major pages, 8 KV heads of 16 bytes,
+    4 tokens per page), or MLA 4P -> 2D (one latent buffer per layer; two
+    prefill ranks are dummies). Every decode page is checked against the
+    heads its rank must hold."""
+    import os
+    os.environ["KVROOM_SECRET_FILE"] = secret
+    from kvroom import sglang as ks
+    try:
+        server = ks.KVBootstrapServer("127.0.0.1", 0)
+        tokens, head, heads, pages, layers = 4, 16, 8, 8, 2
+        ptp, dtp = (4, 2) if mla else (2, 4)
+        buffers = layers if mla else 2 * layers
+        made = {"prefill": [], "decode": []}
+        for side, tp in (("prefill", ptp), ("decode", dtp)):
+            for t in range(tp):
+                local = 1 if mla else heads // tp
+                item = tokens * local * head
+                rng = np.random.default_rng(50 + t)
+                kv = [rng.integers(0, 256, item * pages, dtype=np.uint8) if side == "prefill"
+                      and (mla is False or t == 0) else np.zeros(item * pages, np.uint8)
+                      for _ in range(buffers)]
+                if side == "prefill" and mla and t > 0:  # replicas of TP 0's latent KV
+                    kv = [b.copy() for b in made["prefill"][0][1]]
+                aux = np.zeros(AUX * SLOTS, np.uint8)
+                a = ks.KVArgs()
+                a.engine_rank = t
+                a.kv_data_ptrs = [b.ctypes.data for b in kv]
+                a.kv_data_lens = [b.nbytes for b in kv]
+                a.kv_item_lens = [item] * buffers
+                a.aux_data_ptrs, a.aux_data_lens, a.aux_item_lens = [aux.ctypes.data], [aux.nbytes], [AUX]
+                a.kv_head_num, a.total_kv_head_num, a.page_size = local, heads, tokens
+                mode = (ks.DisaggregationMode.PREFILL if side == "prefill"
+                        else ks.DisaggregationMode.DECODE)
+                sargs = ks.ServerArgs(tp_size=tp, disaggregation_bootstrap_port=server.port)
+                made[side].append((ks.KVManager(a, mode, sargs, is_mla_backend=mla), kv))
+        addr = f"127.0.0.1:{server.port}"
+        room = 501
+        receivers = [ks.KVReceiver(m, addr, room) for m, _ in made["decode"]]
+        for r in receivers:
+            r.init(0)
+        senders = [ks.KVSender(m, addr, room, [0], 0) for m, _ in made["prefill"]]
+        ok = until(lambda: all(r.poll() == KVPoll.WaitingForInput for r in receivers), 30)
+        for r in receivers:
+            r.send_metadata(np.array([5, 2], np.int32), 0)
+        for s in senders:  # SGLang's scheduler drives dummies the same way
+            s.init(2, 0)
+            s.send(np.array([1, 6], np.int32))
+        ok = ok and until(lambda: all(r.poll() == KVPoll.Success for r in receivers)
+                          and all(s.poll() == KVPoll.Success for s in senders), 30)
+        bad = []
+        for d, (_, dkv) in enumerate(made["decode"]):
+            dlocal = 1 if mla else heads // dtp
+            for b in range(buffers):
+                for sp, dpg in ((1, 5), (6, 2)):
+                    for tok in range(tokens):
+                        for h in range(dlocal):
+                            if mla:
+                                src_rank, sh, slocal = d % ptp, 0, 1
+                            else:
+                                g = d * dlocal + h
+                                slocal = heads // ptp
+                                src_rank, sh = g // slocal, g % slocal
+                            skv = made["prefill"][src_rank][1][b]
+                            s_off = sp * tokens * slocal * head + (tok * slocal + sh) * head
+                            d_off = dpg * tokens * dlocal * head + (tok * dlocal + h) * head
+                            if not np.array_equal(dkv[b][d_off:d_off + head], skv[s_off:s_off + head]):
+                                bad.append((d, b, dpg, tok, h))
+        result_queue.put("ok" if ok and not bad else f"mismatch ok={ok} {bad[:3]}")
+        for m, _ in made["prefill"] + made["decode"]:
+            m.close()
+    except Exception as e:  # reported to the test
+        result_queue.put(f"error: {e!r}")
+
+
+@pytest.mark.parametrize("mla", [False, True])
+def test_unequal_tp_and_mla_through_sglangs_calls(tmp_path, mla):
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    child = ctx.Process(target=_mapped_process, args=(secret_file(tmp_path), mla, q))
+    child.start()
+    try:
+        assert q.get(timeout=90) == "ok"
     finally:
         child.join(30)
         if child.is_alive():

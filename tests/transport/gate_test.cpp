@@ -158,6 +158,10 @@ TEST_CASE("control gate: members pass, strangers are closed by the deadline, slo
     CHECK(res.why.find("failed to prove membership") != std::string::npos);
     ::close(c);
     CHECK(passed == 0);
+    // The gate thread counts the refusal after it sent it: wait (bounded).
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (gate.stats().refused_proof == 0 && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     CHECK(gate.stats().refused_proof == 1);
   }
   SECTION("an endpoint that never answers is a failure worth a retry, not a refusal") {
