@@ -120,8 +120,19 @@ caf::error rank::start() {
 }
 
 rank::~rank() {
-  for (auto& kvp : rooms_)
-    kvp.second->cleared = true;
+  // Handles may outlive the rank: they never touch it again, and a room
+  // that was live reads Failed.
+  for (auto& kvp : rooms_) {
+    auto& slot = *kvp.second;
+    slot.rank_gone = true;
+    slot.cleared = true;
+    if (!is_terminal(slot.state)) {
+      slot.state = kv_poll::failed;
+      slot.failure = kv_transfer_error{slot.room, "rank " + to_string(ref_)
+                                                    + " was closed while the room was live",
+                                       false, ref_.id};
+    }
+  }
   // The control port goes with the rank (an embedder may start another).
   if (entry_ && entry_->control_port != 0 && manager_)
     detail::unpublish_control(rt_.system(), manager_, entry_->control_port);

@@ -120,7 +120,10 @@ private:
 };
 
 inline kv_poll room_handle::poll() {
-  owner_->pump();
+  if (!slot_)
+    return kv_poll::failed;
+  if (!slot_->rank_gone)
+    owner_->pump();
   return slot_->state;
 }
 

@@ -19,6 +19,10 @@ caf::error room_handle::check_live(const char* op) const {
   if (!slot_)
     return make_error(errc::invalid_argument,
                       std::string{op} + " on an empty handle");
+  if (slot_->rank_gone)
+    return make_error(errc::room_cleared,
+                      std::string{op} + " after the rank of " + room_text(slot_->room)
+                        + " was closed");
   if (slot_->cleared)
     return make_error(errc::room_cleared,
                       std::string{op} + " after " + room_text(slot_->room)
@@ -34,7 +38,8 @@ caf::error room_handle::check_live(const char* op) const {
 std::optional<kv_transfer_error> room_handle::failure() {
   if (!slot_)
     return std::nullopt;
-  owner_->pump();
+  if (!slot_->rank_gone)
+    owner_->pump();
   // The Failed event carried the root cause: no round trip to the manager.
   return slot_->failure;
 }
@@ -42,6 +47,9 @@ std::optional<kv_transfer_error> room_handle::failure() {
 caf::error room_handle::abort(std::string reason) {
   if (!slot_)
     return make_error(errc::invalid_argument, "abort on an empty handle");
+  if (slot_->rank_gone)
+    return make_error(errc::room_cleared,
+                      "abort after the rank of " + room_text(slot_->room) + " was closed");
   if (slot_->cleared)
     return make_error(errc::room_cleared,
                       "abort after " + room_text(slot_->room) + " was cleared");
@@ -52,6 +60,9 @@ caf::error room_handle::abort(std::string reason) {
 caf::error room_handle::clear() {
   if (!slot_)
     return make_error(errc::invalid_argument, "clear on an empty handle");
+  if (slot_->rank_gone)
+    return make_error(errc::room_cleared,
+                      "clear after the rank of " + room_text(slot_->room) + " was closed");
   if (slot_->cleared)
     return make_error(errc::room_cleared,
                       room_text(slot_->room) + " was cleared already");
@@ -70,7 +81,7 @@ static bool dummy_done(const detail::room_slot& slot) {
 }
 
 caf::error kv_sender::init(uint64_t num_kv_indices, int64_t aux_index) {
-  if (slot_)
+  if (slot_ && !slot_->rank_gone)
     owner_->pump();
   if (slot_ && dummy_done(*slot_) && !slot_->initialized) {
     slot_->initialized = true;
@@ -91,7 +102,7 @@ caf::error kv_sender::init(uint64_t num_kv_indices, int64_t aux_index) {
 
 caf::error kv_sender::send(std::vector<int64_t> kv_indices, bool is_last,
                            std::vector<int64_t> state_indices) {
-  if (slot_)
+  if (slot_ && !slot_->rank_gone)
     owner_->pump();
   if (slot_ && dummy_done(*slot_) && slot_->initialized && !slot_->last_sent) {
     slot_->last_sent = is_last;

@@ -32,12 +32,16 @@ struct room_slot {
   uint64_t sent_pages = 0;
   bool last_sent = false;
   std::optional<kv_transfer_error> failure;
+  /// The rank is gone (closed or destroyed): the handle never touches it
+  /// again, and a room that was live reads Failed.
+  bool rank_gone = false;
 };
 
 } // namespace detail
 
 /// What kv_sender and kv_receiver share. A handle belongs to the scheduler
-/// thread of its rank and must not outlive the rank.
+/// thread of its rank. It may outlive the rank: a room that was live then
+/// reads Failed ("rank closed"), and every call says the rank is gone.
 class room_handle {
 public:
   room_handle() = default;

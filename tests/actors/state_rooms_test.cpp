@@ -196,3 +196,25 @@ TEST_CASE("hybrid state: bad state indices and misfit layouts are refused with t
     CHECK(describe(r.error()).find("state buffers") != std::string::npos);
   }
 }
+
+TEST_CASE("a handle may outlive its rank: the live room reads Failed, calls say the rank is gone") {
+  runtime rt{runtime_options{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
+  host_kv_cache mem{hybrid_shape(0, 0)};
+  rank_config c;
+  c.memory = mem.layout();
+  auto r = rt.add_rank(c);
+  REQUIRE(r);
+  auto s = (*r)->make_sender(5);
+  REQUIRE(s);
+  r->reset();
+  CHECK(s->poll() == kv_poll::failed);
+  auto f = s->failure();
+  REQUIRE(f);
+  CHECK(f->failure_reason.find("was closed while the room was live") != std::string::npos);
+  CHECK(is(s->init(1, 0), errc::room_cleared));
+  CHECK(is(s->send({0}, true), errc::room_cleared));
+  CHECK(is(s->abort(), errc::room_cleared));
+  CHECK(is(s->clear(), errc::room_cleared));
+  kv_sender empty;
+  CHECK(empty.poll() == kv_poll::failed);
+}

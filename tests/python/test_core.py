@@ -328,3 +328,26 @@ def test_hybrid_state_moves_with_the_last_chunk():
         h.clear()
     p.close()
     d.close()
+
+
+def test_a_closed_rank_leaves_clear_errors_never_a_crash():
+    """A dead manager: handles outlive their rank; a live room reads Failed
+    and every call says the rank is gone."""
+    rt = kvroom.Runtime()
+    src, dst = Cache(seed=9), Cache()
+    p = rt.add_rank("prefill", **src.specs())
+    d = rt.add_rank("decode", **dst.specs())
+    s, r = p.make_sender(41), d.make_receiver(41)
+    p.close()
+    assert s.poll() == KVPoll.Failed
+    assert "was closed while the room was live" in s.failure().failure_reason
+    for call in (lambda: s.init(1, 0), lambda: s.send(np.array([0], np.int32), True),
+                 lambda: s.abort("late"), lambda: s.clear()):
+        with pytest.raises(Exception, match="was closed"):
+            call()
+    with pytest.raises(Exception, match="closed"):
+        p.make_sender(42)
+    # The decode side hears the prefill rank is gone: Failed, not a hang.
+    assert until(lambda: r.poll() == KVPoll.Failed)
+    d.close()
+    assert r.poll() == KVPoll.Failed
