@@ -33,6 +33,7 @@ void maybe_send_dst(self_ptr self) {
       }
   }
   st.dst_sent = true;
+  core.note_transfer_start();
   for (auto& s : st.sources) {
     // From here the prefill rank may write into these pages until it is
     // done, fenced or lost: the protocol holds a terminal state until then.

@@ -115,6 +115,19 @@ void on_worker_fenced(self_ptr self, room_id room) {
 
 // -- conclusions and failure records -------------------------------------------
 
+/// The rank's metrics hear of a concluded room.
+void count_conclusion(self_ptr self, const room_concluded& msg, uint64_t opened_ms) {
+  auto& st = self->state;
+  auto now = now_ms();
+  auto secs = [&](uint64_t since) { return static_cast<double>(now - since) / 1000.0; };
+  bool ok = msg.state == kv_poll::success;
+  st.metrics->concluded(ok, !ok && msg.error.is_from_another_rank,
+                        ok ? failure_cause::other : classify(msg.error),
+                        opened_ms > 0 ? secs(opened_ms) : 0.0,
+                        msg.transfer_from_ms > 0 ? secs(msg.transfer_from_ms) : -1.0, msg.bytes,
+                        transport_index(msg.transport));
+}
+
 void on_concluded(self_ptr self, const room_concluded& msg) {
   auto& st = self->state;
   auto* entry = st.rooms->find(msg.room);
@@ -122,6 +135,7 @@ void on_concluded(self_ptr self, const room_concluded& msg) {
     entry->state = msg.state;
     entry->error = msg.error;
   }
+  count_conclusion(self, msg, entry ? entry->opened_ms : 0);
   if (msg.state == kv_poll::success) {
     ++st.counters.successes;
     return;
@@ -523,6 +537,8 @@ void on_peer_down(self_ptr self, const rank_entry& lost, const std::string& reas
     logger()->warn("{}: {} ({} rooms in flight checked)", to_string(me(self)), text, open);
   peer_lost why{peer, text};
   st.peers->lose(why, now_ms());
+  st.metrics->set_peers(st.peers->usable_peers(), st.peers->listed_peers(),
+                        st.peers->lost().size());
   // Concluded rooms hear too: a decode room holding Failed for this rank's
   // fence is fenced by its loss.
   st.rooms->for_each([&](room_id, const room_directory::entry& e) {
@@ -539,6 +555,8 @@ void on_peer_down(self_ptr self, const rank_entry& lost, const std::string& reas
 /// The usable peers changed: what waited for one goes out.
 void peers_changed(self_ptr self) {
   auto& st = self->state;
+  st.metrics->set_peers(st.peers->usable_peers(), st.peers->listed_peers(),
+                        st.peers->lost().size());
   st.parked->flush_deciders(
     [&](const decider_ref& to, caf::message& m) { return send_to_decider(self, to, m); });
   for (auto room : st.parked->dst_rooms())
@@ -580,6 +598,13 @@ void decide_unopened(self_ptr self, uint64_t now) {
 void sweep(self_ptr self) {
   auto& st = self->state;
   auto now = now_ms();
+  // Gauges for the rank's metrics, once per sweep (cheap, and no room's
+  // path pays for them).
+  st.metrics->set_in_flight(st.rooms->size());
+  st.metrics->set_parked(st.parked->size() + st.dead.size() + st.fencing.size(),
+                         st.rooms->tombstones());
+  st.metrics->set_peers(st.peers->usable_peers(), st.peers->listed_peers(),
+                        st.peers->lost().size());
   // Rooms that conclude quickly never hear from the sweep; a room that has
   // lived a tick interval checks its deadlines once per interval. Failed
   // rooms too: a decode room may hold its Failed state for a fence, and only
@@ -658,6 +683,8 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
     st.self_entry = std::make_shared<const rank_entry>(std::move(e));
   }
   st.limits = params.limits;
+  st.metrics = params.metrics ? std::move(params.metrics)
+                              : std::make_shared<rank_metrics>(params.self);
   st.timeouts = params.timeouts;
   st.inbox = std::move(params.inbox);
   st.chaos = params.chaos;

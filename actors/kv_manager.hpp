@@ -12,6 +12,7 @@
 #include "kvroom/actors/config.hpp"
 #include "kvroom/actors/counted_actor.hpp"
 #include "kvroom/actors/local_messages.hpp"
+#include "kvroom/actors/rank_metrics.hpp"
 #include "kvroom/actors/membership.hpp"
 #include "kvroom/actors/parking.hpp"
 #include "kvroom/actors/peer_directory.hpp"
@@ -27,6 +28,7 @@ namespace kvroom {
 /// wires messages to them.
 struct kv_manager_state {
   std::shared_ptr<const rank_entry> self_entry;
+  std::shared_ptr<rank_metrics> metrics;
   rank_limits limits;
   room_timeouts timeouts;
   /// The scheduler's inbox: receives the states of rooms whose actor died.
@@ -107,6 +109,8 @@ struct kv_manager_params {
   /// Decode: revokes the grants of rooms whose actor died (see run_dead).
   std::shared_ptr<backend> data_plane;
   std::optional<parallel_layout> parallel;
+  /// What the rank counts for operators (this manager is its only writer).
+  std::shared_ptr<rank_metrics> metrics;
 };
 
 /// One rank's KV manager: routes destinations, parts and failures to room

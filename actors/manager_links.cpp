@@ -44,6 +44,7 @@ bool local_or_trusted(manager_ptr self, const caf::strong_actor_ptr& sender) {
 void log_stranger(manager_ptr self, const std::string& text) {
   auto& st = self->state;
   ++st.counters.stranger_messages;
+  st.metrics->stranger();
   auto now = now_ms();
   if (now - st.last_stranger_log_ms >= 1000) {
     logger()->warn("{}: {}{}", to_string(me(self)), text,
@@ -92,6 +93,7 @@ void registered(manager_ptr self) {
                    to_string(me(self)), st.registry_host, st.registry_port);
   }
   st.registered = true;
+  st.metrics->set_ready(true);
 }
 
 /// Sends our half of a link: connect to the peer's control endpoint, then

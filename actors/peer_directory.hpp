@@ -72,6 +72,19 @@ public:
     return directory_;
   }
 
+  /// Usable ranks other than this one.
+  size_t usable_peers() const noexcept {
+    size_t n = 0;
+    for (auto& e : directory_)
+      n += e->rank.id != self_ ? 1 : 0;
+    return n;
+  }
+
+  /// Listed ranks not linked yet.
+  size_t listed_peers() const noexcept {
+    return listed_.size();
+  }
+
   /// The monitored peer whose manager this is; no longer monitored.
   entry_ptr take_peer(const caf::actor_addr& manager);
 

@@ -205,6 +205,7 @@ void on_chunk(self_ptr self, sender_chunk& chunk) {
     return;
   }
   if (chunk.is_last) {
+    core.note_transfer_start();
     auto& me = *core.params().self_entry;
     auto why = check_state_indices(me.layout, chunk.state_indices);
     if (!why.empty()) {
@@ -421,6 +422,8 @@ void on_result(self_ptr self, const transfer_result& res) {
     return;
   }
   // Every byte landed; Success waits for the room's decider.
+  if (!st.targets.empty())
+    core.note_transfer(st.bytes_moved, st.targets.front().endpoint.transport);
   core.prepare();
   for (auto& t : st.targets) {
     transfer_done done{core.params().room, core.params().self.id, st.bytes_moved,

@@ -45,6 +45,7 @@ caf::error rank::start() {
     return std::move(made.error());
   data_plane_ = std::shared_ptr<backend>{std::move(*made)};
   shortcut_ = std::make_shared<inline_path>(data_plane_, cfg_.limits.inline_copy_bytes);
+  metrics_ = std::make_shared<rank_metrics>(ref_);
   for (auto* buffers : {&cfg_.memory.kv, &cfg_.memory.aux, &cfg_.memory.state})
     for (auto& b : *buffers)
       if (auto id = data_plane_->register_memory(b.mem); !id)
@@ -62,7 +63,8 @@ caf::error rank::start() {
   kv_manager_params mp{ref_,          cfg_.memory, endpoints, cfg_.limits, cfg_.timeouts,
                        inbox,         cfg_.chaos,  worker_,   rt_.members(), trust_,
                        rt_.registry(), rt_.registry_host_, rt_.registry_port_,
-                       ref_.side == role::decode ? data_plane_ : nullptr, cfg_.parallel};
+                       ref_.side == role::decode ? data_plane_ : nullptr, cfg_.parallel,
+                       metrics_};
   manager_ = sys.spawn(kv_manager, std::move(mp));
   // Peers link to the manager directly on its own control endpoint; the
   // registry only says where it is.

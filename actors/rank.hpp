@@ -9,6 +9,7 @@
 
 #include "kvroom/actors/config.hpp"
 #include "kvroom/actors/inline_path.hpp"
+#include "kvroom/actors/rank_metrics.hpp"
 #include "kvroom/actors/room_handles.hpp"
 #include "kvroom/messages/room_messages.hpp"
 
@@ -73,6 +74,13 @@ public:
   /// The manager's counters (a bounded blocking query).
   caf::expected<manager_stats> stats();
 
+  /// What the rank counts for operators (rooms, failures by cause and
+  /// origin, bytes, latency histograms, peers, refusals): read without a
+  /// message or a lock, from any thread (`prometheus_text` renders it).
+  metrics_snapshot metrics() const {
+    return metrics_ ? metrics_->snapshot() : metrics_snapshot{};
+  }
+
   /// Where this rank's manager is published for peers' direct links
   /// ("host:port"; "" without `network`).
   std::string control_address() const;
@@ -115,6 +123,7 @@ private:
   caf::actor manager_;
   caf::actor worker_;
   std::shared_ptr<inline_path> shortcut_;
+  std::shared_ptr<rank_metrics> metrics_;
   std::unique_ptr<caf::scoped_actor> inbox_;
   std::unordered_map<room_id, std::shared_ptr<detail::room_slot>> rooms_;
 };

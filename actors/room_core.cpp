@@ -63,8 +63,8 @@ void room_core::run(room_effects& effects) {
         // fan-out never lag behind what the scheduler sees.
         self_->send(params_.manager,
                     room_concluded{room, fx.state, std::move(fx.error),
-                                   protocol_->counterparts(), fx.fan_out,
-                                   fx.requested});
+                                   protocol_->counterparts(), fx.fan_out, fx.requested,
+                                   bytes_, transport_, transfer_from_ms_});
         break;
       case room_effect::kind::propose:
         self_->send(params_.manager,

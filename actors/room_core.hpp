@@ -112,6 +112,17 @@ public:
   }
   void on_peer_lost(const peer_lost& msg);
   void on_tick();
+
+  /// For the rank's metrics: the transfer starts now (see room_concluded).
+  void note_transfer_start() {
+    if (transfer_from_ms_ == 0)
+      transfer_from_ms_ = now_ms();
+  }
+  /// For the rank's metrics: the room moved `bytes` over `transport`.
+  void note_transfer(uint64_t bytes, std::string transport) {
+    bytes_ = bytes;
+    transport_ = std::move(transport);
+  }
   void dst_sent(rank_id prefill);
   void source_done(rank_id prefill);
   void fenced(rank_id prefill);
@@ -136,6 +147,9 @@ private:
   // process, reached through its manager).
   std::unordered_map<rank_id, caf::actor> participants_;
   std::vector<rank_id> commit_also_;
+  uint64_t transfer_from_ms_ = 0;
+  uint64_t bytes_ = 0;
+  std::string transport_;
 };
 
 } // namespace kvroom

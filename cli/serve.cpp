@@ -25,6 +25,7 @@
 #include "commands.hpp"
 #include "layout_options.hpp"
 #include "membership_options.hpp"
+#include "metrics_http.hpp"
 #include "stress_plan.hpp"
 
 namespace kvroom::cli {
@@ -47,6 +48,9 @@ public:
   std::string tcp_host = "127.0.0.1";
   std::string control_host;
   int64_t control_port = 0;
+  // Prometheus /metrics and /health (-1: off).
+  int64_t metrics_port = -1;
+  std::string metrics_host;
   join_options join;
   int64_t heartbeat_ms = 100;
   int64_t threads = 0;
@@ -90,6 +94,9 @@ public:
       .add(tcp_host, "tcp-host", "IPv4 address the tcp data plane binds and advertises")
       .add(control_host, "control-host", "IPv4 address of this rank's control endpoint (default: --tcp-host)")
       .add(control_port, "control-port", "port of this rank's control endpoint (0: any)")
+      .add(metrics_port, "metrics-port", "serve Prometheus /metrics and /health here (0: any "
+                                         "port; -1: off)")
+      .add(metrics_host, "metrics-host", "address of the metrics endpoint (default: --tcp-host)")
       .add(heartbeat_ms, "heartbeat-ms", "CAF middleman heartbeat interval")
       .add(threads, "threads", "CAF scheduler threads (0: the hardware's, at least 2)")
       .add(idle_us, "idle-us", "the scheduler loop sleeps this long when nothing changed (0: yields)")
@@ -162,6 +169,8 @@ int run_serve(int argc, char** argv) {
     return bad("--bootstrap-port is required");
   if (cfg.publish_registry && cfg.role != "prefill")
     return bad("the registry is published by a prefill rank");
+  if (cfg.metrics_port < -1 || cfg.metrics_port > 65535)
+    return bad("--metrics-port must be in [-1, 65535]");
   if (cfg.control_port < 0 || cfg.control_port > 65535)
     return bad("--control-port must be in [0, 65535]");
   if (cfg.layers < 1 || cfg.page_bytes < 8 || cfg.pages_per_room < 1 || cfg.concurrency < 1
@@ -250,10 +259,22 @@ int run_serve(int argc, char** argv) {
       return bad("cannot start rank: " + describe(made.error()));
     auto& r = **made;
     me = r.ref();
+    std::unique_ptr<metrics_http> metrics;
+    std::string metrics_at;
+    if (cfg.metrics_port >= 0) {
+      auto host = cfg.metrics_host.empty() ? cfg.tcp_host : cfg.metrics_host;
+      auto started = metrics_http::start(host, static_cast<uint16_t>(cfg.metrics_port),
+                                         [&r] { return std::vector<metrics_snapshot>{r.metrics()}; });
+      if (!started)
+        return bad(describe(started.error()));
+      metrics = std::move(*started);
+      metrics_at = host + ":" + std::to_string(metrics->port());
+    }
     std::printf("{\"event\": \"ready\", \"rank\": \"%s\", \"rank_id\": %d, \"pid\": %d, "
-                "\"tcp\": \"%s\", \"control\": \"%s\"}\n",
+                "\"tcp\": \"%s\", \"control\": \"%s\", \"metrics\": \"%s\"}\n",
                 to_string(me).c_str(), me.id, static_cast<int>(::getpid()),
-                r.data_plane_address("tcp").c_str(), r.control_address().c_str());
+                r.data_plane_address("tcp").c_str(), r.control_address().c_str(),
+                metrics_at.c_str());
     std::fflush(stdout);
     auto key = [&](room_id room) { return room ^ (static_cast<room_id>(cfg.tp + 1) << 40); };
     auto pages_of = [&](size_t slot) {

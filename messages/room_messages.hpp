@@ -245,12 +245,19 @@ struct room_concluded {
   /// The scheduler asked for it (abort, clear of a live room): logged at
   /// info at the origin, since nothing went wrong that anyone must fix.
   bool requested = false;
+  /// For the rank's metrics: bytes the room moved (prefill), over which
+  /// data plane, and since when its transfer ran (prefill: its last chunk
+  /// arrived; decode: it handed its pages over; 0: never).
+  uint64_t bytes = 0;
+  std::string transport;
+  uint64_t transfer_from_ms = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, room_concluded& x) {
   return f(caf::meta::type_name("kvroom.room_concluded"), x.room, x.state,
-           x.error, x.counterparts, x.fan_out, x.requested);
+           x.error, x.counterparts, x.fan_out, x.requested, x.bytes, x.transport,
+           x.transfer_from_ms);
 }
 
 // -- room / scheduler -> manager -----------------------------------------------

@@ -16,13 +16,37 @@ void transport_warning(const std::string& text) {
     spdlog::warn("{}", text);
 }
 
-void transport_warning_limited(const char* kind, const std::string& text) {
-  struct window {
-    uint64_t start_ms = 0;
-    uint64_t suppressed = 0;
-  };
+namespace {
+
+struct window {
+  uint64_t start_ms = 0;
+  uint64_t suppressed = 0;
+  uint64_t total = 0;
+};
+
+std::mutex& limited_mutex() {
   static std::mutex mtx;
+  return mtx;
+}
+
+std::unordered_map<std::string, window>& limited_windows() {
   static std::unordered_map<std::string, window> windows;
+  return windows;
+}
+
+} // namespace
+
+std::vector<std::pair<std::string, uint64_t>> limited_warning_counts() {
+  std::lock_guard<std::mutex> guard{limited_mutex()};
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (auto& kvp : limited_windows())
+    out.emplace_back(kvp.first, kvp.second.total);
+  return out;
+}
+
+void transport_warning_limited(const char* kind, const std::string& text) {
+  auto& mtx = limited_mutex();
+  auto& windows = limited_windows();
   using namespace std::chrono;
   auto now = static_cast<uint64_t>(
     duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
@@ -31,12 +55,14 @@ void transport_warning_limited(const char* kind, const std::string& text) {
     // Called from connection threads: the table is shared, hence the lock.
     std::lock_guard<std::mutex> guard{mtx};
     auto& w = windows[kind];
+    ++w.total;
     if (w.start_ms != 0 && now - w.start_ms < 1000) {
       ++w.suppressed;
       return;
     }
     suppressed = w.suppressed;
-    w = window{now, 0};
+    w.start_ms = now;
+    w.suppressed = 0;
   }
   if (suppressed == 0)
     transport_warning(text);

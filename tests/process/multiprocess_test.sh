@@ -2,7 +2,8 @@
 # Real processes on loopback (or in the test's own network namespaces):
 #   multiprocess_test.sh KVROOM_BINARY SCENARIO WORKDIR [KVROOM_STRANGER]
 # Scenarios: transfer (auto: shm on one host), transfer_shm, transfer_tcp,
-# sigkill, sigstop, malformed, netns, registry_restart, dp_groups, auth, tls.
+# sigkill, sigstop, malformed, netns, registry_restart, dp_groups, auth, tls,
+# parallel, metrics.
 # Every process it starts is killed on exit; every wait is bounded. Exit 0
 # passes, 1 fails, 77 skips (with the reason on stdout).
 set -u
@@ -10,6 +11,7 @@ K=$1
 SCENARIO=$2
 WORK=$3
 STRANGER=${4:-}
+HERE=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK" || exit 1
 PIDS=()
 NETNS=()
@@ -126,6 +128,52 @@ parallel)
   deployment mamba 2 2 --rooms=150 --state=mamba
   deployment swa 2 2 "${shape[@]}" --state=swa
   echo "ok: 150 rooms byte-exact each for 2P -> 4D (HND, NHD), 4P -> 2D, MLA 4P -> 2D and 2P -> 4D, TP 2 x PP 2 -> 2D and with Mamba/SWA state, one process per rank"
+  ;;
+
+metrics)
+  # Prometheus metrics of a 1P x 1D deployment with injected faults, scraped
+  # during and after the rooms: valid exposition; counters equal to the
+  # reports; faults under cause=fault, origin local on prefill and
+  # propagated on decode; /health 503 on decode once prefill is killed.
+  p=$(port)
+  common=(--bootstrap-port="$p" --rooms=200 --pace-us=3000 --metrics-port=0 --then-rooms=1 \
+          --then-wait-file="$WORK/go" --timeout-ms=2000)
+  start p0 "$K" serve "$SECRET" --role=prefill --publish-registry --report=p0.json \
+    --p-transfer=0.1 --fault-seed=5 "${common[@]}"
+  wait_for '"ready"' p0.log 20 || fail "p0 not ready"
+  start d0 "$K" serve "$SECRET" --role=decode --report=d0.json "${common[@]}"
+  wait_for '"ready"' d0.log 20 || fail "d0 not ready"
+  mp=$(sed -n 's/.*"metrics": "\([0-9.]*:[0-9]*\)".*/\1/p' p0.log | head -n 1)
+  md=$(sed -n 's/.*"metrics": "\([0-9.]*:[0-9]*\)".*/\1/p' d0.log | head -n 1)
+  [ -n "$mp" ] && [ -n "$md" ] || fail "no metrics address in the ready lines"
+  sleep 0.3
+  curl -sf "http://$mp/metrics" > during.txt || fail "no /metrics during the rooms"
+  python3 "$HERE/metrics_check.py" during.txt || fail "bad exposition during the rooms"
+  grep -q '^kvroom_up{rank="0",role="prefill"} 1' during.txt || fail "prefill not up: $(head during.txt)"
+  for r in p0 d0; do wait_for batch_done $r.log 60 || fail "$r did not finish its rooms"; done
+  sleep 0.5
+  curl -sf "http://$mp/metrics" > p0.txt || fail "no prefill /metrics after the rooms"
+  curl -sf "http://$md/metrics" > d0.txt || fail "no decode /metrics after the rooms"
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$md/health")" = 200 ] || fail "decode not healthy"
+  kill -9 "$PID_p0"
+  ok=0
+  for _ in $(seq 60); do
+    [ "$(curl -s -o health.json -w '%{http_code}' "http://$md/health")" = 503 ] && { ok=1; break; }
+    sleep 0.05
+  done
+  [ $ok = 1 ] || fail "decode /health stayed ready after its peer was killed: $(cat health.json)"
+  touch "$WORK/go"
+  wait_exit "$PID_d0" 30 || fail "d0 did not finish"
+  # The killed prefill wrote no report: the decode one says what the rooms did;
+  # the prefill's counters are checked against the decode's outcomes of its
+  # own faults.
+  python3 "$HERE/metrics_check.py" d0.txt d0.json 200 propagated || fail "decode metrics differ"
+  inj=$(grep -c 'cause="fault"} [1-9]' p0.txt || true)
+  [ "$inj" -ge 1 ] || fail "prefill counted no fault: $(grep fault p0.txt)"
+  pf=$(awk '/^kvroom_failures_total.*origin="local",cause="fault"/ {print $2}' p0.txt)
+  df=$(awk '/^kvroom_failures_total.*origin="propagated",cause="fault"/ {print $2}' d0.txt)
+  [ "$pf" = "$df" ] || fail "prefill counted $pf faults, decode learned $df"
+  echo "ok: metrics scraped during and after 200 rooms; $pf injected faults counted as local on prefill and propagated on decode; /health 503 after the peer was killed"
   ;;
 
 sigkill)
