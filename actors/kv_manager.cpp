@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <nlohmann/json.hpp>
+
 #include "caf/all.hpp"
 
 #include "kvroom/actors/logging.hpp"
@@ -147,21 +149,39 @@ void on_concluded(self_ptr self, const room_concluded& msg) {
   auto& err = msg.error;
   st.failure_records[msg.room] = err;
   auto& mine = me(self);
+  // JSON lines (log_json()): the event's fields, not a sentence.
+  auto event = [&] {
+    nlohmann::ordered_json e;
+    e["event"] = "room_failed";
+    e["room"] = msg.room;
+    e["rank"] = to_string(mine);
+    e["rank_id"] = mine.id;
+    e["origin_rank"] = err.origin_rank;
+    e["propagated"] = err.is_from_another_rank;
+    e["cause"] = to_string(classify(err));
+    e["requested"] = msg.requested;
+    e["reason"] = err.failure_reason;
+    return e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
   if (err.is_from_another_rank) {
     ++st.counters.propagated_failures;
-    logger()->debug("{}: room {} failed on rank {}: {}", to_string(mine),
-                    msg.room, err.origin_rank, err.failure_reason);
+    if (log_json())
+      logger()->debug("{}", event());
+    else
+      logger()->debug("{}: room {} failed on rank {}: {}", to_string(mine),
+                      msg.room, err.origin_rank, err.failure_reason);
   } else {
     ++st.counters.origin_failures;
     // Logged once, where the failure was first identified: an error on
     // decode (the request is lost to the user), a warning on prefill; at
     // info when the scheduler asked for it.
+    auto text = log_json() ? event() : to_string(mine) + ": " + to_string(err);
     if (msg.requested)
-      logger()->info("{}: {}", to_string(mine), to_string(err));
+      logger()->info("{}", text);
     else if (mine.side == role::decode)
-      logger()->error("{}: {}", to_string(mine), to_string(err));
+      logger()->error("{}", text);
     else
-      logger()->warn("{}: {}", to_string(mine), to_string(err));
+      logger()->warn("{}", text);
   }
   if (msg.fan_out)
     fan_out(self, err, msg.counterparts);

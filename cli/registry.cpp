@@ -37,6 +37,7 @@ public:
   int64_t heartbeat_ms = 100;
   int64_t connection_timeout_ms = 1000;
   std::string log_level = "info";
+  std::string log_format = "text";
 
   registry_config() {
     opt_group group{custom_options_, "global"};
@@ -46,7 +47,8 @@ public:
       .add(max_ranks, "max-ranks", "most ranks that may register")
       .add(heartbeat_ms, "heartbeat-ms", "CAF middleman heartbeat (same on every node)")
       .add(connection_timeout_ms, "connection-timeout-ms", "a silent peer is lost after this")
-      .add(log_level, "log-level", "trace, debug, info, warn, error, off");
+      .add(log_level, "log-level", "trace, debug, info, warn, error, off")
+      .add(log_format, "log-format", "text, or json: one JSON object per line");
   }
 };
 
@@ -74,6 +76,8 @@ int run_registry(int argc, char** argv) {
   opts.heartbeat_ms = static_cast<uint32_t>(cfg.heartbeat_ms);
   opts.connection_timeout_ms = static_cast<uint32_t>(cfg.connection_timeout_ms);
   opts.log_level = cfg.log_level;
+  if (!set_log_format(cfg.log_format))
+    return bad("--log-format must be text or json");
   prepare_config(cfg, opts);
   caf::actor_system sys{cfg};
   {

@@ -75,6 +75,7 @@ public:
   int64_t hold_ms = 2000;
   std::string report;
   std::string log_level = "info";
+  std::string log_format = "text";
   int64_t fault_seed = 0;
   double p_transfer = 0.0;
 
@@ -120,7 +121,9 @@ public:
       .add(report, "report", "write a JSON report of every room here")
       .add(fault_seed, "fault-seed", "stress: seed of the data-plane fault schedule")
       .add(p_transfer, "p-transfer", "stress: probability a room gets a data-plane fault")
-      .add(log_level, "log-level", "trace, debug, info, warn, error, off");
+      .add(log_level, "log-level", "trace, debug, info, warn, error, off")
+      .add(log_format, "log-format", "text, or json: one JSON object per line (a failed "
+                                     "room's room, rank, origin_rank, propagated, cause, reason)");
   }
 };
 
@@ -195,6 +198,8 @@ int run_serve(int argc, char** argv) {
   opts.max_threads = static_cast<size_t>(cfg.threads);
   opts.connection_timeout_ms = static_cast<uint32_t>(cfg.connection_timeout_ms);
   opts.log_level = cfg.log_level;
+  if (!set_log_format(cfg.log_format))
+    return bad("--log-format must be text or json");
   prepare_config(cfg, opts);
   caf::actor_system sys{cfg};
   auto side = cfg.role == "prefill" ? role::prefill : role::decode;

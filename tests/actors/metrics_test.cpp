@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "kvroom/actors/logging.hpp"
 #include "kvroom/actors/rank_metrics.hpp"
 
 using namespace kvroom;
@@ -173,4 +174,18 @@ TEST_CASE("a rank's metrics count what happened and render as valid Prometheus t
   CHECK(h.body.find("\"peers_lost\":1") != std::string::npos);
   m.set_peers(2, 0, 0);
   CHECK(health_of({m.snapshot()}).ready);
+}
+
+TEST_CASE("JSON log lines carry an event's fields and survive any reason") {
+  auto line = json_log_line("2026-12-01T00:00:00.000Z", "warning", "kvroom",
+                            R"({"event":"room_failed","room":7,"reason":"a \"quoted\"\nline\u0001"})");
+  CHECK(line.find('\n') == std::string::npos);
+  CHECK(line.find(R"("event":"room_failed")") != std::string::npos);
+  CHECK(line.find(R"("reason":"a \"quoted\"\nline\u0001")") != std::string::npos);
+  CHECK(line.find(R"("msg")") == std::string::npos);
+  auto text = json_log_line("t", "info", "kvroom", "plain {text} with \"quotes\"\tand\ttabs");
+  CHECK(text.find(R"("msg":"plain {text} with \"quotes\"\tand\ttabs")") != std::string::npos);
+  // Bytes that are not UTF-8 are replaced, never a broken line.
+  auto bad = json_log_line("t", "info", "kvroom", std::string("bad \xff byte"));
+  CHECK(bad.find("bad ") != std::string::npos);
 }

@@ -139,7 +139,7 @@ metrics)
   common=(--bootstrap-port="$p" --rooms=200 --pace-us=3000 --metrics-port=0 --then-rooms=1 \
           --then-wait-file="$WORK/go" --timeout-ms=2000)
   start p0 "$K" serve "$SECRET" --role=prefill --publish-registry --report=p0.json \
-    --p-transfer=0.1 --fault-seed=5 "${common[@]}"
+    --p-transfer=0.1 --fault-seed=5 --log-format=json "${common[@]}"
   wait_for '"ready"' p0.log 20 || fail "p0 not ready"
   start d0 "$K" serve "$SECRET" --role=decode --report=d0.json "${common[@]}"
   wait_for '"ready"' d0.log 20 || fail "d0 not ready"
@@ -155,6 +155,19 @@ metrics)
   curl -sf "http://$mp/metrics" > p0.txt || fail "no prefill /metrics after the rooms"
   curl -sf "http://$md/metrics" > d0.txt || fail "no decode /metrics after the rooms"
   [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$md/health")" = 200 ] || fail "decode not healthy"
+  # Its log is JSON lines, each failure a structured event.
+  python3 - p0.log <<'PY' || fail "prefill's JSON log lines: $(tail -n 3 p0.log)"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+failed = [l for l in lines if l.get("event") == "room_failed"]
+assert failed, "no room_failed event"
+for e in failed:
+    for key in ("time", "level", "room", "rank", "rank_id", "origin_rank", "propagated", "cause", "reason"):
+        assert key in e, f"{key} missing in {e}"
+    assert e["propagated"] is False and e["origin_rank"] == e["rank_id"], e
+assert any(e["cause"] == "fault" for e in failed), failed[:2]
+print(f"ok: {len(lines)} JSON log lines, {len(failed)} room_failed events")
+PY
   kill -9 "$PID_p0"
   ok=0
   for _ in $(seq 60); do
