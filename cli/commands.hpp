@@ -16,6 +16,9 @@ int run_serve(int argc, char** argv);
 /// `kvroom registry`: the bootstrap registry as its own, restartable process.
 int run_registry(int argc, char** argv);
 
+/// `kvroom top`: a terminal view of ranks' /metrics.
+int run_top(int argc, char** argv);
+
 /// `kvroom doctor`: every transport, available or not, and why.
 int run_doctor(int argc, char** argv);
 

@@ -20,6 +20,8 @@ void usage() {
             "           ranks link directly; restart it at will)\n"
             "  stress   thousands of rooms under a seeded fault schedule; checks\n"
             "           kvroom's invariants on every room, exits 1 when one breaks\n"
+            "  top      a terminal view of ranks' /metrics (serve --metrics-port):\n"
+            "           rooms/s, failures by cause, latency percentiles, peers\n"
             "  doctor   list the transports this build and machine support\n"
             "\n"
             "`kvroom <command> --help` lists a command's options.");
@@ -37,6 +39,8 @@ int main(int argc, char** argv) {
   // The subcommand sees its options as if it were the program.
   if (cmd == "demo")
     return kvroom::cli::run_demo(argc - 1, argv + 1);
+  if (cmd == "top")
+    return kvroom::cli::run_top(argc - 1, argv + 1);
   if (cmd == "serve")
     return kvroom::cli::run_serve(argc - 1, argv + 1);
   if (cmd == "stress")

@@ -155,6 +155,9 @@ metrics)
   curl -sf "http://$mp/metrics" > p0.txt || fail "no prefill /metrics after the rooms"
   curl -sf "http://$md/metrics" > d0.txt || fail "no decode /metrics after the rooms"
   [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$md/health")" = 200 ] || fail "decode not healthy"
+  "$K" top --count=1 "$mp" "$md" > top.txt || fail "kvroom top failed: $(cat top.txt)"
+  grep -q " prefill " top.txt && grep -q " decode " top.txt && grep -q "local/fault" top.txt \
+    || fail "kvroom top misses a rank or the faults: $(cat top.txt)"
   # Its log is JSON lines, each failure a structured event.
   python3 - p0.log <<'PY' || fail "prefill's JSON log lines: $(tail -n 3 p0.log)"
 import json, sys
