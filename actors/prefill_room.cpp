@@ -134,8 +134,10 @@ void pump(self_ptr self) {
     core.advance(kv_poll::transferring);
   }
   auto& room = core.params().room;
-  for (size_t i = 0; i < batches.size(); ++i)
+  for (size_t i = 0; i < batches.size(); ++i) {
     st.jobs.push_back(st.next_job++);
+    st.job_targets.push_back(i);
+  }
   // Small batches move right here when the data plane allows.
   std::vector<transfer_result> done_here;
   std::vector<bool> inline_done(batches.size(), false);
@@ -409,9 +411,12 @@ void on_result(self_ptr self, const transfer_result& res) {
                     res.job_id);
     return;
   }
+  auto target = st.job_targets[static_cast<size_t>(job - st.jobs.begin())];
+  st.job_targets.erase(st.job_targets.begin() + (job - st.jobs.begin()));
   st.jobs.erase(job);
   if (!res.ok) {
-    core.fail_local("transfer to decode failed: " + res.reason);
+    core.fail_local("transfer to " + to_string(st.targets[target].dst.decode_rank)
+                    + " failed: " + res.reason);
     return;
   }
   st.bytes_moved += res.bytes;

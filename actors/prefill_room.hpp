@@ -60,6 +60,8 @@ struct prefill_room_state {
   /// The jobs of the chunk in flight, one per target: one chunk at a time
   /// keeps a room's chunks in order.
   std::vector<uint64_t> jobs;
+  /// The target of each job in `jobs` (index into `targets`).
+  std::vector<size_t> job_targets;
   bool last_in_flight = false;
   uint64_t next_job = 1;
   uint64_t bytes_moved = 0;
