@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""A Python scheduler loop over kvroom's Python package, against the C++
+rooms bench on the same shape (1P x 1D in one process, tiny rooms: one
+layer's K and V of one 256 B page, a 64 B aux slot).
+
+  python_loop.py [--rooms=N] [--concurrency=C] [--bench=PATH-TO-kvroom-bench]
+
+Prints poll() ns per call (10,000 rooms' polls), Python rooms/s at the given
+concurrency (default 1000 in flight) and, with --bench, the C++ figure at
+that concurrency from `kvroom-bench rooms` in the same run and the ratio.
+A benchmark: prints, asserts nothing about speed."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import kvroom
+from kvroom import KVPoll
+
+PAGE, AUX = 256, 64
+
+
+def arg(name, default):
+    for a in sys.argv[1:]:
+        if a.startswith(f"--{name}="):
+            return a.split("=", 1)[1]
+    return default
+
+
+def main():
+    rooms = int(arg("rooms", 20000))
+    conc = int(arg("concurrency", 1000))
+    bench = arg("bench", "")
+    rt = kvroom.Runtime()
+    slots = conc
+    caches = {}
+    ranks = {}
+    for side in ("prefill", "decode"):
+        kv = [np.zeros(PAGE * slots, np.uint8) for _ in range(2)]
+        aux = np.zeros(AUX * slots, np.uint8)
+        caches[side] = (kv, aux)
+        ranks[side] = rt.add_rank(side, kv=[kvroom.buffer_of(b, PAGE) for b in kv],
+                                  aux=[kvroom.buffer_of(aux, AUX)], keep=(kv, aux))
+    p, d = ranks["prefill"], ranks["decode"]
+
+    # poll() cost: one open room polled many times.
+    s0, r0 = p.make_sender(1), d.make_receiver(1)
+    n = 200000
+    t = time.perf_counter_ns()
+    for _ in range(n):
+        r0.poll()
+    poll_ns = (time.perf_counter_ns() - t) / n
+    s0.clear()
+    r0.clear()
+
+    # The loop: open up to `conc` rooms, poll each every iteration, init and
+    # send when a side is ready, clear when both concluded.
+    free = list(range(slots))
+    live = {}  # room -> [slot, sender, receiver, sent, inited]
+    next_room, done, failed = 2, 0, 0
+    pages = [np.array([s], np.int64) for s in range(slots)]
+    t0 = time.perf_counter()
+    while done < rooms:
+        while free and next_room < rooms + 2 and len(live) < conc:
+            slot = free.pop()
+            live[next_room] = [slot, p.make_sender(next_room), d.make_receiver(next_room), False, False]
+            next_room += 1
+        finished = []
+        for room, st in live.items():
+            slot, s, r, sent, inited = st
+            rs = r.poll()
+            if not inited and rs == KVPoll.WaitingForInput:
+                r.init(pages[slot], slot)
+                st[4] = True
+            ss = s.poll()
+            if not sent and ss == KVPoll.WaitingForInput:
+                s.init(1, slot)
+                s.send(pages[slot], True)
+                st[3] = True
+            if ss in (KVPoll.Success, KVPoll.Failed) and rs in (KVPoll.Success, KVPoll.Failed):
+                failed += rs == KVPoll.Failed
+                finished.append(room)
+        for room in finished:
+            slot, s, r, _, _ = live.pop(room)
+            s.clear()
+            r.clear()
+            free.append(slot)
+            done += 1
+        if not finished:
+            time.sleep(0)
+    secs = time.perf_counter() - t0
+    py_rate = rooms / secs
+    out = {"bench": "python_loop", "poll_ns": poll_ns, "rooms": rooms, "concurrency": conc,
+           "failed": failed, "rooms_per_s": py_rate}
+    print(f"python_loop: poll() {poll_ns:.0f} ns per call; {rooms} rooms at {conc} in flight: "
+          f"{py_rate:.0f} rooms/s ({failed} failed)")
+    if bench:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "rooms.json")
+            subprocess.run([bench, "rooms", f"--concurrency={conc}", "--seconds=2",
+                            f"--json={path}"], check=True, stdout=subprocess.DEVNULL)
+            cpp = json.load(open(path))["points"][0]["rooms_per_s"]
+        out["cpp_rooms_per_s"] = cpp
+        out["ratio"] = py_rate / cpp if cpp else 0
+        print(f"python_loop: the C++ rooms bench, same shape and concurrency, same run: "
+              f"{cpp:.0f} rooms/s; Python reaches {100 * py_rate / cpp:.0f} % of it "
+              f"(goal: within 2x, i.e. >= 50 %)")
+    print(json.dumps(out))
+    for r in (p, d):
+        r.close()
+
+
+if __name__ == "__main__":
+    main()
