@@ -13,6 +13,7 @@
 #include "caf/all.hpp"
 #include "caf/io/all.hpp"
 
+#include "kvroom/kit/harness.hpp"
 #include "kvroom/kvroom.hpp"
 
 #include "commands.hpp"
@@ -86,10 +87,12 @@ int run_registry(int argc, char** argv) {
                                     cfg.bootstrap_host);
     if (!port)
       return bad(describe(port.error()));
-    std::printf("{\"event\": \"ready\", \"role\": \"registry\", \"address\": \"%s:%u\", "
-                "\"pid\": %d}\n",
-                cfg.bootstrap_host.c_str(), static_cast<unsigned>(*port),
-                static_cast<int>(::getpid()));
+    std::printf("%s\n", harness::event_line(
+                           {{"event", "ready"},
+                            {"role", "registry"},
+                            {"address", cfg.bootstrap_host + ":" + std::to_string(*port)},
+                            {"pid", int64_t{::getpid()}}})
+                           .c_str());
     std::fflush(stdout);
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);

@@ -275,11 +275,14 @@ int run_serve(int argc, char** argv) {
       metrics = std::move(*started);
       metrics_at = host + ":" + std::to_string(metrics->port());
     }
-    std::printf("{\"event\": \"ready\", \"rank\": \"%s\", \"rank_id\": %d, \"pid\": %d, "
-                "\"tcp\": \"%s\", \"control\": \"%s\", \"metrics\": \"%s\"}\n",
-                to_string(me).c_str(), me.id, static_cast<int>(::getpid()),
-                r.data_plane_address("tcp").c_str(), r.control_address().c_str(),
-                metrics_at.c_str());
+    std::printf("%s\n", harness::event_line({{"event", "ready"},
+                                              {"rank", to_string(me)},
+                                              {"rank_id", int64_t{me.id}},
+                                              {"pid", int64_t{::getpid()}},
+                                              {"tcp", r.data_plane_address("tcp")},
+                                              {"control", r.control_address()},
+                                              {"metrics", metrics_at}})
+                           .c_str());
     std::fflush(stdout);
     auto key = [&](room_id room) { return room ^ (static_cast<room_id>(cfg.tp + 1) << 40); };
     auto pages_of = [&](size_t slot) {
@@ -397,7 +400,9 @@ int run_serve(int argc, char** argv) {
       return bad("timed out waiting for " + cfg.wait_file);
     if (cfg.rooms > 0) {
       run_rooms(static_cast<room_id>(cfg.first_room), cfg.rooms);
-      std::printf("{\"event\": \"batch_done\", \"rooms\": %lld}\n", static_cast<long long>(cfg.rooms));
+      std::printf("%s\n",
+                  harness::event_line({{"event", "batch_done"}, {"rooms", int64_t{cfg.rooms}}})
+                    .c_str());
       std::fflush(stdout);
     }
     if (cfg.then_rooms > 0) {
@@ -430,8 +435,11 @@ int run_serve(int argc, char** argv) {
     std::ofstream out{cfg.report};
     out << json;
   }
-  std::printf("{\"event\": \"done\", \"rank\": \"%s\", \"succeeded\": %zu, \"failed\": %zu}\n",
-              to_string(me).c_str(), ok, outcomes.size() - ok);
+  std::printf("%s\n", harness::event_line({{"event", "done"},
+                                            {"rank", to_string(me)},
+                                            {"succeeded", static_cast<int64_t>(ok)},
+                                            {"failed", static_cast<int64_t>(outcomes.size() - ok)}})
+                         .c_str());
   return 0;
 }
 

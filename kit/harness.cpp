@@ -114,6 +114,19 @@ std::map<room_id, report_line> read_report(const std::string& path) {
   return out;
 }
 
+std::string event_line(const std::vector<std::pair<std::string, event_value>>& fields) {
+  std::string out = "{";
+  for (size_t i = 0; i < fields.size(); ++i) {
+    auto& [key, value] = fields[i];
+    out += (i ? ", " : "") + nlohmann::json(key).dump() + ": ";
+    if (auto* s = std::get_if<std::string>(&value))
+      out += nlohmann::json(*s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    else
+      out += std::to_string(std::get<int64_t>(value));
+  }
+  return out + "}";
+}
+
 std::string report_json(const std::string& rank, rank_id id,
                         const std::vector<std::pair<room_id, report_line>>& rooms) {
   // The layout is fixed (scripts grep `"key": value`); the values are the

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <variant>
 #include <optional>
 #include <string>
 #include <thread>
@@ -65,6 +66,12 @@ struct report_line {
 /// room -> outcome, from one `serve --report` file (parsed as JSON; empty
 /// when the file is missing or not JSON).
 std::map<room_id, report_line> read_report(const std::string& path);
+
+/// One event line of a command's stdout (`{"event": "ready", ...}`): the
+/// fields in order, the layout scripts grep (`"key": value`), every key and
+/// string escaped by a JSON library.
+using event_value = std::variant<std::string, int64_t>;
+std::string event_line(const std::vector<std::pair<std::string, event_value>>& fields);
 
 /// The text of a `serve --report` file: the rank and its rooms, one room
 /// per line (scripts grep them), every string escaped by a JSON library so
