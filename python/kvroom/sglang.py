@@ -21,8 +21,10 @@ the prefill ranks the mapping gives nothing are dummies that conclude with
 the room). Hybrid models: one state type (``state_types``: Mamba slots or SWA
 window pages, its buffers ``state_data_ptrs``/``state_data_lens``/
 ``state_item_lens``), whose ``state_indices`` go with the last chunk and with
-``send_metadata``. Not supported yet, refused with a clear error: several
-state types at once, and GPU memory from Python.
+``send_metadata``. GPU pools (``gpu_id`` >= 0) register as device memory
+for the cuda and verbs data planes, as in C++ (untested from Python: no GPU
+where this was built). Not supported yet, refused with a clear error:
+several state types at once.
 """
 
 from __future__ import annotations
