@@ -46,6 +46,7 @@ public:
   // cores from the actors doing the work (1P x 1D 23-26 K rooms/s against
   // 25-26 K; 2P x 2D 10.6-11.1 K against 11.5-11.7 K, same hour).
   int64_t idle_us = 50;
+  bool insecure = false;
   process_config() {
     opt_group{custom_options_, "global"}
       .add(kvroom, "kvroom", "path of the kvroom command (default: next to this one)")
@@ -56,6 +57,8 @@ public:
       .add(trials, "trials", "detect: runs per signal")
       .add(latency_rooms, "latency-rooms", "processes: rooms of the one-at-a-time latency run (0: none)")
       .add(threads, "threads", "serve --threads (CAF scheduler threads per rank process)")
+      .add(insecure, "insecure", "processes: ranks without a deployment secret (what "
+                                 "membership costs: compare with a run with one)")
       .add(idle_us, "idle-us", "serve --idle-us (its scheduler loop's sleep when idle; "
                                "default serve's own)");
   }
@@ -131,6 +134,7 @@ struct deployment {
   };
   std::string exe;
   std::string dir;
+  bool insecure = false;
   int tp = 1;
   int port = 0;
   std::vector<proc> procs;
@@ -162,7 +166,9 @@ struct deployment {
 
   /// Starts every rank with `extra` options; true once all are ready.
   bool start(const std::vector<std::string>& extra) {
-    auto secret = harness::write_secret(dir);  // once: every rank reads it
+    // Once: every rank reads it (--insecure: none, to measure what
+    // membership costs).
+    auto secret = insecure ? std::string{"--insecure"} : harness::write_secret(dir);
     if (secret.empty())
       return false;
     for (auto& p : procs) {
@@ -246,6 +252,7 @@ int bench_processes(int argc, char** argv) {
   for (auto tp : tps) {
     for (auto c : conc) {
       deployment d{exe, static_cast<int>(tp)};
+      d.insecure = cfg.insecure;
       if (d.dir.empty() || !d.start({"--rooms=" + std::to_string(cfg.rooms),
                                      "--concurrency=" + std::to_string(c), "--layers=1",
                                      "--page-bytes=256", "--pages-per-room=1",
