@@ -4,9 +4,9 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
-#include <mutex>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/details/null_mutex.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
@@ -28,8 +28,9 @@ std::string iso_time(spdlog::log_clock::time_point t) {
   return buf;
 }
 
-/// One JSON object per line on stderr.
-class json_sink : public spdlog::sinks::base_sink<std::mutex> {
+/// One JSON object per line on stderr: one fwrite per line, which stdio
+/// serializes against other writers, so the sink needs no lock of its own.
+class json_sink : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
 protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
     auto level = spdlog::level::to_string_view(msg.level);

@@ -4,30 +4,44 @@
 
 namespace kvroom {
 
+namespace {
+
+/// Gives `g` one more rank of `side`: its own host KV cache of `shape`,
+/// TP rank `tp_rank` of `tp_size`, `layout` declared when set.
+caf::error add_one(runtime& rt, local_group& g, role side, int tp_rank, int tp_size,
+                   const kv_shape& shape, const std::optional<parallel_layout>& layout,
+                   const local_group::customizer& customize) {
+  bool prefill = side == role::prefill;
+  auto& mem = prefill ? g.prefill_mem : g.decode_mem;
+  mem.push_back(std::make_unique<host_kv_cache>(shape));
+  rank_config rc;
+  rc.side = side;
+  rc.tp_rank = tp_rank;
+  rc.tp_size = tp_size;
+  rc.memory = mem.back()->layout();
+  rc.parallel = layout;
+  if (customize)
+    customize(rc);
+  auto r = rt.add_rank(rc);
+  if (!r)
+    return make_error(errc::invalid_config,
+                      "cannot start " + to_string(rc.ref()) + ": " + describe(r.error()));
+  (prefill ? g.prefill : g.decode).push_back(std::move(*r));
+  (prefill ? g.prefill_layout : g.decode_layout).push_back(layout);
+  return caf::none;
+}
+
+} // namespace
+
 caf::expected<std::unique_ptr<local_group>>
 local_group::start(runtime& rt, int tp, const kv_shape& shape, const customizer& customize) {
   if (tp < 1)
     return make_error(errc::invalid_config, "tp must be at least 1");
   auto g = std::make_unique<local_group>();
-  for (auto side : {role::prefill, role::decode}) {
-    for (int t = 0; t < tp; ++t) {
-      auto& mem = side == role::prefill ? g->prefill_mem : g->decode_mem;
-      mem.push_back(std::make_unique<host_kv_cache>(shape));
-      rank_config rc;
-      rc.side = side;
-      rc.tp_rank = t;
-      rc.tp_size = tp;
-      rc.memory = mem.back()->layout();
-      if (customize)
-        customize(rc);
-      auto r = rt.add_rank(rc);
-      if (!r)
-        return make_error(errc::invalid_config,
-                          "cannot start " + to_string(rc.ref()) + ": " + describe(r.error()));
-      (side == role::prefill ? g->prefill : g->decode).push_back(std::move(*r));
-      (side == role::prefill ? g->prefill_layout : g->decode_layout).emplace_back();
-    }
-  }
+  for (auto side : {role::prefill, role::decode})
+    for (int t = 0; t < tp; ++t)
+      if (auto err = add_one(rt, *g, side, t, tp, shape, std::nullopt, customize))
+        return err;
   return g;
 }
 
@@ -44,37 +58,23 @@ local_group::start(runtime& rt, int prefill_tp, int decode_tp, const parallel_la
   for (auto side : {role::prefill, role::decode}) {
     auto tp = side == role::prefill ? prefill_tp : decode_tp;
     auto pp = side == role::prefill ? prefill_pp : 1;
+    // Stage-major: rank i is TP rank i % tp of stage i / tp.
     for (int i = 0; i < tp * pp; ++i) {
-      auto t = i % tp;
       auto x = model;
       x.tp_size = tp;
-      x.tp_rank = t;
+      x.tp_rank = i % tp;
       x.pp_size = pp;
       x.pp_rank = i / tp;
       x.layers = model.layers / pp;
       x.first_layer = x.pp_rank * x.layers;
       if (auto why = check(x); !why.empty())
-        return make_error(errc::invalid_config, "layout of TP rank " + std::to_string(t)
+        return make_error(errc::invalid_config, "layout of TP rank " + std::to_string(x.tp_rank)
                                                   + " of " + std::to_string(tp) + ": " + why);
       auto s = shape;
       s.num_buffers = static_cast<uint32_t>(x.kv_buffers());
       s.page_size_bytes = x.page_bytes();
-      auto& mem = side == role::prefill ? g->prefill_mem : g->decode_mem;
-      mem.push_back(std::make_unique<host_kv_cache>(s));
-      rank_config rc;
-      rc.side = side;
-      rc.tp_rank = t;
-      rc.tp_size = tp;
-      rc.memory = mem.back()->layout();
-      rc.parallel = x;
-      if (customize)
-        customize(rc);
-      auto r = rt.add_rank(rc);
-      if (!r)
-        return make_error(errc::invalid_config,
-                          "cannot start " + to_string(rc.ref()) + ": " + describe(r.error()));
-      (side == role::prefill ? g->prefill : g->decode).push_back(std::move(*r));
-      (side == role::prefill ? g->prefill_layout : g->decode_layout).push_back(x);
+      if (auto err = add_one(rt, *g, side, x.tp_rank, tp, s, x, customize))
+        return err;
     }
   }
   return g;
