@@ -26,15 +26,16 @@ struct room_slot {
   role side = role::prefill;
   caf::actor actor;
   kv_poll state = kv_poll::bootstrapping;
+  /// The rank is gone (closed or destroyed): the handle never touches it
+  /// again, and a room that was live reads Failed. Beside `state`: poll()
+  /// reads both, from one cache line.
+  bool rank_gone = false;
   bool cleared = false;
   bool initialized = false;
   uint64_t declared_pages = 0;
   uint64_t sent_pages = 0;
   bool last_sent = false;
   std::optional<kv_transfer_error> failure;
-  /// The rank is gone (closed or destroyed): the handle never touches it
-  /// again, and a room that was live reads Failed.
-  bool rank_gone = false;
 };
 
 } // namespace detail
