@@ -6,9 +6,11 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <thread>
 
+#include "kvroom/kit/harness.hpp"
 #include "kvroom/kit/testkit.hpp"
 
 using namespace kvroom;
@@ -86,14 +88,9 @@ side make_side(runtime& rt, const deployment_shape& s, bool prefill) {
   return out;
 }
 
-bool until(std::function<bool()> pred, std::chrono::milliseconds limit = 5000ms) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred())
-      return true;
-    std::this_thread::sleep_for(1ms);
-  }
-  return pred();
+/// The harness's bounded wait, with these tests' limit.
+bool until(std::function<bool()> pred) {
+  return harness::wait_until(std::move(pred), 5000ms);
 }
 
 /// Moves `rooms` rooms (2 pages each, at other pages on the two sides) and

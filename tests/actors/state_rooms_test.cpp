@@ -8,6 +8,7 @@
 #include <functional>
 #include <thread>
 
+#include "kvroom/kit/harness.hpp"
 #include "kvroom/kit/testkit.hpp"
 
 using namespace kvroom;
@@ -15,14 +16,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-bool until(std::function<bool()> pred, std::chrono::milliseconds limit = 5000ms) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred())
-      return true;
-    std::this_thread::sleep_for(1ms);
-  }
-  return pred();
+/// The harness's bounded wait, with these tests' limit.
+bool until(std::function<bool()> pred) {
+  return harness::wait_until(std::move(pred), 5000ms);
 }
 
 /// 2 layers of 256 B pages and `num_state` state buffers of 8 pages of
