@@ -18,6 +18,7 @@ namespace {
 
 using self_ptr = counted_actor<kv_manager_state>*;
 using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
+using decide_atom = caf::atom_constant<caf::atom("decide")>;
 
 const rank_ref& me(self_ptr self) {
   return self->state.self_entry->rank;
@@ -380,6 +381,27 @@ void on_dst(self_ptr self, dst_info& info) {
                                     true, me(self).id});
 }
 
+/// How long a proposal waits for its room to open here before this manager
+/// decides it for the room. A room announces itself to the manager as its
+/// first act, so a room being opened is heard of within microseconds; the
+/// grace covers that with room to spare under load, and no more: the rank
+/// that proposed waits it out before its scheduler sees Failed.
+uint64_t unopened_grace_ms(const room_timeouts& t) {
+  auto ticks = 4 * static_cast<uint64_t>(room_core::tick_interval(t).count());
+  return std::min<uint64_t>(ticks, 500);
+}
+
+/// Arms the one timer that decides parked proposals (the sweep's period
+/// follows the timeouts and can be seconds).
+void schedule_deciding(self_ptr self) {
+  auto& st = self->state;
+  if (st.deciding)
+    return;
+  st.deciding = true;
+  self->delayed_send(self, std::chrono::milliseconds{unopened_grace_ms(st.timeouts)},
+                     decide_atom::value);
+}
+
 void on_failed(self_ptr self, room_failed& msg) {
   auto& st = self->state;
   auto room = msg.room;
@@ -414,9 +436,14 @@ void on_failed(self_ptr self, room_failed& msg) {
     }
   }
   // Kept whole, for the room should it open here.
-  if (!st.parked->park_failure(std::move(msg), now_ms()))
+  bool proposal = !msg.propagated;
+  if (!st.parked->park_failure(std::move(msg), now_ms())) {
     logger()->debug("{}: early failure for room {} dropped (parking full)",
                     to_string(me(self)), room);
+    return;
+  }
+  if (proposal)
+    schedule_deciding(self);
 }
 
 /// Hands a room the destinations parked for it whose decode rank the
@@ -598,14 +625,13 @@ void on_directory(self_ptr self, directory_update& msg) {
   peers_changed(self);
 }
 
-/// Proposals for rooms that did not open here within a grace period (a few
-/// ticks) are decided by this manager for the room, so the asking rank is
-/// not left waiting: the first failure heard of is the decision, fanned out
-/// to this group and the whole other side, and kept should the room open.
+/// Proposals for rooms that did not open here within a grace period are
+/// decided by this manager for the room, so the asking rank is not left
+/// waiting: the first failure heard of is the decision, fanned out to this
+/// group and the whole other side, and kept should the room open.
 void decide_unopened(self_ptr self, uint64_t now) {
   auto& st = self->state;
-  auto grace = 4 * static_cast<uint64_t>(room_core::tick_interval(st.timeouts).count());
-  for (auto& proposal : st.parked->take_proposals(now, grace)) {
+  for (auto& proposal : st.parked->take_proposals(now, unopened_grace_ms(st.timeouts))) {
     auto decision = std::move(proposal);
     decision.propagated = true;
     decision.from = me(self).id;
@@ -924,6 +950,12 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
     [=](link_reply& msg) { detail::on_link_reply(self, msg); },
     [=](link_finish& msg) { detail::on_link_finish(self, msg); },
     [=](link_ack& msg) { detail::on_link_ack(self, msg); },
+    [=](decide_atom) {
+      self->state.deciding = false;
+      decide_unopened(self, now_ms());
+      if (self->state.parked->has_proposals())
+        schedule_deciding(self);
+    },
     [=](sweep_atom) {
       sweep(self);
       self->delayed_send(self, sweep_interval, sweep_atom::value);

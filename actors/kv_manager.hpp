@@ -47,6 +47,9 @@ struct kv_manager_state {
   /// Prefill: rooms whose worker fence is pending, with the decode ranks to
   /// tell once it completes.
   std::unordered_map<room_id, std::vector<rank_id>> fencing;
+  /// A `decide_unopened` timer is pending (one at a time, whatever the
+  /// number of proposals parked).
+  bool deciding = false;
 
   manager_stats counters;
   control_chaos chaos;

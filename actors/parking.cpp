@@ -126,6 +126,11 @@ std::vector<room_failed> parking::take_proposals(uint64_t now_ms, uint64_t min_a
   return out;
 }
 
+bool parking::has_proposals() const {
+  return std::any_of(failures_.begin(), failures_.end(),
+                     [](auto& kvp) { return !kvp.second.value.propagated; });
+}
+
 bool parking::park_for_decider(decider_ref to, caf::message payload, uint64_t now_ms) {
   if (full())
     return false;

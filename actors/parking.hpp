@@ -60,6 +60,9 @@ public:
   /// `min_age_ms`: their room has not opened here in that time.
   std::vector<room_failed> take_proposals(uint64_t now_ms, uint64_t min_age_ms);
 
+  /// Whether a proposal (a failure not yet decided) is parked.
+  bool has_proposals() const;
+
   bool park_for_decider(decider_ref to, caf::message payload, uint64_t now_ms);
 
   /// Offers every message for a decider to `send`; those it took go.

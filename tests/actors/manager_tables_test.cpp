@@ -107,6 +107,10 @@ TEST_CASE("parking: proposals older than the grace are handed over to be decided
   CHECK(due[0].room == 1);
   CHECK(p.failure(2));  // a decision is not a proposal
   CHECK(p.failure(3));  // too young
+  CHECK(p.has_proposals());
+  CHECK(p.take_proposals(100, 40).size() == 1);
+  CHECK_FALSE(p.has_proposals()); // what is left is a decision
+  CHECK(p.failure(2));
 }
 
 TEST_CASE("parking: destinations are taken once their rank is known, and expire") {
