@@ -106,6 +106,19 @@ std::string layout_conflict(const std::vector<rank_entry>& ranks, const rank_ent
   return {};
 }
 
+std::string place_conflict(const std::vector<rank_entry>& ranks, const rank_entry& candidate) {
+  auto& c = candidate.rank;
+  for (auto& e : ranks) {
+    auto& r = e.rank;
+    if (r.id != c.id && r.side == c.side && r.dp_rank == c.dp_rank && r.tp_rank == c.tp_rank
+        && r.pp_rank == c.pp_rank)
+      return to_string(c) + " takes the place of the live " + to_string(r)
+             + " (control endpoint " + e.control_host + ":" + std::to_string(e.control_port)
+             + "); a replacement registers once the old rank is gone";
+  }
+  return {};
+}
+
 caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
                                  uint32_t max_ranks,
                                  std::shared_ptr<const membership> members) {
@@ -178,6 +191,8 @@ caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
                         + to_string(i->rank) + " (control endpoint " + i->control_host + ":"
                         + std::to_string(i->control_port)
                         + "); a replacement registers once the old rank is gone");
+      if (auto why = place_conflict(xs, entry); !why.empty())
+        return refuse(self, errc::invalid_config, why);
       if (auto why = layout_conflict(xs, entry); !why.empty())
         return refuse(self, errc::incompatible, why);
       if (i != xs.end()) {

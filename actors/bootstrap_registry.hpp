@@ -36,6 +36,13 @@ struct bootstrap_registry_state {
 /// rank is written by the prefill TP rank of the same index).
 std::string layout_conflict(const std::vector<rank_entry>& ranks, const rank_entry& candidate);
 
+/// Why `candidate` cannot take its place (side, DP group, TP rank, PP
+/// stage), or "" when the place is free or already its own: a live rank of
+/// another id holds it. Two ranks in one place would each be sent the same
+/// rooms' pages; the second is a misconfiguration or a replacement that came
+/// before the registry saw the old rank go.
+std::string place_conflict(const std::vector<rank_entry>& ranks, const rank_entry& candidate);
+
 /// A directory: maps (role, dp, tp) to each rank's layout, data-plane
 /// endpoints and control endpoint. It relays nothing: ranks link to each
 /// other directly and only learn who is where from it.

@@ -9,6 +9,7 @@
 #include "caf/send.hpp"
 
 #include "kvroom/messages/error.hpp"
+#include "kvroom/transport/socket_io.hpp"
 
 namespace kvroom::detail {
 
@@ -76,20 +77,24 @@ public:
   }
 
 protected:
+  // The door is one detached actor: a connect holds every other publish and
+  // connect behind it, so it is bounded (CAF's own connect blocks for the
+  // kernel's SYN retries, ~2 min, on a host that went away).
   caf::expected<caf::io::scribe_ptr> connect(const std::string& host, uint16_t port) override {
-    auto fd = net::new_tcp_connection(host, port);
-    if (!fd)
-      return std::move(fd.error());
-    auto res = pass_gate(*fd, secret_, control_gate::limits{}.deadline_ms);
+    std::string why;
+    auto fd = detail::connect_by(host, port, detail::steady_ms() + connect_ms, why);
+    if (fd < 0)
+      return make_error(errc::unavailable, "control endpoint: " + why);
+    auto res = pass_gate(fd, secret_, control_gate::limits{}.deadline_ms);
     if (res.kind != gate_outcome::passed) {
-      net::close_socket(*fd);
+      net::close_socket(fd);
       // Refused: the caller stops trying; failed: it may retry.
       return make_error(res.kind == gate_outcome::refused ? errc::unauthorized
                                                           : errc::unavailable,
                         "control endpoint " + host + ":" + std::to_string(port) + ": "
                           + res.why);
     }
-    return system().middleman().backend().new_scribe(*fd);
+    return system().middleman().backend().new_scribe(fd);
   }
 
   caf::expected<caf::io::doorman_ptr> open(uint16_t port, const char* addr, bool reuse) override {
@@ -101,6 +106,9 @@ protected:
   }
 
 private:
+  /// Past one SYN retransmission (the kernel's first comes after 1 s).
+  static constexpr uint64_t connect_ms = 3000;
+
   std::shared_ptr<control_gate> gate_;
   deployment_secret secret_;
 };

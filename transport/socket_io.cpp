@@ -1,11 +1,15 @@
 #include "kvroom/transport/socket_io.hpp"
 
+#include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 
 namespace kvroom::detail {
 
@@ -39,6 +43,70 @@ bool exchange_by(int fd, void* buf, size_t len, uint64_t deadline_ms, bool sendi
     len -= static_cast<size_t>(n);
   }
   return true;
+}
+
+namespace {
+
+/// Connects `fd` (non-blocking) to `addr` by the deadline: 0, or an errno.
+int connect_one(int fd, const addrinfo& addr, uint64_t deadline_ms) {
+  if (::connect(fd, addr.ai_addr, addr.ai_addrlen) == 0)
+    return 0;
+  if (errno != EINPROGRESS && errno != EINTR)
+    return errno;
+  for (;;) {
+    auto now = steady_ms();
+    if (now >= deadline_ms)
+      return ETIMEDOUT;
+    pollfd pfd{fd, POLLOUT, 0};
+    auto ready = ::poll(&pfd, 1, static_cast<int>(std::min<uint64_t>(deadline_ms - now, 1000)));
+    if (ready < 0 && errno != EINTR)
+      return errno;
+    if (ready <= 0)
+      continue;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+      return errno;
+    return err;
+  }
+}
+
+} // namespace
+
+int connect_by(const std::string& host, uint16_t port, uint64_t deadline_ms, std::string& why) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  auto target = host + ":" + std::to_string(port);
+  if (auto rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+      rc != 0) {
+    why = "cannot resolve " + host + ": " + ::gai_strerror(rc);
+    return -1;
+  }
+  int err = EHOSTUNREACH;
+  int fd = -1;
+  for (auto* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    int s = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (s < 0) {
+      err = errno;
+      continue;
+    }
+    err = connect_one(s, *a, deadline_ms);
+    if (err == 0 && ::fcntl(s, F_SETFL, ::fcntl(s, F_GETFL) & ~O_NONBLOCK) != 0)
+      err = errno;
+    if (err == 0)
+      fd = s;
+    else
+      ::close(s);
+    if (err == ETIMEDOUT)
+      break; // the deadline is spent for every address
+  }
+  ::freeaddrinfo(found);
+  if (fd < 0)
+    why = err == ETIMEDOUT ? "connect to " + target + ": no answer by the deadline"
+                           : "connect to " + target + ": " + std::strerror(err);
+  return fd;
 }
 
 } // namespace kvroom::detail

@@ -273,6 +273,27 @@ TEST_CASE("layout check: refuses what cannot be mapped, with the reason") {
   CHECK(layout_conflict(ranks, entry(0, 8192, 4, 1)).empty());
 }
 
+TEST_CASE("place check: one live rank per side, DP group, TP rank and PP stage") {
+  auto entry = [](role side, int32_t dp, int32_t tp, rank_id id, int32_t pp = 0) {
+    rank_entry e;
+    e.rank = make_rank(side, dp, tp, id);
+    e.rank.tp_size = 2;
+    e.rank.pp_rank = pp;
+    return e;
+  };
+  std::vector<rank_entry> ranks{entry(role::prefill, 0, 0, 0), entry(role::decode, 0, 0, 100)};
+  // Its own place again (registering again), and every other place: free.
+  CHECK(place_conflict(ranks, entry(role::prefill, 0, 0, 0)).empty());
+  CHECK(place_conflict(ranks, entry(role::prefill, 0, 1, 1)).empty());
+  CHECK(place_conflict(ranks, entry(role::prefill, 1, 0, 2)).empty());
+  CHECK(place_conflict(ranks, entry(role::prefill, 0, 0, 3, 1)).empty());
+  CHECK(place_conflict(ranks, entry(role::decode, 0, 1, 101)).empty());
+  // Another id in a live rank's place.
+  auto why = place_conflict(ranks, entry(role::prefill, 0, 0, 7));
+  CHECK(why.find("takes the place of the live prefill[dp0,tp0]#0") != std::string::npos);
+  CHECK(place_conflict(ranks, entry(role::decode, 0, 0, 7)).find("#100") != std::string::npos);
+}
+
 TEST_CASE("layout check: ranks that declare a parallel layout are checked by what the mapping needs") {
   auto entry = [](rank_id id, role side, int32_t head_dim, int32_t pp) {
     rank_entry e;

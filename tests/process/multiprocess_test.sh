@@ -390,6 +390,7 @@ auth)
   try insecure "failed to prove membership" "$K" serve --insecure --role=decode --dp=3 --tp=0 --tp-size=2
   try nosecret "no --secret-file" "$K" serve --role=decode --dp=3 --tp=0 --tp-size=2
   try thief "is held by the live" "$K" serve "$SECRET" --role=decode --tp=0 --tp-size=2
+  try squatter "takes the place of the live" "$K" serve "$SECRET" --role=decode --tp=0 --tp-size=2 --rank-id=4242
   try layout "KV buffers" "$K" serve "$SECRET" --role=decode --dp=3 --tp=0 --tp-size=2 --page-bytes=8192
   try tpsize "TP size" "$K" serve "$SECRET" --role=decode --dp=3 --tp=0 --tp-size=1
   try declared "declares a parallel layout" "$K" serve "$SECRET" --role=decode --dp=3 --tp=0 --tp-size=2 --kv-heads=8
@@ -424,7 +425,7 @@ auth)
     grep -q "closed a connection from .* before CAF read a byte" $r.log || fail "$r did not report the refused connections"
   done
   last=$(sed -n 's/.*the last after \([0-9]*\) ms/\1/p' raw-*.log | sort -n | tail -n 1)
-  echo "ok: wrong secret, --insecure, no secret, a live rank's id, an unfit layout and TP size all refused with the reason; a CAF client without the secret reached none of the 5 control endpoints; 82 hostile raw connections per endpoint (silent, trickling, a 4 GiB header) all closed within ${last} ms, p0 ${before} -> ${after} KiB; 300 rooms byte-exact"
+  echo "ok: wrong secret, --insecure, no secret, a live rank's id, a live rank's place, an unfit layout and TP size all refused with the reason; a CAF client without the secret reached none of the 5 control endpoints; 82 hostile raw connections per endpoint (silent, trickling, a 4 GiB header) all closed within ${last} ms, p0 ${before} -> ${after} KiB; 300 rooms byte-exact"
   ;;
 
 tls)
