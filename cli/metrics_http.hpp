@@ -3,8 +3,9 @@
 // `serve --metrics-port`: the rank's metrics in Prometheus' text format on
 // GET /metrics and its readiness on GET /health (200 when ready, 503 when
 // not; a small JSON body either way), served by cpp-httplib (Debian's
-// libcpp-httplib-dev) on a thread of its own. Each request takes a fresh
-// snapshot: no lock, no message to the rank's actors.
+// libcpp-httplib-dev) on a thread of its own and two workers, with at most
+// 8 connections queued (a client cannot make the rank hold more). Each
+// request takes a fresh snapshot: no lock, no message to the rank's actors.
 
 #include <cstdint>
 #include <functional>

@@ -155,6 +155,42 @@ metrics)
   curl -sf "http://$mp/metrics" > p0.txt || fail "no prefill /metrics after the rooms"
   curl -sf "http://$md/metrics" > d0.txt || fail "no decode /metrics after the rooms"
   [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$md/health")" = 200 ] || fail "decode not healthy"
+  # A client flooding the metrics port with idle connections makes the rank
+  # hold a bounded number of them; once it lets go, scrapes are served again.
+  python3 - "$PID_d0" "$md" <<'PY' || fail "metrics port flood"
+import os, socket, sys, time, urllib.request
+pid, addr = sys.argv[1], sys.argv[2]
+host, port = addr.rsplit(":", 1)
+fds = lambda: len(os.listdir(f"/proc/{pid}/fd"))
+before = fds()
+held = []
+# As fast as the server takes them, for 3 s: an unbounded server takes
+# them all; a bounded one stops accepting, and connects wait in vain.
+until = time.monotonic() + 3
+while len(held) < 400 and time.monotonic() < until:
+    s = socket.socket()
+    s.settimeout(0.2)
+    try:
+        s.connect((host, int(port)))
+    except OSError:
+        pass
+    held.append(s)
+time.sleep(0.5)
+during = fds()
+for s in held:
+    s.close()
+assert during - before <= 40, f"{len(held)} idle connections made the rank hold {during - before} more fds"
+deadline = time.monotonic() + 20
+while True:
+    try:
+        urllib.request.urlopen(f"http://{addr}/metrics", timeout=3).read()
+        break
+    except OSError:
+        assert time.monotonic() < deadline, "no scrape served after the flood"
+        time.sleep(0.2)
+print(f"ok: {len(held)} idle metrics connections held {during - before} more fds ({before} before); "
+      f"scraped {time.monotonic() - deadline + 20:.1f} s after")
+PY
   "$K" top --count=1 "$mp" "$md" > top.txt || fail "kvroom top failed: $(cat top.txt)"
   grep -q " prefill " top.txt && grep -q " decode " top.txt && grep -q "local/fault" top.txt \
     || fail "kvroom top misses a rank or the faults: $(cat top.txt)"
