@@ -6,6 +6,8 @@
 #include "caf/mailbox_element.hpp"
 #include "caf/stateful_actor.hpp"
 
+#include "kvroom/actors/quiet_clock.hpp"
+
 namespace kvroom {
 
 namespace detail {
@@ -33,9 +35,10 @@ inline uint64_t handled_messages() noexcept {
 
 /// A stateful actor that counts what it consumes: one relaxed increment per
 /// message. kvroom's function-based actors take a `counted_actor<State>*`,
-/// which makes CAF spawn this type.
+/// which makes CAF spawn this type. Its clock mark spares its end a
+/// wake-up of the clock thread unless it set a timeout (quiet_clock.hpp).
 template <class State>
-class counted_actor : public caf::stateful_actor<State> {
+class counted_actor : public caf::stateful_actor<State>, public detail::clock_mark {
 public:
   using super = caf::stateful_actor<State>;
   using super::super;

@@ -14,6 +14,7 @@
 #include "kvroom/actors/control_endpoint.hpp"
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/actors/membership.hpp"
+#include "kvroom/actors/quiet_clock.hpp"
 #include "kvroom/actors/rank.hpp"
 #include "kvroom/messages/assert.hpp"
 #include "kvroom/messages/error.hpp"
@@ -24,7 +25,10 @@ namespace kvroom {
 void prepare_config(caf::actor_system_config& cfg,
                     const runtime_options& opts) {
   add_message_types(cfg);
-  cfg.set("scheduler.policy", caf::atom_from_string(opts.scheduler_policy));
+  auto policy = caf::atom_from_string(opts.scheduler_policy);
+  cfg.set("scheduler.policy", policy);
+  if (opts.quiet_clock)
+    detail::load_quiet_scheduler(cfg, policy);
   auto threads = opts.max_threads;
   if (threads == 0)
     threads = std::max<size_t>(2, std::thread::hardware_concurrency());

@@ -54,6 +54,9 @@ struct runtime_options {
   std::string tls_certificate;
   std::string tls_key;
   std::string tls_cafile;
+  /// Run CAF's scheduler with `detail::quiet_clock` (quiet_clock.hpp): no
+  /// wake-up of the clock thread per actor end. Off: CAF's clock as it is.
+  bool quiet_clock = true;
 };
 
 /// Adds kvroom's message types and scheduler defaults to a CAF config an

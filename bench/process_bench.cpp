@@ -47,6 +47,7 @@ public:
   // 25-26 K; 2P x 2D 10.6-11.1 K against 11.5-11.7 K, same hour).
   int64_t idle_us = 50;
   bool insecure = false;
+  bool caf_clock = false;
   process_config() {
     opt_group{custom_options_, "global"}
       .add(kvroom, "kvroom", "path of the kvroom command (default: next to this one)")
@@ -59,6 +60,8 @@ public:
       .add(threads, "threads", "serve --threads (CAF scheduler threads per rank process)")
       .add(insecure, "insecure", "processes: ranks without a deployment secret (what "
                                  "membership costs: compare with a run with one)")
+      .add(caf_clock, "caf-clock", "processes: serve --caf-clock (CAF's own clock: compare "
+                                   "with a run without)")
       .add(idle_us, "idle-us", "serve --idle-us (its scheduler loop's sleep when idle; "
                                "default serve's own)");
   }
@@ -135,6 +138,7 @@ struct deployment {
   std::string exe;
   std::string dir;
   bool insecure = false;
+  bool caf_clock = false;  ///< serve --caf-clock
   int tp = 1;
   int port = 0;
   std::vector<proc> procs;
@@ -182,6 +186,8 @@ struct deployment {
                                  "--log-level=error",
                                  secret};
       a.insert(a.end(), extra.begin(), extra.end());
+      if (caf_clock)
+        a.push_back("--caf-clock");
       if (p.name == "p0")
         a.push_back("--publish-registry");
       p.pid = harness::spawn(exe, a, dir + "/" + p.name + ".log");
@@ -253,6 +259,7 @@ int bench_processes(int argc, char** argv) {
     for (auto c : conc) {
       deployment d{exe, static_cast<int>(tp)};
       d.insecure = cfg.insecure;
+      d.caf_clock = cfg.caf_clock;
       if (d.dir.empty() || !d.start({"--rooms=" + std::to_string(cfg.rooms),
                                      "--concurrency=" + std::to_string(c), "--layers=1",
                                      "--page-bytes=256", "--pages-per-room=1",
@@ -304,6 +311,8 @@ int bench_processes(int argc, char** argv) {
   json_object lat;
   if (cfg.latency_rooms > 0) {
     deployment d{exe, 1};
+    d.insecure = cfg.insecure;
+    d.caf_clock = cfg.caf_clock;
     if (d.dir.empty() || !d.start({"--rooms=" + std::to_string(cfg.latency_rooms),
                                    "--concurrency=1", "--layers=1", "--page-bytes=256",
                                    "--pages-per-room=1", "--timeout-ms=10000",

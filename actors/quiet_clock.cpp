@@ -1,0 +1,106 @@
+#include "kvroom/actors/quiet_clock.hpp"
+
+#include "caf/actor_system.hpp"
+#include "caf/detail/set_thread_name.hpp"
+#include "caf/policy/work_sharing.hpp"
+#include "caf/policy/work_stealing.hpp"
+#include "caf/scheduler/coordinator.hpp"
+
+namespace kvroom::detail {
+
+namespace {
+
+void mark(caf::abstract_actor* self) {
+  if (auto* m = dynamic_cast<clock_mark*>(self))
+    m->mark_timed();
+}
+
+/// CAF's coordinator for `Policy`, with the quiet clock as the system's
+/// clock. The base still starts its own clock's thread, which nothing
+/// then uses (it sleeps until the system stops).
+template <class Policy>
+class quiet_coordinator : public caf::scheduler::coordinator<Policy> {
+public:
+  using super = caf::scheduler::coordinator<Policy>;
+  using super::super;
+
+  quiet_clock& clock() noexcept override {
+    return clock_;
+  }
+
+protected:
+  void start() override {
+    timer_ = std::thread{[this] {
+      caf::detail::set_thread_name("kvroom.clock");
+      this->system().thread_started();
+      clock_.run_dispatch_loop();
+      this->system().thread_terminates();
+    }};
+    super::start();
+  }
+
+  void stop() override {
+    // Actors cleaned up while the workers stop still cancel their timeouts.
+    super::stop();
+    clock_.cancel_dispatch_loop();
+    timer_.join();
+  }
+
+private:
+  quiet_clock clock_;
+  std::thread timer_;
+};
+
+} // namespace
+
+void quiet_clock::set_ordinary_timeout(time_point t, caf::abstract_actor* self,
+                                       caf::atom_value type, uint64_t id) {
+  mark(self);
+  super::set_ordinary_timeout(t, self, type, id);
+}
+
+void quiet_clock::set_request_timeout(time_point t, caf::abstract_actor* self,
+                                      caf::message_id id) {
+  mark(self);
+  super::set_request_timeout(t, self, id);
+}
+
+void quiet_clock::set_multi_timeout(time_point t, caf::abstract_actor* self,
+                                    caf::atom_value type, uint64_t id) {
+  mark(self);
+  super::set_multi_timeout(t, self, type, id);
+}
+
+void quiet_clock::cancel_timeouts(caf::abstract_actor* self) {
+  // Called from the ending actor's own cleanup, after its last handler: no
+  // timeout of its own can be set concurrently.
+  if (auto* m = dynamic_cast<clock_mark*>(self); m != nullptr && !m->timed()) {
+    skipped_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  forwarded_.fetch_add(1, std::memory_order_relaxed);
+  super::cancel_timeouts(self);
+}
+
+bool load_quiet_scheduler(caf::actor_system_config& cfg, caf::atom_value policy) {
+  using caf::actor_system;
+  if (policy == caf::atom("stealing")) {
+    cfg.module_factories.push_back([](actor_system& sys) -> actor_system::module* {
+      return new quiet_coordinator<caf::policy::work_stealing>(sys);
+    });
+    return true;
+  }
+  if (policy == caf::atom("sharing")) {
+    cfg.module_factories.push_back([](actor_system& sys) -> actor_system::module* {
+      return new quiet_coordinator<caf::policy::work_sharing>(sys);
+    });
+    return true;
+  }
+  return false;
+}
+
+const quiet_clock* quiet_clock_of(caf::actor_system& sys) {
+  return dynamic_cast<const quiet_clock*>(&sys.clock());
+}
+
+} // namespace kvroom::detail
