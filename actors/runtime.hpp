@@ -60,7 +60,9 @@ struct runtime_options {
 };
 
 /// Adds kvroom's message types and scheduler defaults to a CAF config an
-/// embedder owns. `runtime(caf::actor_system&)` needs this on that config.
+/// embedder owns, and (with `opts.quiet_clock`) the scheduler module that
+/// runs CAF's coordinator with the quiet clock. `runtime(caf::actor_system&)`
+/// needs this on that config.
 void prepare_config(caf::actor_system_config& cfg,
                     const runtime_options& opts = {});
 
