@@ -666,7 +666,7 @@ void sweep(self_ptr self) {
   for (auto room : dead)
     if (auto d = st.dead.find(room); d != st.dead.end())
       run_dead(self, room, d->second.tick(now));
-  decide_unopened(self, now);
+  // Parked proposals are decided by their own timer (schedule_deciding).
   detail::retry_links(self, now);
   for (auto& x : st.parked->expire(now)) {
     auto room = x.room;
