@@ -25,7 +25,7 @@ constexpr caf::atom_value door_name = caf::atom("kvdoor");
 class gated_doorman : public net::doorman_impl {
 public:
   gated_doorman(net::default_multiplexer& mx, net::native_socket fd,
-                std::shared_ptr<control_gate> gate)
+                std::shared_ptr<membership_gate> gate)
     : doorman_impl(mx, fd), gate_(std::move(gate)) {
     // nop
   }
@@ -38,7 +38,7 @@ public:
     auto* mx = &acceptor_.backend();
     // The gate's thread passes the socket back into the event loop, where
     // the broker and this doorman live.
-    gate_->admit(fd, [self, mx](int passed) {
+    gate_->admit(fd, [self, mx](int passed, door_handshake&) {
       mx->dispatch([self, mx, passed] { self->hand_over(*mx, passed); });
     });
     return true;
@@ -56,7 +56,7 @@ private:
     doorman::new_connection(&mx, hdl);
   }
 
-  std::shared_ptr<control_gate> gate_;
+  std::shared_ptr<membership_gate> gate_;
 };
 
 /// CAF's middleman actor with gated endpoints (`open`) and connections
@@ -64,7 +64,7 @@ private:
 /// requests are the middleman actor's own.
 class door_actor : public caf::io::middleman_actor_impl {
 public:
-  door_actor(caf::actor_config& cfg, caf::actor broker, std::shared_ptr<control_gate> gate,
+  door_actor(caf::actor_config& cfg, caf::actor broker, std::shared_ptr<membership_gate> gate,
              deployment_secret secret)
     : middleman_actor_impl(cfg, std::move(broker)),
       gate_(std::move(gate)),
@@ -85,7 +85,7 @@ protected:
     auto fd = detail::connect_by(host, port, detail::steady_ms() + connect_ms, why);
     if (fd < 0)
       return make_error(errc::unavailable, "control endpoint: " + why);
-    auto res = pass_gate(fd, secret_, control_gate::limits{}.deadline_ms);
+    auto res = pass_gate(fd, secret_, membership_gate::limits{}.deadline_ms);
     if (res.kind != gate_outcome::passed) {
       net::close_socket(fd);
       // Refused: the caller stops trying; failed: it may retry.
@@ -109,17 +109,18 @@ private:
   /// Past one SYN retransmission (the kernel's first comes after 1 s).
   static constexpr uint64_t connect_ms = 3000;
 
-  std::shared_ptr<control_gate> gate_;
+  std::shared_ptr<membership_gate> gate_;
   deployment_secret secret_;
 };
 
 } // namespace
 
 control_door install_control_door(caf::actor_system& sys, deployment_secret secret,
-                                  control_gate::limits limits) {
+                                  membership_gate::limits limits) {
   if (auto existing = find_control_door(sys))
     return {existing, nullptr};
-  auto gate = std::make_shared<control_gate>(secret, limits);
+  auto gate = std::make_shared<membership_gate>(
+    [secret] { return std::make_unique<gate_server>(secret, make_nonce()); }, limits);
   auto broker = sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
   auto door = sys.spawn<door_actor, caf::detached + caf::hidden>(broker, gate, std::move(secret));
   sys.registry().put(door_name, caf::actor_cast<caf::strong_actor_ptr>(door));

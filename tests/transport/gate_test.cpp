@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "kvroom/transport/auth/control_gate.hpp"
+#include "kvroom/transport/auth/membership_gate.hpp"
 #include "kvroom/transport/auth/gate_handshake.hpp"
 
 using namespace kvroom;
@@ -126,22 +126,22 @@ TEST_CASE("gate handshake: both ends prove the same secret, nothing else passes"
 
 TEST_CASE("control gate: members pass, strangers are closed by the deadline, slots are bounded") {
   loopback net;
-  control_gate::limits lim;
+  membership_gate::limits lim;
   lim.max_pending = 6;
   lim.max_per_host = 4;
   lim.deadline_ms = 200;
-  control_gate gate{ours, lim};
+  membership_gate gate{[] { return std::make_unique<gate_server>(ours, make_nonce()); }, lim};
   std::atomic<int> passed{0};
-  auto count = [&](int fd) {
+  auto count = [&](int fd, door_handshake&) {
     ++passed;
     ::close(fd);
   };
   SECTION("a member passes; the socket is at the first byte after the gate") {
     auto [c, s] = net.pair();
-    gate.admit(s, [&](int fd) {
+    gate.admit(s, [&](int fd, door_handshake& hs) {
       const char after[] = "BASP";
       (void) ::send(fd, after, 4, MSG_NOSIGNAL);
-      count(fd);
+      count(fd, hs);
     });
     CHECK(pass_gate(c, ours, 1000).kind == gate_outcome::passed);
     char buf[4] = {0};

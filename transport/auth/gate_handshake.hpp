@@ -1,8 +1,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
+#include "kvroom/transport/auth/door_handshake.hpp"
 #include "kvroom/transport/auth/secret.hpp"
 
 namespace kvroom {
@@ -32,36 +34,34 @@ constexpr size_t proof_size = 32;
 } // namespace gate_wire
 
 /// The server's side, fed bytes as they arrive (no I/O here).
-class gate_server {
+class gate_server final : public door_handshake {
 public:
-  gate_server(const deployment_secret& secret, nonce server_nonce);
+  gate_server(deployment_secret secret, nonce server_nonce);
 
-  /// The first bytes to send.
-  const std::string& hello() const noexcept {
+  const std::string& hello() const noexcept override {
     return hello_;
   }
 
-  /// Bytes of the client's answer still missing.
-  size_t missing() const noexcept {
+  size_t missing() const noexcept override {
     return gate_wire::answer_size - answer_.size();
   }
 
-  /// Appends at most `missing()` bytes of the answer.
-  void feed(const char* data, size_t size);
+  void feed(const char* data, size_t size) override;
 
-  /// True once what arrived cannot start a proof (a wrong magic): no need
-  /// to wait for the rest.
-  bool hopeless() const noexcept;
+  bool hopeless() const noexcept override;
 
-  /// Once `missing() == 0`: empty when the client proved membership (send
-  /// `reply()`, then hand the socket over), else why it did not.
-  std::string verdict() const;
+  std::string verdict() const override;
 
-  /// The server's proof, for a client that proved membership.
-  std::string reply() const;
+  /// The server's proof.
+  std::string reply() const override;
+
+  /// A proof of all zeros: the client reads "refused", not "lost".
+  std::string refusal() const override {
+    return std::string(gate_wire::proof_size, '\0');
+  }
 
 private:
-  const deployment_secret* secret_;
+  deployment_secret secret_;
   nonce server_nonce_;
   std::string hello_;
   std::string answer_;
@@ -83,5 +83,20 @@ private:
   nonce client_nonce_;
   nonce server_nonce_;
 };
+
+/// What became of a connection at a peer's control gate.
+struct gate_outcome {
+  enum kind_t {
+    passed,  ///< both proofs held; the socket is at CAF's first byte
+    refused, ///< a proof failed (ours or the endpoint's): another secret
+    failed,  ///< no answer in time, closed, not a gate: worth a retry
+  };
+  kind_t kind = failed;
+  std::string why;
+};
+
+/// The client's side on a connected socket: answers the gate and checks
+/// the server's proof, all by `deadline_ms` from now.
+gate_outcome pass_gate(int fd, const deployment_secret& secret, uint32_t deadline_ms);
 
 } // namespace kvroom

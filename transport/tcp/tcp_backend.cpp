@@ -15,6 +15,7 @@
 
 #include "kvroom/transport/log.hpp"
 #include "kvroom/transport/socket_io.hpp"
+#include "kvroom/transport/tcp/tcp_handshake.hpp"
 #include "kvroom/messages/error.hpp"
 
 namespace kvroom::detail {
@@ -39,23 +40,6 @@ struct wire_header {
 struct wire_op {
   uint64_t dst_addr;
   uint64_t size_bytes;
-};
-
-/// Receiver -> sender on connect: a fresh nonce to prove membership with.
-constexpr uint32_t challenge_magic = 0x4b564348; // "KVCH"
-struct wire_challenge {
-  uint32_t magic;
-  uint32_t reserved;
-  char nonce[32];
-};
-
-/// Sender -> receiver: its rank and HMAC(secret, nonce, sender, receiver).
-constexpr uint32_t proof_magic = 0x4b565052; // "KVPR"
-struct wire_proof {
-  uint32_t magic;
-  uint32_t reserved;
-  int64_t sender;
-  char mac[32];
 };
 
 struct wire_ack {
@@ -121,40 +105,6 @@ tcp_backend::tcp_backend(rank_id owner, std::string host, uint32_t io_timeout_ms
   // nop
 }
 
-namespace {
-
-mac_tag tcp_proof(const deployment_secret& secret, const std::string& nonce, rank_id sender,
-                  rank_id receiver) {
-  return secret.mac("kvroom/tcp/v1", nonce, sender, receiver);
-}
-
-} // namespace
-
-rank_id tcp_backend::admit(int fd) {
-  wire_challenge c{challenge_magic, 0, {}};
-  auto n = make_nonce();
-  std::memcpy(c.nonce, n.data(), sizeof(c.nonce));
-  if (!send_all(fd, &c, sizeof(c)))
-    return -1;
-  // One deadline for the whole answer, however it trickles.
-  wire_proof p{};
-  std::string why;
-  if (!recv_by(fd, &p, sizeof(p), now_ms() + handshake_ms))
-    why = "no membership proof (closed, short or silent for " + std::to_string(handshake_ms)
-          + " ms)";
-  else if (p.magic != proof_magic)
-    why = "not a kvroom rank (no membership proof)";
-  else if (!deployment_secret::equal(std::string{p.mac, sizeof(p.mac)},
-                                     tcp_proof(secret_, n, p.sender, owner_)))
-    why = "rank " + std::to_string(p.sender)
-          + " failed to prove membership (a different deployment secret?)";
-  if (why.empty())
-    return static_cast<rank_id>(p.sender);
-  transport_warning_limited("tcp-unauthenticated", "tcp: rank " + std::to_string(owner_)
-                                                     + " refuses a connection: " + why);
-  return -1;
-}
-
 caf::error tcp_backend::start() {
   listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listener_ < 0)
@@ -168,115 +118,86 @@ caf::error tcp_backend::start() {
                       "tcp: '" + host_ + "' is not an IPv4 address");
   if (::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
     return make_error(errc::unavailable, sys_error(("tcp: bind " + host_).c_str()));
-  if (::listen(listener_, 64) != 0)
+  // The kernel's queue as deep as it allows: with a shallow one, a burst of
+  // connects overflows it and each dropped SYN stalls its client a second.
+  if (::listen(listener_, SOMAXCONN) != 0)
     return make_error(errc::unavailable, sys_error("tcp: listen"));
   socklen_t len = sizeof(addr);
   ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
   port_ = ntohs(addr.sin_port);
-  acceptor_ = std::thread{[this] { accept_loop(); }};
+  auto label = "tcp: rank " + std::to_string(owner_);
+  gate_ = std::make_unique<membership_gate>(
+    [secret = secret_, owner = owner_] {
+      return std::make_unique<tcp_door>(secret, owner, make_nonce());
+    },
+    membership_gate::limits{max_handshakes, max_handshakes, handshake_ms},
+    membership_gate::naming{label, "tcp-refused-connection", "tcp-unauthenticated"});
+  gate_->listen(listener_, [this](int fd, door_handshake& proven) {
+    on_member(fd, static_cast<tcp_door&>(proven).sender());
+  });
   return caf::none;
 }
 
 tcp_backend::~tcp_backend() {
   stopping_ = true;
-  if (acceptor_.joinable())
-    acceptor_.join();
+  // No member is passed on after this.
+  if (gate_)
+    gate_->stop();
   if (listener_ >= 0)
     ::close(listener_);
   {
     std::lock_guard<std::mutex> guard{conns_mtx_};
     // Unblocks every connection thread stuck in recv.
     for (auto& c : inbound_)
-      ::shutdown(c.fd, SHUT_RDWR);
+      if (c.fd >= 0)
+        ::shutdown(c.fd, SHUT_RDWR);
   }
   for (auto& c : inbound_)
     if (c.thread.joinable())
       c.thread.join();
-  for (auto& c : inbound_)
-    ::close(c.fd);
   for (auto& kvp : out_)
     ::close(kvp.second.fd);
 }
 
-void tcp_backend::reap() {
-  std::lock_guard<std::mutex> guard{conns_mtx_};
+void tcp_backend::reap_locked() {
   for (auto i = inbound_.begin(); i != inbound_.end();) {
     if (!i->done) {
       ++i;
       continue;
     }
     i->thread.join();
-    ::close(i->fd);
     i = inbound_.erase(i);
   }
 }
 
-void tcp_backend::accept_loop() {
-  while (!stopping_) {
-    reap();
-    pollfd pfd{listener_, POLLIN, 0};
-    // A bounded wait so shutdown is noticed within 100 ms.
-    if (::poll(&pfd, 1, 100) <= 0)
-      continue;
-    int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0)
-      continue;
-    std::lock_guard<std::mutex> guard{conns_mtx_};
-    size_t handshaking = 0;
-    for (auto& c : inbound_)
-      handshaking += c.sender < 0 && !c.done ? 1 : 0;
-    if (inbound_.size() >= max_connections || handshaking >= max_handshakes) {
-      transport_warning_limited("tcp-refused-connection",
-                                "tcp: rank " + std::to_string(owner_)
-                                  + " refuses a connection: "
-                                  + (handshaking >= max_handshakes
-                                       ? std::to_string(max_handshakes)
-                                           + " connections have not proven membership yet"
-                                       : std::to_string(max_connections)
-                                           + " peers connected already"));
-      ::close(fd);
-      continue;
-    }
+void tcp_backend::on_member(int fd, rank_id sender) {
+  std::lock_guard<std::mutex> guard{conns_mtx_};
+  reap_locked();
+  size_t same = 0;
+  for (auto& c : inbound_)
+    same += c.sender == sender && !c.done ? 1 : 0;
+  std::string why;
+  if (inbound_.size() >= max_connections)
+    why = std::to_string(max_connections) + " peers connected already";
+  else if (same >= max_per_peer)
+    why = "rank " + std::to_string(sender) + " holds " + std::to_string(same) + " already";
+  if (why.empty()) {
     set_timeouts(fd, io_timeout_ms_);
     auto& conn = inbound_.emplace_back();
     conn.fd = fd;
+    conn.sender = sender;
     try {
-      conn.thread = std::thread{[this, &conn] { serve_member(conn); }};
+      conn.thread = std::thread{[this, &conn, sender] { serve(conn, sender); }};
+      return;
     } catch (const std::system_error& e) {
       // Out of threads or address space: refuse this peer, keep the rank.
-      transport_warning_limited("tcp-no-thread", "tcp: rank " + std::to_string(owner_)
-                                                   + " refuses a connection: "
-                                                   + e.what());
-      ::close(fd);
       inbound_.pop_back();
+      why = e.what();
     }
   }
-}
-
-void tcp_backend::serve_member(inbound& conn) {
-  // Nothing of a peer is read as a batch before it proved membership.
-  auto sender = admit(conn.fd);
-  if (sender >= 0) {
-    std::lock_guard<std::mutex> guard{conns_mtx_};
-    size_t same = 0;
-    for (auto& c : inbound_)
-      same += &c != &conn && c.sender == sender && !c.done ? 1 : 0;
-    if (same >= max_per_peer) {
-      transport_warning_limited("tcp-refused-connection",
-                                "tcp: rank " + std::to_string(owner_)
-                                  + " refuses a connection: rank " + std::to_string(sender)
-                                  + " holds " + std::to_string(same) + " already");
-      sender = -1;
-    } else {
-      conn.sender = sender;
-    }
-  }
-  if (sender < 0) {
-    ::shutdown(conn.fd, SHUT_RDWR);
-    conn.done = true;
-    return;
-  }
-  serve(conn, sender);
+  ::close(fd);
+  transport_warning_limited("tcp-refused-connection", "tcp: rank " + std::to_string(owner_)
+                                                        + " refuses a connection: " + why);
 }
 
 void tcp_backend::serve(inbound& conn, rank_id sender) {
@@ -389,8 +310,10 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
     if (ops.capacity() > chunk)
       std::vector<wire_op>{}.swap(ops); // a large batch's descriptors go
   }
-  // The accept loop joins this thread and closes the socket.
-  ::shutdown(fd, SHUT_RDWR);
+  // The next member's arrival (or the destructor) joins this thread.
+  std::lock_guard<std::mutex> guard{conns_mtx_};
+  ::close(fd);
+  conn.fd = -1;
   conn.done = true;
 }
 
@@ -455,17 +378,9 @@ tcp_backend::connection* tcp_backend::connection_to(const std::string& address, 
     return nullptr;
   }
   // The receiver's challenge, answered with this rank's proof.
-  wire_challenge ch{};
-  if (!recv_by(fd, &ch, sizeof(ch), now_ms() + io_timeout_ms_) || ch.magic != challenge_magic) {
-    reason = "tcp: " + address + " sent no membership challenge (not a kvroom rank?)";
-    ::close(fd);
-    return nullptr;
-  }
-  wire_proof p{proof_magic, 0, owner_, {}};
-  auto mac = tcp_proof(secret_, std::string{ch.nonce, sizeof(ch.nonce)}, owner_, peer);
-  std::memcpy(p.mac, mac.data(), sizeof(p.mac));
-  if (!send_all(fd, &p, sizeof(p))) {
-    reason = sys_error(("tcp: proving membership to " + address).c_str());
+  auto why = tcp_prove(fd, secret_, owner_, peer, now_ms() + io_timeout_ms_);
+  if (!why.empty()) {
+    reason = "tcp: " + address + " " + why;
     ::close(fd);
     return nullptr;
   }

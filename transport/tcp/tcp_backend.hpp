@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kvroom/transport/auth/membership_gate.hpp"
 #include "kvroom/transport/auth/secret.hpp"
 #include "kvroom/transport/backend.hpp"
 #include "kvroom/transport/region_table.hpp"
@@ -18,18 +19,20 @@ namespace kvroom::detail {
 
 /// Data plane between hosts over plain TCP sockets.
 ///
-/// Receiving: a listener thread accepts peers; one thread per connection
-/// (bounded, reaped when its connection ends) first challenges the peer: it
-/// must answer a fresh nonce with an HMAC keyed by the deployment secret,
-/// naming its rank, within `handshake_ms`, or it is closed unread. Then the
-/// thread reads a batch header and its
-/// write descriptors, validates every destination range against this rank's
-/// registered memory before a byte is read into it, receives the payload
-/// straight into place and acks. A bad batch is refused with a reason and
-/// the connection closed. Once a batch's first byte arrived, all of it must
-/// arrive within `io_timeout_ms` (a trickling peer cannot hold a slot); an
-/// idle connection is closed after `io_timeout_ms`; descriptors are read as
-/// they come, so a header announcing many writes costs nothing until they
+/// Receiving: a membership gate (auth/membership_gate.hpp) accepts peers
+/// on one thread and challenges each: it must answer a fresh nonce with an
+/// HMAC keyed by the deployment secret, naming its rank, within
+/// `handshake_ms`, or it is closed unread (tcp_handshake.hpp). A stranger
+/// costs no thread, so a connect/close loop runs at the kernel's pace. A
+/// member's connection gets a thread of its own (bounded, reaped once its
+/// connection ended), which reads a batch header and its write descriptors,
+/// validates every destination range against this rank's registered memory
+/// before a byte is read into it, receives the payload straight into place
+/// and acks. A bad batch is refused with a reason and the connection closed.
+/// Once a batch's first byte arrived, all of it must arrive within
+/// `io_timeout_ms` (a trickling peer cannot hold a slot); an idle
+/// connection is closed after `io_timeout_ms`; descriptors are read as they
+/// come, so a header announcing many writes costs nothing until they
 /// arrive; refusals are logged at most once a second, with a count.
 ///
 /// Sending: one connection per peer; `post` writes the whole batch (on the
@@ -64,10 +67,10 @@ public:
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
 
-  /// Most writes in one batch and concurrent inbound connections.
+  /// Most writes in one batch, and connections of proven members.
   static constexpr uint32_t max_ops = 1u << 20;
   static constexpr size_t max_connections = 256;
-  /// Of those, at most this many still in their handshake: what strangers
+  /// Connections still in their handshake, beside those: what strangers
   /// can hold (each for at most `handshake_ms`).
   static constexpr size_t max_handshakes = 64;
   /// Connections per authenticated sender (it uses one; more while an old
@@ -78,19 +81,20 @@ public:
   static constexpr uint32_t handshake_ms = 1000;
 
 private:
-  /// One inbound connection and the thread serving it; reaped once done,
-  /// so connect/close cycles cost nothing that lasts.
+  /// One member's inbound connection and the thread serving it; reaped once
+  /// done, so connections that come and go cost nothing that lasts.
   struct inbound {
-    int fd = -1;
+    int fd = -1; ///< closed by its thread when done (under conns_mtx_)
     std::thread thread;
-    std::atomic<bool> done{false};
-    rank_id sender = -1;  ///< set once it proved membership (under conns_mtx_)
+    bool done = false; ///< under conns_mtx_
+    rank_id sender = -1;
   };
 
-  void accept_loop();
-  void reap();
+  /// On the gate's thread: a connection that proved it is `sender`'s.
+  void on_member(int fd, rank_id sender);
+  /// Joins the threads of ended connections; under conns_mtx_.
+  void reap_locked();
   void serve(inbound& conn, rank_id sender);
-  void serve_member(inbound& conn);
   struct connection {
     int fd = -1;
     rank_id peer = -1;
@@ -98,8 +102,6 @@ private:
     std::string inbox;            ///< ack bytes read but not parsed yet
   };
   connection* connection_to(const std::string& address, rank_id peer, std::string& reason);
-  /// Receiving side: challenge, proof; the proven sender's id, or -1.
-  rank_id admit(int fd);
   /// Reads what acks arrived (blocking: until none is outstanding); false
   /// when the connection failed, which fails every batch still on it.
   bool pump_acks(const std::string& address, bool block);
@@ -113,9 +115,9 @@ private:
   uint16_t port_ = 0;
   int listener_ = -1;
   std::atomic<bool> stopping_{false};
-  std::thread acceptor_;
-  // Inbound connections (stable addresses: each thread holds its own), for
-  // reaping and shutdown.
+  std::unique_ptr<membership_gate> gate_;
+  // Members' inbound connections (stable addresses: each thread holds its
+  // own), for the per-peer bound, reaping and shutdown.
   std::mutex conns_mtx_;
   std::list<inbound> inbound_;
   region_table regions_;
