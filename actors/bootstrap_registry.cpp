@@ -76,8 +76,17 @@ std::string layout_conflict(const std::vector<rank_entry>& ranks, const rank_ent
           !why.empty())
         return to_string(candidate.rank) + " against " + who + ": " + why;
     } else if (e.has_parallel != candidate.has_parallel) {
-      return to_string(candidate.rank) + (candidate.has_parallel ? " declares" : " does not declare")
-             + " a parallel layout, " + who + (e.has_parallel ? " does" : " does not");
+      // The one that declares none holds what the other's model implies at
+      // its TP size, or the two cannot be mapped.
+      auto& d = e.has_parallel ? e : candidate;
+      auto& u = e.has_parallel ? candidate : e;
+      auto implied = implied_layout(d.parallel, u.rank.tp_size, u.rank.tp_rank, u.layout.kv);
+      std::string why = implied ? parallel_conflict(*implied, u.rank.side == role::prefill,
+                                                    d.parallel, d.rank.side == role::prefill)
+                                : describe(implied.error());
+      if (!why.empty())
+        return to_string(u.rank) + " does not declare a parallel layout, " + to_string(d.rank)
+               + " does, and what it holds is not that model's: " + why;
     } else if (!same_shape(e.layout.kv, c.kv))
       return to_string(candidate.rank) + " has " + buffers_text(c.kv, false) + ", " + who
              + " has " + buffers_text(e.layout.kv, false);

@@ -65,6 +65,17 @@ caf::error validate(const rank_config& cfg) {
                         "kv buffers span devices " + std::to_string(kv_device_id(cfg.memory))
                           + " and " + std::to_string(b.mem.device_id)
                           + " (a rank's KV cache lives on one device)");
+  // The aux and state writes ride in the batch of the KV pages, which has
+  // one memory kind per side.
+  for (auto* buffers : {&cfg.memory.aux, &cfg.memory.state})
+    for (auto& b : *buffers)
+      if (b.mem.device_id != kv_device_id(cfg.memory))
+        return make_error(errc::invalid_config,
+                          std::string{buffers == &cfg.memory.aux ? "an aux" : "a state"}
+                            + " buffer on " + (b.mem.device_id < 0 ? "the host" : "GPU " + std::to_string(b.mem.device_id))
+                            + " beside KV buffers on "
+                            + (kv_device_id(cfg.memory) < 0 ? "the host" : "GPU " + std::to_string(kv_device_id(cfg.memory)))
+                            + ": not supported yet (its writes ride in the KV pages' batch)");
   if (auto& x = cfg.parallel) {
     if (auto why = check(*x); !why.empty())
       return make_error(errc::invalid_config, "parallel layout: " + why);

@@ -46,6 +46,7 @@ void maybe_send_dst(self_ptr self) {
     info.kv_indices = st.init.kv_indices;
     info.aux_index = st.init.aux_index;
     info.state_indices = st.init.state_indices;
+    info.decode_prefix_len = st.init.decode_prefix_len;
     // Straight to the prefill rank's manager; this rank's manager hears
     // where the pages went, in case this actor dies before the fence.
     self->send(core.params().manager, dst_sent{info.room, s->rank.id});
@@ -287,7 +288,8 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
         self->state.core.fenced(msg.prefill_rank);
     },
     [=](const room_abort& msg) {
-      self->state.core.fail_local("aborted by decode scheduler: " + msg.reason,
+      self->state.core.fail_local(msg.reason.empty() ? std::string{"aborted by decode scheduler"}
+                                                         : "aborted by decode scheduler: " + msg.reason,
                                   true);
     },
     [=](const peer_lost& msg) { self->state.core.on_peer_lost(msg); },

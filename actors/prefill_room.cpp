@@ -311,11 +311,22 @@ void on_dst(self_ptr self, dst_ready& msg) {
     return;
   }
   auto& d = msg.info.decode_rank;
-  if (st.mapped) {
-    if (!msg.peer->has_parallel) {
-      core.fail_local("decode " + to_string(d) + " declares no parallel layout");
+  if (st.mapped && !msg.peer->has_parallel) {
+    // SGLang's decode ranks declare no heads: they hold this model at their
+    // TP size (the registry checked that their pages are its pages).
+    auto implied = implied_layout(core.params().self_entry->parallel, msg.peer->rank.tp_size,
+                                  msg.peer->rank.tp_rank, msg.peer->layout.kv);
+    if (!implied) {
+      core.fail_local("decode " + to_string(d) + " declares no parallel layout: "
+                      + describe(implied.error()));
       return;
     }
+    auto peer = std::make_shared<rank_entry>(*msg.peer);
+    peer->parallel = *implied;
+    peer->has_parallel = true;
+    msg.peer = std::move(peer);
+  }
+  if (st.mapped) {
     auto tp = msg.peer->parallel.tp_size;
     if (!st.role_known) {
       if (st.decode_tp == 0)
@@ -395,8 +406,21 @@ void on_dst(self_ptr self, dst_ready& msg) {
   if (!check_counts(self) || !ready(st))
     return;
   std::vector<rank_ref> counterparts;
-  for (auto& x : st.targets)
+  for (auto& x : st.targets) {
     counterparts.push_back(x.dst.decode_rank);
+    // Every decode rank of the room skips the same cached prefix, or the
+    // pages it allocated mean different tokens than the others'.
+    if (x.dst.decode_prefix_len != st.targets.front().dst.decode_prefix_len) {
+      core.fail_local("decode ranks disagree on their cached prefix: "
+                      + to_string(st.targets.front().dst.decode_rank) + " holds "
+                      + std::to_string(st.targets.front().dst.decode_prefix_len) + " tokens, "
+                      + to_string(x.dst.decode_rank) + " "
+                      + std::to_string(x.dst.decode_prefix_len));
+      return;
+    }
+  }
+  if (!st.targets.empty())
+    core.set_decode_prefix_len(st.targets.front().dst.decode_prefix_len);
   core.set_counterparts(std::move(counterparts));
   core.advance(kv_poll::waiting_for_input);
   pump(self);
@@ -520,7 +544,8 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
         self->state.core.on_part(msg);
     },
     [=](const room_abort& msg) {
-      self->state.core.fail_local("aborted by prefill scheduler: " + msg.reason,
+      self->state.core.fail_local(msg.reason.empty() ? std::string{"aborted by prefill scheduler"}
+                                                         : "aborted by prefill scheduler: " + msg.reason,
                                   true);
     },
     [=](const peer_lost& msg) { self->state.core.on_peer_lost(msg); },

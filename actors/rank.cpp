@@ -276,6 +276,7 @@ void rank::apply(const room_event& ev) {
     return;
   auto& slot = *i->second;
   slot.state = ev.state;
+  slot.decode_prefix_len = ev.decode_prefix_len;
   if (ev.state == kv_poll::failed && !slot.failure)
     slot.failure = ev.error;
 }

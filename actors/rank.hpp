@@ -71,6 +71,12 @@ public:
     return rooms_.size();
   }
 
+  /// Scheduler calls (init, send, abort) that found their room concluded
+  /// already and did nothing: a peer's abort or a loss raced the call.
+  uint64_t calls_after_conclusion() const noexcept {
+    return calls_after_conclusion_;
+  }
+
   /// The manager's counters (a bounded blocking query).
   caf::expected<manager_stats> stats();
 
@@ -112,6 +118,9 @@ private:
                              const caf::actor& listener);
 
   void forget(room_id room);
+  void count_call_after_conclusion() noexcept {
+    ++calls_after_conclusion_;
+  }
   void apply(const room_event& ev);
 
   runtime& rt_;
@@ -126,12 +135,13 @@ private:
   std::shared_ptr<rank_metrics> metrics_;
   std::unique_ptr<caf::scoped_actor> inbox_;
   std::unordered_map<room_id, std::shared_ptr<detail::room_slot>> rooms_;
+  uint64_t calls_after_conclusion_ = 0; ///< scheduler thread only
 };
 
 inline kv_poll room_handle::poll() {
   if (!slot_)
     return kv_poll::failed;
-  if (!slot_->rank_gone)
+  if (owned())
     owner_->pump();
   return slot_->state;
 }

@@ -51,7 +51,7 @@ void room_core::run(room_effects& effects) {
         // a data plane that checks grants refuses its writes from now.
         if (is_terminal(fx.state) && params_.data_plane)
           params_.data_plane->revoke(room);
-        room_event ev{room, fx.state, std::move(fx.error)};
+        room_event ev{room, fx.state, std::move(fx.error), decode_prefix_len_};
         if (params_.listener)
           self_->send(params_.listener, ev);
         if (params_.inbox)

@@ -123,6 +123,11 @@ public:
     bytes_ = bytes;
     transport_ = std::move(transport);
   }
+  /// Prefill: the tokens decode holds already, told to the scheduler with
+  /// every state from WaitingForInput on (room_event).
+  void set_decode_prefix_len(int64_t tokens) {
+    decode_prefix_len_ = tokens;
+  }
   void dst_sent(rank_id prefill);
   void source_done(rank_id prefill);
   void fenced(rank_id prefill);
@@ -150,6 +155,7 @@ private:
   uint64_t transfer_from_ms_ = 0;
   uint64_t bytes_ = 0;
   std::string transport_;
+  int64_t decode_prefix_len_ = 0;
 };
 
 } // namespace kvroom

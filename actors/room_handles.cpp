@@ -2,6 +2,7 @@
 
 #include "caf/all.hpp"
 
+#include "kvroom/actors/logging.hpp"
 #include "kvroom/actors/rank.hpp"
 #include "kvroom/messages/error.hpp"
 
@@ -15,44 +16,41 @@ std::string room_text(room_id room) {
 
 } // namespace
 
-caf::error room_handle::check_live(const char* op) const {
+caf::error room_handle::check_live(const char* op, bool& skip) const {
+  skip = false;
   if (!slot_)
     return make_error(errc::invalid_argument,
                       std::string{op} + " on an empty handle");
-  if (slot_->rank_gone)
-    return make_error(errc::room_cleared,
-                      std::string{op} + " after the rank of " + room_text(slot_->room)
-                        + " was closed");
-  if (slot_->cleared)
+  if (slot_->cleared && !slot_->rank_gone)
     return make_error(errc::room_cleared,
                       std::string{op} + " after " + room_text(slot_->room)
                         + " was cleared");
-  owner_->pump();
-  if (is_terminal(slot_->state))
-    return make_error(errc::room_concluded,
-                      std::string{op} + " after " + room_text(slot_->room)
-                        + " concluded as " + to_string(slot_->state));
+  if (owned())
+    owner_->pump();
+  if (slot_->rank_gone || is_terminal(slot_->state)) {
+    skip = true;
+    if (!slot_->rank_gone)
+      owner_->count_call_after_conclusion();
+    logger()->debug("{} on {}, which concluded as {}{}: nothing to do", op,
+                    room_text(slot_->room), to_string(slot_->state),
+                    slot_->rank_gone ? " (its rank was closed)" : "");
+  }
   return caf::none;
 }
 
 std::optional<kv_transfer_error> room_handle::failure() {
   if (!slot_)
     return std::nullopt;
-  if (!slot_->rank_gone)
+  if (owned())
     owner_->pump();
   // The Failed event carried the root cause: no round trip to the manager.
   return slot_->failure;
 }
 
 caf::error room_handle::abort(std::string reason) {
-  if (!slot_)
-    return make_error(errc::invalid_argument, "abort on an empty handle");
-  if (slot_->rank_gone)
-    return make_error(errc::room_cleared,
-                      "abort after the rank of " + room_text(slot_->room) + " was closed");
-  if (slot_->cleared)
-    return make_error(errc::room_cleared,
-                      "abort after " + room_text(slot_->room) + " was cleared");
+  bool skip = false;
+  if (auto err = check_live("abort", skip); err || skip)
+    return err;
   caf::anon_send(slot_->actor, room_abort{slot_->room, std::move(reason)});
   return caf::none;
 }
@@ -60,9 +58,9 @@ caf::error room_handle::abort(std::string reason) {
 caf::error room_handle::clear() {
   if (!slot_)
     return make_error(errc::invalid_argument, "clear on an empty handle");
+  // A closed rank took its rooms with it: nothing left to release.
   if (slot_->rank_gone)
-    return make_error(errc::room_cleared,
-                      "clear after the rank of " + room_text(slot_->room) + " was closed");
+    return caf::none;
   if (slot_->cleared)
     return make_error(errc::room_cleared,
                       room_text(slot_->room) + " was cleared already");
@@ -81,14 +79,15 @@ static bool dummy_done(const detail::room_slot& slot) {
 }
 
 caf::error kv_sender::init(uint64_t num_kv_indices, int64_t aux_index) {
-  if (slot_ && !slot_->rank_gone)
+  if (slot_ && owned())
     owner_->pump();
   if (slot_ && dummy_done(*slot_) && !slot_->initialized) {
     slot_->initialized = true;
     slot_->declared_pages = num_kv_indices;
     return caf::none;
   }
-  if (auto err = check_live("init"))
+  bool skip = false;
+  if (auto err = check_live("init", skip); err || skip)
     return err;
   if (slot_->initialized)
     return make_error(errc::already_initialized,
@@ -102,13 +101,14 @@ caf::error kv_sender::init(uint64_t num_kv_indices, int64_t aux_index) {
 
 caf::error kv_sender::send(std::vector<int64_t> kv_indices, bool is_last,
                            std::vector<int64_t> state_indices) {
-  if (slot_ && !slot_->rank_gone)
+  if (slot_ && owned())
     owner_->pump();
   if (slot_ && dummy_done(*slot_) && slot_->initialized && !slot_->last_sent) {
     slot_->last_sent = is_last;
     return caf::none;
   }
-  if (auto err = check_live("send"))
+  bool skip = false;
+  if (auto err = check_live("send", skip); err || skip)
     return err;
   if (!slot_->initialized)
     return make_error(errc::not_initialized,
@@ -134,18 +134,31 @@ caf::error kv_sender::send(std::vector<int64_t> kv_indices, bool is_last,
   return result;
 }
 
+int64_t kv_sender::decode_prefix_len() {
+  if (!slot_)
+    return 0;
+  if (owned())
+    owner_->pump();
+  return slot_->decode_prefix_len;
+}
+
 caf::error kv_receiver::init(std::vector<int64_t> kv_indices, int64_t aux_index,
-                             std::vector<int64_t> state_indices) {
-  if (auto err = check_live("init"))
+                             std::vector<int64_t> state_indices, int64_t decode_prefix_len) {
+  bool skip = false;
+  if (auto err = check_live("init", skip); err || skip)
     return err;
   if (slot_->initialized)
     return make_error(errc::already_initialized,
                       room_text(slot_->room) + ": init called twice");
+  if (decode_prefix_len < 0)
+    return make_error(errc::invalid_argument,
+                      room_text(slot_->room) + ": a negative decode prefix ("
+                        + std::to_string(decode_prefix_len) + " tokens)");
   slot_->initialized = true;
   slot_->declared_pages = kv_indices.size();
   caf::anon_send(slot_->actor,
                  receiver_init{slot_->room, std::move(kv_indices), aux_index,
-                               std::move(state_indices)});
+                               std::move(state_indices), decode_prefix_len});
   return caf::none;
 }
 

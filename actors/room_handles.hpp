@@ -35,6 +35,8 @@ struct room_slot {
   uint64_t declared_pages = 0;
   uint64_t sent_pages = 0;
   bool last_sent = false;
+  /// Prefill: decode's cached prefix in tokens (room_event).
+  int64_t decode_prefix_len = 0;
   std::optional<kv_transfer_error> failure;
 };
 
@@ -67,8 +69,9 @@ public:
   std::optional<kv_transfer_error> failure();
 
   /// Fails the room here and, propagated, on every other rank of the room.
-  /// A no-op on a concluded room.
-  caf::error abort(std::string reason = "aborted by scheduler");
+  /// A no-op on a concluded room (also once its rank closed). The room's
+  /// reason reads "aborted by <side> scheduler[: reason]".
+  caf::error abort(std::string reason = {});
 
   /// Releases the room: its actor exits and its id is tombstoned so no late
   /// message resurrects it. The handle is dead afterwards.
@@ -80,8 +83,20 @@ protected:
     // nop
   }
 
-  /// An error unless the room is open and not concluded.
-  caf::error check_live(const char* op) const;
+  /// Whether a scheduler call may act on the room. An error for a call the
+  /// scheduler should not make (an empty or cleared handle); `skip` for a
+  /// room that concluded meanwhile (a peer's abort, a loss, a timeout, its
+  /// rank closed): the call does nothing, is counted and logged at debug,
+  /// and the scheduler learns the outcome from `poll()` and `failure()`, as
+  /// SGLang's scheduler expects (it catches nothing from init or send).
+  caf::error check_live(const char* op, bool& skip) const;
+
+  /// True while the rank still owns the slot: not closed, and the room
+  /// not cleared (a cleared room is forgotten by its rank, which may be
+  /// gone by now). Only then may the handle touch the rank.
+  bool owned() const noexcept {
+    return !slot_->rank_gone && !slot_->cleared;
+  }
 
   rank* owner_ = nullptr;
   std::shared_ptr<detail::room_slot> slot_;
@@ -93,15 +108,21 @@ public:
   kv_sender() = default;
 
   /// Declares how many KV pages the room sends and the aux slot holding its
-  /// metadata. Once per room.
+  /// metadata. Once per room; does nothing once the room concluded.
   caf::error init(uint64_t num_kv_indices, int64_t aux_index);
+
+  /// Tokens the decode side holds already (its radix cache), known from
+  /// WaitingForInput on (0 before): the scheduler sends only the pages after
+  /// them and declares only those to `init` (SGLang's
+  /// `pop_decode_prefix_len`).
+  int64_t decode_prefix_len();
 
   /// Sends one chunk of source page indices; a non-last chunk ends on a page
   /// boundary by construction (indices are pages). The aux slot follows the
   /// last chunk, and so does the request's state (hybrid models:
   /// `state_indices`, its state slots or window pages in the rank's state
   /// buffers; only with the last chunk). Refuses more pages than `init`
-  /// declared.
+  /// declared; does nothing once the room concluded.
   caf::error send(std::vector<int64_t> kv_indices, bool is_last,
                   std::vector<int64_t> state_indices = {});
 
@@ -117,9 +138,11 @@ public:
 
   /// Hands the pre-allocated destination pages and the aux slot (and, for a
   /// rank with state buffers, the request's state slots or window pages).
-  /// Once.
+  /// `decode_prefix_len`: tokens this rank holds already (a radix-cache
+  /// hit); `kv_indices` are the pages after them, and prefill sends only
+  /// those. Once; does nothing once the room concluded.
   caf::error init(std::vector<int64_t> kv_indices, int64_t aux_index,
-                  std::vector<int64_t> state_indices = {});
+                  std::vector<int64_t> state_indices = {}, int64_t decode_prefix_len = 0);
 
 private:
   friend class rank;

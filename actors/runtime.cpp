@@ -1,5 +1,7 @@
 #include "kvroom/actors/runtime.hpp"
 
+#include "kvroom/transport/device_memory.hpp"
+
 #include "kvroom/actors/counted_actor.hpp"
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include "kvroom/actors/membership.hpp"
 #include "kvroom/actors/quiet_clock.hpp"
 #include "kvroom/actors/rank.hpp"
+#include "kvroom/transport/device_memory.hpp"
 #include "kvroom/messages/assert.hpp"
 #include "kvroom/messages/error.hpp"
 #include "kvroom/messages/registration.hpp"
@@ -151,10 +154,15 @@ caf::error runtime::connect_registry(const std::string& host, uint16_t port,
                                          + " ms: " + last);
 }
 
-caf::expected<std::unique_ptr<rank>> runtime::add_rank(const rank_config& cfg) {
+caf::expected<std::unique_ptr<rank>> runtime::add_rank(rank_config cfg) {
+  // Each buffer's memory kind from its pointer, where asked.
+  for (auto* buffers : {&cfg.memory.kv, &cfg.memory.aux, &cfg.memory.state})
+    for (auto& b : *buffers)
+      if (b.mem.device_id == mem_desc::from_pointer)
+        b.mem.device_id = device_of(b.mem.addr);
   if (auto err = validate(cfg))
     return err;
-  std::unique_ptr<rank> result{new rank(*this, cfg)};
+  std::unique_ptr<rank> result{new rank(*this, std::move(cfg))};
   if (auto err = result->start())
     return err;
   return result;

@@ -95,7 +95,7 @@ public:
 
   /// Starts one rank: validates `cfg`, registers its memory with its data
   /// plane, spawns its manager and transfer worker and registers it.
-  caf::expected<std::unique_ptr<rank>> add_rank(const rank_config& cfg);
+  caf::expected<std::unique_ptr<rank>> add_rank(rank_config cfg);
 
   /// The proofs this runtime's ranks and registry use.
   const std::shared_ptr<const membership>& members() const noexcept {

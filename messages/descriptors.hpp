@@ -19,8 +19,15 @@ enum class mem_kind : uint8_t {
 std::string to_string(mem_kind x);
 
 /// One contiguous range of memory, NIXL-style `{addr, size_bytes, device_id}`.
-/// `device_id` is -1 for host memory.
+/// `device_id` is -1 for host memory; `from_pointer` (in a rank's
+/// configuration only) asks kvroom to tell host from device memory by the
+/// pointer itself when the rank starts (CUDA's pointer attributes where CUDA
+/// is compiled in, host otherwise). A GPU id says where the scheduler runs,
+/// not where each buffer lives: SGLang's aux buffers are host memory beside
+/// GPU KV pools.
 struct mem_desc {
+  static constexpr int32_t from_pointer = -2;
+
   uint64_t addr = 0;
   uint64_t size_bytes = 0;
   int32_t device_id = -1;

@@ -60,12 +60,16 @@ struct receiver_init {
   int64_t aux_index = 0;
   /// Hybrid models: the state slots or window pages for the request.
   std::vector<int64_t> state_indices;
+  /// Tokens decode holds already (its radix cache, SGLang's
+  /// `decode_prefix_len`): `kv_indices` are the pages after them, and
+  /// prefill sends only those.
+  int64_t decode_prefix_len = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, receiver_init& x) {
   return f(caf::meta::type_name("kvroom.receiver_init"), x.room, x.kv_indices,
-           x.aux_index, x.state_indices);
+           x.aux_index, x.state_indices, x.decode_prefix_len);
 }
 
 /// Scheduler gives up on the room; fails it here and on every other rank.
@@ -98,12 +102,16 @@ struct room_event {
   room_id room = 0;
   kv_poll state = kv_poll::bootstrapping;
   kv_transfer_error error;
+  /// Prefill, from WaitingForInput on: the tokens decode holds already
+  /// (receiver_init), which the scheduler skips (SGLang's
+  /// `pop_decode_prefix_len`).
+  int64_t decode_prefix_len = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, room_event& x) {
   return f(caf::meta::type_name("kvroom.room_event"), x.room, x.state,
-           x.error);
+           x.error, x.decode_prefix_len);
 }
 
 // -- decode room <-> prefill room ----------------------------------------------
@@ -117,12 +125,14 @@ struct dst_info {
   std::vector<int64_t> kv_indices;
   int64_t aux_index = 0;
   std::vector<int64_t> state_indices;
+  /// See receiver_init.
+  int64_t decode_prefix_len = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, dst_info& x) {
   return f(caf::meta::type_name("kvroom.dst_info"), x.room, x.decode_rank,
-           x.decode_room, x.kv_indices, x.aux_index, x.state_indices);
+           x.decode_room, x.kv_indices, x.aux_index, x.state_indices, x.decode_prefix_len);
 }
 
 /// Prefill room started moving bytes for the room (decode -> Transferring).

@@ -306,6 +306,7 @@ PYBIND11_MODULE(_core, m) {
            out["origin_failures"] = st->origin_failures;
            out["propagated_failures"] = st->propagated_failures;
            out["stranger_messages"] = st->stranger_messages;
+           out["calls_after_conclusion"] = r.get().calls_after_conclusion();
            return out;
          })
     .def("close", &py_rank::close);
@@ -316,7 +317,7 @@ PYBIND11_MODULE(_core, m) {
       .def("poll", [](handle& h) { return static_cast<int>(h.poll()); })
       .def("failure", [](handle& h) { return failure_of(h); })
       .def("abort", [](handle& h, const std::string& why) { check(h.abort(why)); },
-           py::arg("reason") = "aborted by scheduler")
+           py::arg("reason") = "")
       .def("clear", [](handle& h) { check(h.clear()); });
   };
   py::class_<kv_sender> sender(m, "Sender");
@@ -333,15 +334,17 @@ PYBIND11_MODULE(_core, m) {
            check(s.send(indices(kv_indices, "kv_indices"), is_last,
                         optional_indices(state_indices, "state_indices")));
          },
-         py::arg("kv_indices"), py::arg("is_last"), py::arg("state_indices") = py::none());
+         py::arg("kv_indices"), py::arg("is_last"), py::arg("state_indices") = py::none())
+    .def("decode_prefix_len", [](kv_sender& s) { return s.decode_prefix_len(); });
   py::class_<kv_receiver> receiver(m, "Receiver");
   common(receiver);
   receiver.def("init",
                [](kv_receiver& r, const py::handle& kv_indices, int64_t aux_index,
-                  const py::handle& state_indices) {
+                  const py::handle& state_indices, int64_t decode_prefix_len) {
                  check(r.init(indices(kv_indices, "kv_indices"), aux_index,
-                              optional_indices(state_indices, "state_indices")));
+                              optional_indices(state_indices, "state_indices"),
+                              decode_prefix_len));
                },
                py::arg("kv_indices"), py::arg("aux_index") = 0,
-               py::arg("state_indices") = py::none());
+               py::arg("state_indices") = py::none(), py::arg("decode_prefix_len") = 0);
 }

@@ -12,6 +12,10 @@ namespace kvroom {
 // headers themselves. Without CUDA compiled in (or without a GPU), every
 // call returns `errc::unavailable` with the reason.
 
+/// The GPU whose memory `addr` points into, or -1 for host memory (also
+/// for pinned host memory, and always without CUDA or a driver).
+int32_t device_of(uint64_t addr) noexcept;
+
 /// Number of usable GPUs, or why there are none.
 caf::expected<int> device_count();
 

@@ -208,6 +208,26 @@ parallel_layout decode_layout_like(const parallel_layout& prefill, int32_t total
   return x;
 }
 
+caf::expected<parallel_layout> implied_layout(const parallel_layout& declared, int32_t tp_size,
+                                              int32_t tp_rank,
+                                              const std::vector<paged_buffer>& kv) {
+  auto x = decode_layout_like(declared, 1, tp_size, tp_rank);
+  auto per_layer = static_cast<size_t>(x.buffers_per_layer());
+  if (kv.empty() || kv.size() % per_layer != 0)
+    return unmappable(std::to_string(kv.size()) + " KV buffers are not "
+                      + (x.mla ? "latent buffers" : "K and V") + " of whole layers");
+  x.layers = static_cast<int32_t>(kv.size() / per_layer);
+  if (auto why = check(x); !why.empty())
+    return unmappable("the model at TP " + std::to_string(tp_size) + ": " + why);
+  for (size_t b = 0; b < kv.size(); ++b)
+    if (kv[b].page_size_bytes != x.page_bytes())
+      return unmappable("KV buffer " + std::to_string(b) + " has pages of "
+                        + std::to_string(kv[b].page_size_bytes) + " B, the model's at TP "
+                        + std::to_string(tp_size) + " are " + std::to_string(x.page_bytes())
+                        + " B");
+  return x;
+}
+
 caf::expected<std::vector<int32_t>> prefill_targets(const std::vector<parallel_layout>& group,
                                                     const parallel_layout& me, int32_t decode_tp) {
   if (decode_tp < 1 || decode_tp > 4096)

@@ -97,6 +97,16 @@ std::string parallel_conflict(const parallel_layout& a, bool prefill_a, const pa
 parallel_layout decode_layout_like(const parallel_layout& prefill, int32_t total_layers,
                                    int32_t tp_size, int32_t tp_rank);
 
+/// The layout a rank that declares none holds, implied by a rank of the
+/// same model that declares one: the same model shape at the undeclared
+/// rank's TP size and rank, one PP stage holding every layer its KV
+/// buffers hold. Only when those buffers are that model's pages (their
+/// count and page bytes), else why not. SGLang's decode ranks name no head
+/// counts outside its staging path; at equal TP they need none.
+caf::expected<parallel_layout> implied_layout(const parallel_layout& declared, int32_t tp_size,
+                                              int32_t tp_rank,
+                                              const std::vector<paged_buffer>& kv);
+
 /// The decode TP ranks (of `decode_tp`) that prefill rank `me` of `group`
 /// writes in a room; empty: a dummy, which moves nothing and concludes with
 /// the room. The same refusals as `map_decode_rank`.

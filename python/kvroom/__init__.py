@@ -116,7 +116,9 @@ class _Handle:
         f = self._impl.failure()
         return None if f is None else KVTransferError(*f)
 
-    def abort(self, reason="aborted by scheduler"):
+    def abort(self, reason=""):
+        """Fails the room everywhere; its reason reads "aborted by <side>
+        scheduler[: reason]"."""
         self._impl.abort(reason)
 
     def clear(self):
@@ -135,13 +137,20 @@ class Sender(_Handle):
         window pages, with the last chunk only."""
         self._impl.send(kv_indices, is_last, state_indices)
 
+    def decode_prefix_len(self):
+        """Tokens the decode side holds already (its radix cache), known from
+        WaitingForInput on: send and declare only the pages after them."""
+        return self._impl.decode_prefix_len()
+
 
 class Receiver(_Handle):
     """Decode side of one room."""
     __slots__ = ()
 
-    def init(self, kv_indices, aux_index=0, state_indices=None):
-        self._impl.init(kv_indices, aux_index, state_indices)
+    def init(self, kv_indices, aux_index=0, state_indices=None, decode_prefix_len=0):
+        """``decode_prefix_len``: tokens this rank holds already (a radix
+        cache hit); ``kv_indices`` are the pages after them."""
+        self._impl.init(kv_indices, aux_index, state_indices, decode_prefix_len)
 
 
 class Rank:
@@ -178,6 +187,9 @@ class Rank:
 class Runtime:
     """One kvroom runtime: an actor system, its bootstrap registry, ranks."""
 
+    #: ``add_rank(device_id=...)``: each buffer's memory kind from its pointer.
+    DEVICE_FROM_POINTER = -2
+
     def __init__(self, network=False, secret_file="", log_level="warn", threads=0):
         self._impl = _core.Runtime(network, secret_file, log_level, threads)
 
@@ -198,6 +210,8 @@ class Runtime:
         ``bytes_per_element``, ``tokens_per_page``, ``page_order`` 'hnd' or
         'nhd', ``mla``, ``layers``, ``first_layer``, ``pp_size``,
         ``pp_rank``), which lets it move rooms to ranks of another TP size;
+        ``device_id``: -1 host memory, a GPU's id, or
+        ``Runtime.DEVICE_FROM_POINTER`` to tell each buffer by its pointer;
         ``keep``: objects (arrays) to keep alive with it; ``fail_rooms``
         (tests): rooms whose transfers this rank's data plane fails."""
         impl = self._impl.add_rank(side, tp_rank, tp_size, dp_rank, id, list(kv), list(aux),

@@ -316,9 +316,16 @@ TEST_CASE("layout check: ranks that declare a parallel layout are checked by wha
   INFO(why);
   CHECK(why.find("KV shape differs") != std::string::npos);
   CHECK(why.find("head_dim 64") != std::string::npos);
+  // A rank that declares nothing (SGLang's decode names no heads) is
+  // accepted when its pages are the declared model's at its TP size.
   auto undeclared = entry(1, role::decode, 128, 1);
   undeclared.has_parallel = false;
-  CHECK(layout_conflict(ranks, undeclared).find("does not declare a parallel layout") != std::string::npos);
+  CHECK(layout_conflict(ranks, undeclared).empty());
+  auto other_model = entry(1, role::decode, 64, 1);
+  other_model.has_parallel = false;
+  why = layout_conflict(ranks, other_model);
+  CHECK(why.find("does not declare a parallel layout") != std::string::npos);
+  CHECK(why.find("pages of 16384 B, the model's at TP 1 are 32768 B") != std::string::npos);
   auto staged = entry(2, role::prefill, 128, 2);
   staged.parallel.layers = 1;
   CHECK(layout_conflict(ranks, staged).find("TP x PP 1 x 2 against 1 x 1") != std::string::npos);

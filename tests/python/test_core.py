@@ -123,9 +123,13 @@ def test_bad_input_is_a_clear_exception(pair):
     assert s.failure().is_from_another_rank
     assert not any(b.any() for b in dst.kv)
     s.clear()
-    # Calls in the wrong state are refused with the reason.
-    with pytest.raises(kvroom.Error, match="init"):
-        r.init([0], 0)
+    # A call on a room that concluded does nothing (a peer's abort may race
+    # any call; poll() tells the outcome), and is counted.
+    late = d.stats()["calls_after_conclusion"]
+    r.init([0], 0)
+    r.abort()
+    assert d.stats()["calls_after_conclusion"] == late + 2
+    assert r.poll() == KVPoll.Failed
     r.clear()
     with pytest.raises(kvroom.Error):
         r.abort("after clear")
@@ -332,7 +336,7 @@ def test_hybrid_state_moves_with_the_last_chunk():
 
 def test_a_closed_rank_leaves_clear_errors_never_a_crash():
     """A dead manager: handles outlive their rank; a live room reads Failed
-    and every call says the rank is gone."""
+    and calls on its handles do nothing; the rank itself says it is gone."""
     rt = kvroom.Runtime()
     src, dst = Cache(seed=9), Cache()
     p = rt.add_rank("prefill", **src.specs())
@@ -343,8 +347,8 @@ def test_a_closed_rank_leaves_clear_errors_never_a_crash():
     assert "was closed while the room was live" in s.failure().failure_reason
     for call in (lambda: s.init(1, 0), lambda: s.send(np.array([0], np.int32), True),
                  lambda: s.abort("late"), lambda: s.clear()):
-        with pytest.raises(Exception, match="was closed"):
-            call()
+        call()
+        assert s.poll() == KVPoll.Failed
     with pytest.raises(Exception, match="closed"):
         p.make_sender(42)
     # The decode side hears the prefill rank is gone: Failed, not a hang.

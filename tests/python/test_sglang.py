@@ -17,7 +17,7 @@ PAGES = 32
 AUX = 64
 SLOTS = 8
 
-# Parameter names of sgl-project/sglang 0094505da74125a31ceb354f37ae7a1b6a97d3f5,
+# Parameter names of SGLang upstream main 8905cbd4 (2026-07-20),
 # python/sglang/srt/disaggregation/base/conn.py (self left out).
 SGLANG = {
     (KVManager, "__init__"): ["args", "disaggregation_mode", "server_args", "is_mla_backend"],
@@ -25,7 +25,7 @@ SGLANG = {
     (KVSender, "__init__"): ["mgr", "bootstrap_addr", "bootstrap_room", "dest_tp_ranks",
                              "pp_rank", "req_has_disagg_prefill_dp_rank"],
     (KVSender, "init"): ["num_kv_indices", "aux_index"],
-    (KVSender, "send"): ["kv_indices", "state_indices", "token_position_offset"],
+    (KVSender, "send"): ["kv_indices", "state_indices"],
     (KVSender, "pop_decode_prefix_len"): [],
     (KVSender, "should_send_kv_chunk"): ["num_pages", "last_chunk"],
     (KVSender, "get_transfer_metric"): [],
@@ -138,7 +138,7 @@ def test_a_failure_raises_kvtransfererror_with_the_origin(bootstrap):
         receiver.failure_exception()
     assert not mine.value.is_from_another_rank
     assert theirs.value.is_from_another_rank
-    assert "aborted by the prefill scheduler" in theirs.value.failure_reason
+    assert "aborted by prefill scheduler" == theirs.value.failure_reason
     assert str(theirs.value).startswith("KVTransferError(bootstrap_room=202): ")
     sender.clear()
     receiver.clear()
@@ -159,11 +159,17 @@ def test_what_is_not_supported_yet_is_refused_clearly(bootstrap):
         KVManager(a, DisaggregationMode.PREFILL, sargs)
     sender = KVSender(p, "127.0.0.1:1", 303, [0], 0)
     sender.init(2, 0)
-    with pytest.raises(ValueError, match="last chunk"):
-        sender.send(np.array([0], np.int32), state_indices=[1])
+    # A bad call of the scheduler's own fails the room with the reason,
+    # never raises into it (SGLang catches nothing from send).
+    sender.send(np.array([0], np.int32), state_indices=[1])
+    assert sender.poll() == KVPoll.Failed
+    with pytest.raises(KVTransferError, match="last chunk"):
+        sender.failure_exception()
     receiver = KVReceiver(d, "not-an-address", 303)
-    with pytest.raises(ValueError, match="host:port"):
-        receiver.init(0)
+    receiver.init(0)
+    assert receiver.poll() == KVPoll.Failed
+    with pytest.raises(KVTransferError, match="host:port"):
+        receiver.failure_exception()
     sender.clear()
     p.close()
     d.close()
@@ -341,7 +347,7 @@ def test_an_abort_on_decode_reaches_prefill(bootstrap):
     with pytest.raises(KVTransferError) as theirs:
         sender.failure_exception()
     assert theirs.value.is_from_another_rank
-    assert "aborted by the decode scheduler" in theirs.value.failure_reason
+    assert "aborted by decode scheduler" == theirs.value.failure_reason
     sender.clear()
     receiver.clear()
     p.close()
@@ -496,3 +502,142 @@ def test_unequal_tp_and_mla_through_sglangs_calls(tmp_path, mla):
         child.join(30)
         if child.is_alive():
             child.kill()
+
+
+# -- what SGLang's scheduler code needs beyond base/conn.py (8905cbd4) -------
+
+class SGLangMode(__import__("enum").Enum):
+    """A stand-in for SGLang's own DisaggregationMode: another enum class,
+    the same values."""
+    NULL = "null"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+def sglang_managers(bootstrap, dp, gpu_id=0):
+    """Prefill and decode managers as SGLang's queues build them: its own
+    mode enum, gpu_id 0 with host pools, prefill naming its heads and decode
+    only its page size (decode.py sets head counts on its staging path
+    alone)."""
+    sargs = ServerArgs(disaggregation_bootstrap_port=bootstrap.port)
+    pa, pkv, paux = kv_args(dp, seed=dp + 11)
+    da, dkv, daux = kv_args(dp)
+    for a in (pa, da):
+        a.page_size = 16
+        a.gpu_id = gpu_id
+    pa.kv_head_num, pa.total_kv_head_num = 2, 2  # 16 tokens x 2 heads x 64 B = PAGE
+    p = KVManager(pa, SGLangMode.PREFILL, sargs, False)
+    d = KVManager(da, "decode", sargs, False)
+    return p, d, (pkv, paux), (dkv, daux)
+
+
+def test_sglangs_own_calls_mode_gpu_id_decode_layout_and_attributes(bootstrap):
+    p, d, (pkv, paux), (dkv, daux) = sglang_managers(bootstrap, 8)
+    addr = f"127.0.0.1:{bootstrap.port}"
+    assert p.kv_args.page_size == 16 and d.kv_args.kv_head_num is None
+    # Decode's pending queue: parallel info, then the dp rank from the table.
+    assert d.try_ensure_parallel_info(addr)
+    assert d.prefill_info_table[addr].dp_size == 1
+    receiver = KVReceiver(d, addr, 801)
+    assert receiver.conclude_state is None
+    receiver.init(8)
+    sender = KVSender(p, addr, 801, [0], 0)
+    assert sender.kv_mgr is p and receiver.kv_mgr is d
+    assert until(lambda: receiver.poll() == KVPoll.WaitingForInput)
+    receiver.send_metadata(np.array([3, 4], np.int32), 1, [], decode_prefix_len=0)
+    assert until(lambda: sender.poll() == KVPoll.WaitingForInput)
+    assert sender.pop_decode_prefix_len() == 0
+    sender.init(2, 0)
+    sender.send(np.array([5, 6], np.int32), [])
+    assert until(lambda: receiver.poll() == KVPoll.Success and sender.poll() == KVPoll.Success)
+    assert receiver.conclude_state == KVPoll.Success
+    for b in range(4):
+        for sp, dp_ in zip([5, 6], [3, 4]):
+            assert np.array_equal(dkv[b][dp_ * PAGE:(dp_ + 1) * PAGE],
+                                  pkv[b][sp * PAGE:(sp + 1) * PAGE])
+    assert np.array_equal(daux[AUX:2 * AUX], paux[:AUX])
+    sender.clear()
+    receiver.clear()
+    p.close()
+    d.close()
+
+
+def test_the_decode_radix_prefix_reaches_prefill_which_sends_only_the_suffix(bootstrap):
+    p, d, (pkv, paux), (dkv, daux) = sglang_managers(bootstrap, 9)
+    addr = f"127.0.0.1:{bootstrap.port}"
+    page_tokens = 16
+    # A 7-page prompt whose first 4 pages decode holds already (its radix
+    # cache): decode allocated 3 pages, prefill sends pages 4..6 of its own.
+    receiver = KVReceiver(d, addr, 901)
+    receiver.init(9)
+    sender = KVSender(p, addr, 901, [0], 0)
+    assert until(lambda: receiver.poll() == KVPoll.WaitingForInput)
+    receiver.send_metadata(np.array([20, 21, 22], np.int32), 2, [],
+                           decode_prefix_len=4 * page_tokens)
+    assert until(lambda: sender.poll() == KVPoll.WaitingForInput)
+    prefix = sender.pop_decode_prefix_len()
+    assert prefix == 4 * page_tokens
+    own_pages = np.array([10, 11, 12, 13, 14, 15, 16], np.int32)
+    suffix = own_pages[prefix // page_tokens:]
+    sender.init(len(suffix), 1)  # what prefill.py declares: the suffix's pages
+    sender.send(suffix[:2], None)  # a chunk...
+    sender.send(suffix[2:], [])    # ...and the last
+    assert until(lambda: receiver.poll() == KVPoll.Success and sender.poll() == KVPoll.Success)
+    for b in range(4):
+        for sp, dp_ in zip(suffix, [20, 21, 22]):
+            assert np.array_equal(dkv[b][dp_ * PAGE:(dp_ + 1) * PAGE],
+                                  pkv[b][sp * PAGE:(sp + 1) * PAGE])
+    sender.clear()
+    receiver.clear()
+    p.close()
+    d.close()
+
+
+def test_a_peers_abort_between_poll_and_the_next_call_never_raises(bootstrap):
+    # Decode aborts while prefill's scheduler, having polled WaitingForInput,
+    # goes on to init and send (prefill.py:304, 1179): nothing raises, the
+    # calls are counted, poll() and failure_exception() tell.
+    p, d, sender, receiver = waiting_room(bootstrap, 10, 1001)
+    receiver.abort()
+    assert until(lambda: sender.poll() == KVPoll.Failed)
+    sender.init(1, 0)
+    sender.send(np.array([0], np.int32))
+    sender.abort()
+    assert p.calls_after_conclusion + p._rank.stats()["calls_after_conclusion"] >= 2
+    with pytest.raises(KVTransferError, match="aborted by decode scheduler$"):
+        sender.failure_exception()
+    with pytest.raises(KVTransferError):
+        sender.failure_exception()  # twice: the same answer
+    # Prefill aborts while decode's scheduler goes on to send_metadata
+    # (decode.py:1175).
+    receiver2 = KVReceiver(d, f"127.0.0.1:{bootstrap.port}", 1002)
+    receiver2.init(10)
+    sender2 = KVSender(p, f"127.0.0.1:{bootstrap.port}", 1002, [0], 0)
+    assert until(lambda: receiver2.poll() == KVPoll.WaitingForInput)
+    sender2.abort()
+    assert until(lambda: receiver2.poll() == KVPoll.Failed)
+    receiver2.send_metadata(np.array([0], np.int32), 0, [], 0)
+    assert receiver2.conclude_state == KVPoll.Failed
+    for x in (sender, receiver, sender2, receiver2):
+        x.clear()
+        x.clear()  # SGLang clears freely
+    # A receiver aborted before init (decode's pending queue gives up on an
+    # unreachable prefill) reads Failed from then on.
+    orphan = KVReceiver(d, "127.0.0.1:1", 1003)
+    orphan.abort()
+    assert orphan.poll() == KVPoll.Failed and orphan.conclude_state == KVPoll.Failed
+    orphan.init(0)  # too late: nothing happens
+    # Calls after the manager closed do nothing either.
+    p.close()
+    d.close()
+    sender2.abort()
+    sender2.poll()
+
+
+def _sglang_src():
+    import os
+    src = os.environ.get("KVROOM_SGLANG_SRC")
+    if not src:
+        pytest.skip("KVROOM_SGLANG_SRC is not set (a checkout of SGLang 8905cbd4 or later; "
+                    "tests/sglang/README.md)")
+    return src

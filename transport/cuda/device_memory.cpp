@@ -19,6 +19,21 @@ caf::error use(int device) {
 
 } // namespace
 
+int32_t device_of(uint64_t addr) noexcept {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, reinterpret_cast<const void*>(addr)) != cudaSuccess) {
+    // No driver, or memory CUDA never saw: host memory. The call leaves
+    // its error behind for the next one; take it.
+    (void) cudaGetLastError();
+    return -1;
+  }
+  // Managed memory is used as the device's (its pages live there while a
+  // kernel writes them); pinned host memory stays host.
+  if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged)
+    return attr.device;
+  return -1;
+}
+
 caf::expected<int> device_count() {
   int n = 0;
   if (auto err = cudaGetDeviceCount(&n); err != cudaSuccess)

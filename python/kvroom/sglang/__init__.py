@@ -1,49 +1,72 @@
 """kvroom behind SGLang's disaggregation interface.
 
 Pure-Python classes with the names and signatures of SGLang's
-``python/sglang/srt/disaggregation/base/conn.py`` at sgl-project/sglang commit
-0094505da74125a31ceb354f37ae7a1b6a97d3f5 (and ``DisaggregationMode`` of its
-``utils.py``), over kvroom's core: ``KVArgs``, ``KVManager``, ``KVSender``,
+``python/sglang/srt/disaggregation/base/conn.py`` at upstream main 8905cbd4
+(2026-07-20; ``DisaggregationMode`` of its ``utils.py``), and the attributes
+SGLang's scheduler reads beyond it (``common/conn.py``: ``KVManager.kv_args``,
+``prefill_info_table``, ``try_ensure_parallel_info``, ``KVReceiver.conclude_state``,
+``KVSender.kv_mgr``), over kvroom's core: ``KVArgs``, ``KVManager``, ``KVSender``,
 ``KVReceiver``, ``KVBootstrapServer``, ``KVPoll``, ``KVTransferError``.
 
+SGLang's scheduler catches nothing from ``init``, ``send`` or
+``send_metadata``: a room that concluded meanwhile (a peer's abort, a lost
+rank, a timeout) makes those calls do nothing, and ``poll()`` and
+``failure_exception()`` report it. Bad calls of the scheduler's own (an
+index out of range, more pages than declared) fail the room with the reason
+and are reported the same way.
+
 One kvroom runtime per process (networked: ranks in other processes and
-hosts), made on first use. ``server_args`` is read duck-typed; the attributes
-read are those of :class:`ServerArgs` below (``tp_size``, ``dp_size``,
-``disaggregation_bootstrap_port``, ``host``, ``kvroom_secret_file``,
-``kvroom_transport``), each with a default when missing. The secret can also
-come from the ``KVROOM_SECRET_FILE`` environment variable.
+hosts), made on first use. ``server_args`` is read duck-typed (``tp_size``,
+``host``, ``disaggregation_bootstrap_port``, ``pp_size``, and kvroom's own
+``kvroom_secret_file``, ``kvroom_transport``, which SGLang's ServerArgs lacks:
+then the ``KVROOM_SECRET_FILE`` and ``KVROOM_TRANSPORT`` environment
+variables), each with a default. ``DisaggregationMode`` may be SGLang's enum,
+kvroom's or a string: compared by value.
 
 SGLang passes page indices (``kv_to_page_indices``) and page counts; so does
-this. With ``KVArgs.page_size`` and ``total_kv_head_num`` set (SGLang sets
-them), a rank declares its parallel layout, so prefill and decode TP sizes
-may differ, and ``is_mla_backend`` declares MLA (one latent buffer per layer;
-the prefill ranks the mapping gives nothing are dummies that conclude with
-the room). Hybrid models: one state type (``state_types``: Mamba slots or SWA
-window pages, its buffers ``state_data_ptrs``/``state_data_lens``/
-``state_item_lens``), whose ``state_indices`` go with the last chunk and with
-``send_metadata``. GPU pools (``gpu_id`` >= 0) register as device memory
-for the cuda and verbs data planes, as in C++ (untested from Python: no GPU
-where this was built). Not supported yet, refused with a clear error:
-several state types at once.
+this. A buffer's memory kind (host or GPU) comes from its pointer, never from
+``gpu_id`` (SGLang passes its GPU id with CPU pools, and its aux buffers are
+host memory on GPU deployments). With ``KVArgs.page_size`` and
+``total_kv_head_num`` set (SGLang's prefill sets them) a rank declares its
+parallel layout, so prefill and decode TP sizes may differ, and
+``is_mla_backend`` declares MLA; SGLang's decode names no heads outside its
+staging path, and at equal TP it needs none (it holds the prefill's model at
+its TP size). The decode radix prefix (``send_metadata(...,
+decode_prefix_len)``) reaches prefill's ``pop_decode_prefix_len()``: prefill
+sends only the pages after it. Hybrid models: one state type (``state_types``:
+Mamba slots or SWA window pages), whose ``state_indices`` go with the last
+chunk and with ``send_metadata``. Not supported yet, refused with a clear
+error: several state types at once; aux buffers in host memory beside KV on a
+GPU.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 import os
-from typing import List, Optional
+from typing import Dict, List, Optional
 
-from . import KVPoll, KVTransferError, Runtime
+from .. import Error, KVPoll, KVTransferError, Runtime
+
+logger = logging.getLogger("kvroom.sglang")
 
 __all__ = ["KVArgs", "KVManager", "KVSender", "KVReceiver", "KVBootstrapServer", "KVPoll",
-           "KVTransferError", "KVTransferMetric", "DisaggregationMode", "ServerArgs"]
+           "KVTransferError", "KVTransferMetric", "DisaggregationMode", "ServerArgs",
+           "PrefillServerInfo", "register"]
 
 
 class DisaggregationMode(enum.Enum):
     NULL = "null"
     PREFILL = "prefill"
     DECODE = "decode"
+
+
+def _mode(x):
+    """'prefill', 'decode' or another string, from SGLang's enum, ours or a
+    string: by value, never by identity (SGLang passes its own enum)."""
+    return str(getattr(x, "value", x)).lower()
 
 
 @dataclasses.dataclass
@@ -66,8 +89,9 @@ class KVTransferMetric:
 
 
 class KVArgs:
-    """SGLang's field names; kvroom reads the KV and aux buffers, the rank
-    and the page size."""
+    """Every field of SGLang's KVArgs (8905cbd4), with its defaults; kvroom
+    reads the KV, aux and state buffers, the rank, the page size and the
+    head counts."""
 
     def __init__(self):
         self.engine_rank = 0
@@ -81,11 +105,14 @@ class KVArgs:
         self.state_data_ptrs: list = []
         self.state_data_lens: list = []
         self.state_item_lens: list = []
+        self.state_dim_per_tensor: list = []
+        self.is_hybrid_mla_backend = False
+        self.state_conv_shard_groups: list = []
         self.ib_device = ""
         self.ib_traffic_class = ""
         self.gpu_id = -1
-        # Set by SGLang; when these are, the rank declares its layout (which
-        # lets prefill and decode TP sizes differ, and MLA).
+        # Set by SGLang's prefill; when these are, the rank declares its
+        # layout (which lets prefill and decode TP sizes differ, and MLA).
         self.kv_head_num = None
         self.total_kv_head_num = None
         self.page_size = None
@@ -93,6 +120,33 @@ class KVArgs:
         self.pp_rank = 0
         self.prefill_start_layer = 0
         self.prefill_end_layer = None
+        self.mla_compression_ratios = None
+        self.kv_buf_groups = 1
+        self.total_kv_layers = 0
+
+
+@dataclasses.dataclass
+class PrefillServerInfo:
+    """What SGLang's decode reads of a prefill deployment
+    (``KVManager.prefill_info_table[bootstrap_addr]``): its fields are those of
+    SGLang's ``common.conn.PrefillServerInfo``. kvroom routes a room to the
+    prefill DP group the decode names, by ``room % dp_size`` when it names
+    none."""
+    attn_tp_size: int = 1
+    attn_cp_size: int = 1
+    dp_size: int = 1
+    pp_size: int = 1
+    page_size: Optional[int] = None
+    kv_cache_dtype: Optional[str] = None
+    follow_bootstrap_room: bool = True
+    enable_dsa_cache_layer_split: bool = False
+    prefill_http_port: Optional[int] = None
+    target_tp_rank: Optional[int] = None
+    target_tp_ranks: Optional[List[int]] = None
+    target_cp_ranks: Optional[List[int]] = None
+    target_pp_ranks: Optional[List[int]] = None
+    required_dst_info_num: Optional[int] = None
+    required_prefill_response_num: Optional[int] = None
 
 
 # -- the process's runtime ----------------------------------------------------
@@ -114,12 +168,17 @@ def _secret(server_args):
         "KVROOM_SECRET_FILE")
 
 
-def _join_registry(rt, host, port):
+def _transport(server_args):
+    return (getattr(server_args, "kvroom_transport", None) or os.environ.get("KVROOM_TRANSPORT")
+            or "auto")
+
+
+def _join_registry(rt, host, port, timeout_ms=30000):
     """This process's ranks register with the registry at host:port: the one
     it publishes itself (KVBootstrapServer), or one it connects to once."""
     where = (host, int(port))
     if _process["registry"] is None:
-        rt.connect_registry(host, int(port))
+        rt.connect_registry(host, int(port), timeout_ms)
         _process["registry"] = where
     elif _process["registry"][1] != where[1]:
         raise ValueError(f"kvroom: this process joined the registry at {_process['registry']}, "
@@ -142,41 +201,71 @@ class KVBootstrapServer:
 class KVManager:
     """One prefill or decode rank of this process."""
 
-    def __init__(self, args: KVArgs, disaggregation_mode: DisaggregationMode, server_args,
+    def __init__(self, args: KVArgs, disaggregation_mode, server_args,
                  is_mla_backend: Optional[bool] = False):
-        if disaggregation_mode not in (DisaggregationMode.PREFILL, DisaggregationMode.DECODE):
+        side = _mode(disaggregation_mode)
+        if side not in ("prefill", "decode"):
             raise ValueError(f"kvroom: a KVManager is prefill or decode, not {disaggregation_mode}")
         types = list(getattr(args, "state_types", None) or [])
         if len(set(map(str, types))) > 1:
             raise NotImplementedError("kvroom: one state type per model (Mamba slots or SWA "
                                       f"window pages), got {types}")
-        self.args = args
+        self.kv_args = args
         self.is_mla_backend = bool(is_mla_backend)
         if self.is_mla_backend and not getattr(args, "page_size", None):
             raise ValueError("kvroom: an MLA backend needs KVArgs.page_size (its layout is declared)")
         self.disaggregation_mode = disaggregation_mode
         self.server_args = server_args
         self.tp_size = int(getattr(server_args, "tp_size", 1) or 1)
-        self._side = "prefill" if disaggregation_mode == DisaggregationMode.PREFILL else "decode"
+        #: SGLang's decode: prefill deployments by bootstrap address.
+        self.prefill_info_table: Dict[str, PrefillServerInfo] = {}
+        #: Scheduler calls that found their room concluded and did nothing.
+        self.calls_after_conclusion = 0
+        self.is_dummy_cp_rank = False
+        self._side = side
         self._rank = None
         self._rt = _runtime(_secret(server_args))
         if self._side == "prefill":
             self.register_to_bootstrap()
+
+    @property
+    def args(self):
+        """The KVArgs (kvroom's earlier name for ``kv_args``)."""
+        return self.kv_args
 
     def register_to_bootstrap(self):
         """Registers this rank with the bootstrap registry (prefill: at
         start; decode: on its first receiver, which names the address)."""
         self._ensure_rank(*self._bootstrap())
 
+    def try_ensure_parallel_info(self, bootstrap_addr: str) -> bool:
+        """SGLang's decode, before it routes a request: one attempt (a few
+        seconds at most) to join the registry at ``bootstrap_addr``; True once
+        this rank is registered there, with the prefill deployment's entry in
+        ``prefill_info_table``. A failure is logged and answered False (the
+        scheduler retries, then aborts the request): it never raises."""
+        if bootstrap_addr in self.prefill_info_table:
+            return True
+        try:
+            host, port = _bootstrap_endpoint(bootstrap_addr)
+            self._ensure_rank(host, port, timeout_ms=3000)
+        except (Error, ValueError) as e:
+            logger.warning("kvroom: cannot join the bootstrap registry at %s: %s",
+                           bootstrap_addr, e)
+            return False
+        self.prefill_info_table[bootstrap_addr] = PrefillServerInfo(
+            attn_tp_size=self.tp_size, page_size=getattr(self.kv_args, "page_size", None))
+        return True
+
     def _bootstrap(self):
         host = getattr(self.server_args, "host", "127.0.0.1") or "127.0.0.1"
         return host, getattr(self.server_args, "disaggregation_bootstrap_port", 8998)
 
-    def _ensure_rank(self, host, port):
+    def _ensure_rank(self, host, port, timeout_ms=30000):
         if self._rank is not None:
             return self._rank
-        _join_registry(self._rt, host, port)
-        a = self.args
+        _join_registry(self._rt, host, port, timeout_ms)
+        a = self.kv_args
         n = len(a.kv_data_ptrs)
         if n == 0 or len(a.kv_data_lens) != n or len(a.kv_item_lens) != n:
             raise ValueError("kvroom: kv_data_ptrs, kv_data_lens and kv_item_lens must be "
@@ -195,14 +284,16 @@ class KVManager:
             self._side, tp_rank=int(a.engine_rank) % self.tp_size, tp_size=self.tp_size,
             dp_rank=int(getattr(a, "system_dp_rank", 0) or 0), kv=kv, aux=aux, state=state,
             layout=layout,
-            # SGLang's KV pools live on its GPU: registered as device memory
-            # (moved by the cuda/verbs data planes, refused with the reason
-            # where this build has neither).
-            device_id=int(a.gpu_id) if getattr(a, "gpu_id", -1) is not None
-            and int(a.gpu_id) >= 0 else -1,
-            transport=getattr(self.server_args, "kvroom_transport", "auto"), network=True,
+            # Host or GPU by each buffer's pointer: gpu_id names the
+            # scheduler's GPU, also with CPU pools and host aux buffers.
+            device_id=Runtime.DEVICE_FROM_POINTER,
+            transport=_transport(self.server_args), network=True,
             host=getattr(self.server_args, "host", "127.0.0.1") or "127.0.0.1")
         return self._rank
+
+    def _late_call(self, what, room):
+        self.calls_after_conclusion += 1
+        logger.debug("kvroom: %s on room %s, which concluded already: nothing to do", what, room)
 
     def close(self):
         """Stops this rank (not in SGLang's interface: its managers live as
@@ -213,10 +304,17 @@ class KVManager:
 
 
 def _flat(xs):
-    """SGLang keeps state buffers per state type (lists of lists) or flat."""
+    """SGLang keeps state buffers and indices per state type (lists of lists,
+    of numpy arrays or tensors) or flat: one flat list of ints."""
     out = []
-    for x in xs or []:
-        out.extend(_flat(x) if isinstance(x, (list, tuple)) else [x])
+    for x in xs if xs is not None else []:
+        if isinstance(x, (list, tuple)):
+            out.extend(_flat(x))
+        elif hasattr(x, "tolist"):  # numpy arrays and scalars, torch tensors
+            v = x.tolist()
+            out.extend(_flat(v) if isinstance(v, list) else [v])
+        elif x is not None:
+            out.append(x)
     return out
 
 
@@ -267,110 +365,179 @@ def _bootstrap_endpoint(bootstrap_addr):
     return host, int(port)
 
 
-def _raise_failure(handle, room):
-    err = handle.failure() if handle is not None else None
-    if err is None:
-        raise KVTransferError(room, "no failure recorded for this room")
-    raise err
+def _refuse(why):
+    raise Error(why)
 
 
-class KVSender:
-    def __init__(self, mgr: KVManager, bootstrap_addr: str, bootstrap_room: int,
-                 dest_tp_ranks: List[int], pp_rank: int,
-                 req_has_disagg_prefill_dp_rank: bool = False):
-        self.mgr = mgr
-        self.bootstrap_room = int(bootstrap_room)
-        rank = mgr._ensure_rank(*mgr._bootstrap())
-        self._handle = rank.make_sender(self.bootstrap_room)
-        self._num_pages = None
-        self._sent = 0
+class _Room:
+    """What KVSender and KVReceiver share: the core's handle once there is
+    one, or a failure of this room that the core never saw (it could not
+    open, or was aborted before it did). No call raises into the scheduler
+    because of what a peer did: SGLang catches nothing from ``init``,
+    ``send`` or ``send_metadata``."""
 
-    def init(self, num_kv_indices: int, aux_index: Optional[int] = None):
-        self._num_pages = int(num_kv_indices)
-        self._handle.init(self._num_pages, 0 if aux_index is None else int(aux_index))
-
-    def send(self, kv_indices, state_indices: Optional[List] = None,
-             token_position_offset: int = 0):
-        if self._num_pages is None:
-            raise RuntimeError(f"kvroom: room {self.bootstrap_room}: send before init")
-        n = len(kv_indices)
-        # The last chunk is the one that completes the pages init declared,
-        # as SGLang's own senders decide it.
-        is_last = self._sent + n >= self._num_pages
-        if state_indices is not None and not is_last:
-            raise ValueError(f"kvroom: room {self.bootstrap_room}: state_indices go with the "
-                             "last chunk")
-        self._handle.send(kv_indices, is_last, state_indices)
-        self._sent += n
-
-    def pop_decode_prefix_len(self) -> int:
-        return 0
-
-    def should_send_kv_chunk(self, num_pages: int, last_chunk: bool) -> bool:
-        return num_pages > 0 or last_chunk
-
-    def get_transfer_metric(self) -> KVTransferMetric:
-        return KVTransferMetric()
-
-    def poll(self) -> KVPoll:
-        return self._handle.poll()
-
-    def failure_exception(self):
-        _raise_failure(self._handle, self.bootstrap_room)
-
-    def clear(self):
-        try:
-            self._handle.clear()
-        except Exception:  # cleared already: SGLang calls clear() freely
-            pass
-
-    def abort(self):
-        try:
-            self._handle.abort("aborted by the prefill scheduler")
-        except Exception:  # concluded or cleared: nothing to abort
-            pass
-
-
-class KVReceiver:
-    def __init__(self, mgr: KVManager, bootstrap_addr: str, bootstrap_room: Optional[int] = None):
-        self.mgr = mgr
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room):
+        self.kv_mgr = mgr
         self.bootstrap_addr = bootstrap_addr
         self.bootstrap_room = bootstrap_room
         self._handle = None
+        self._failure = None
 
-    def init(self, prefill_dp_rank: int):
-        host, port = _bootstrap_endpoint(self.bootstrap_addr)
-        rank = self.mgr._ensure_rank(host, port)
-        self._handle = rank.make_receiver(int(self.bootstrap_room), int(prefill_dp_rank or 0))
+    @property
+    def mgr(self):
+        """The KVManager (kvroom's earlier name for ``kv_mgr``)."""
+        return self.kv_mgr
 
-    def send_metadata(self, kv_indices, aux_index: Optional[int] = None,
-                      state_indices: Optional[List] = None,
-                      decode_prefix_len: Optional[int] = None):
-        if self._handle is None:
-            raise RuntimeError(f"kvroom: room {self.bootstrap_room}: send_metadata before init")
-        self._handle.init(kv_indices, 0 if aux_index is None else int(aux_index), state_indices)
+    @property
+    def conclude_state(self):
+        """Failed or Success once the room concluded, else None (SGLang's
+        common backends keep this attribute; its decode queue reads it)."""
+        state = self.poll()
+        return state if state in (KVPoll.Success, KVPoll.Failed) else None
 
     def poll(self) -> KVPoll:
+        if self._failure is not None:
+            return KVPoll.Failed
         if self._handle is None:
             return KVPoll.Bootstrapping
         return self._handle.poll()
 
     def failure_exception(self):
-        _raise_failure(self._handle, self.bootstrap_room)
+        """Raises the room's KVTransferError (SGLang's contract: only when
+        ``poll()`` returned Failed; any number of times)."""
+        err = self._failure
+        if err is None and self._handle is not None:
+            err = self._handle.failure()
+        if err is None:
+            err = KVTransferError(self.bootstrap_room, "no failure recorded for this room")
+        raise err
+
+    def _fail_here(self, reason):
+        """A failure this shim found before the core had the room: it
+        originates here."""
+        if self._failure is None:
+            self._failure = KVTransferError(self.bootstrap_room, reason)
+            logger.error("%s", self._failure)
+
+    def _act(self, what, call):
+        """Runs `call` on the core's handle. A room that concluded meanwhile
+        makes the core do nothing (counted); a call the core refuses (more
+        pages than declared, an index out of range, init twice) fails the
+        room everywhere with that reason, which poll() and
+        failure_exception() report."""
+        if self._failure is not None:
+            self.kv_mgr._late_call(what, self.bootstrap_room)
+            return
+        try:
+            call()
+        except (Error, TypeError, ValueError) as e:
+            reason = f"{what} refused: {e}"
+            try:
+                self._handle.abort(reason)
+            except Error:
+                pass
+            if self._handle.poll() not in (KVPoll.Failed, KVPoll.Success):
+                # The core concludes the room on its own thread: until its
+                # Failed arrives, this side reads Failed already.
+                self._fail_here(reason)
 
     def clear(self):
         if self._handle is not None:
             try:
                 self._handle.clear()
-            except Exception:
+            except Error:  # cleared already: SGLang calls clear() freely
                 pass
 
     def abort(self):
-        if self._handle is not None:
-            try:
-                self._handle.abort("aborted by the decode scheduler")
-            except Exception:
-                pass
+        if self._handle is None:
+            # Before init (SGLang's decode aborts requests whose prefill it
+            # cannot reach): Failed here, from now on.
+            self._failure = self._failure or KVTransferError(
+                self.bootstrap_room, f"aborted by {self.kv_mgr._side} scheduler")
+            return
+        try:
+            self._handle.abort()
+        except Error:  # cleared: nothing to abort
+            pass
+
+
+class KVSender(_Room):
+    def __init__(self, mgr: KVManager, bootstrap_addr: str, bootstrap_room: int,
+                 dest_tp_ranks: List[int], pp_rank: int,
+                 req_has_disagg_prefill_dp_rank: bool = False):
+        super().__init__(mgr, bootstrap_addr, int(bootstrap_room))
+        self.dest_tp_ranks = dest_tp_ranks
+        self.pp_rank = pp_rank
+        self._num_pages = None
+        self._sent = 0
+        try:
+            rank = mgr._ensure_rank(*mgr._bootstrap())
+            self._handle = rank.make_sender(self.bootstrap_room)
+        except Error as e:
+            self._fail_here(f"cannot open the room on prefill: {e}")
+
+    def init(self, num_kv_indices: int, aux_index: Optional[int] = None):
+        self._num_pages = int(num_kv_indices)
+        self._act("init", lambda: self._handle.init(
+            self._num_pages, 0 if aux_index is None else int(aux_index)))
+
+    def send(self, kv_indices, state_indices: Optional[List] = None):
+        if self._num_pages is None:
+            self._act("send", lambda: _refuse(f"room {self.bootstrap_room}: send before init"))
+            return
+        n = len(kv_indices)
+        # The last chunk is the one that completes the pages init declared,
+        # as SGLang's own senders decide it.
+        is_last = self._sent + n >= self._num_pages
+        self._sent += n
+        if state_indices is not None and not is_last and len(_flat(state_indices)) > 0:
+            self._act("send", lambda: _refuse(
+                f"room {self.bootstrap_room}: state_indices go with the last chunk"))
+            return
+        state = _flat(state_indices) if state_indices is not None else None
+        self._act("send", lambda: self._handle.send(kv_indices, is_last, state or None))
+
+    def pop_decode_prefix_len(self) -> int:
+        """Tokens decode holds already (its radix cache): SGLang's prefill
+        sends, and declares to ``init``, only the pages after them."""
+        if self._handle is None:
+            return 0
+        return int(self._handle.decode_prefix_len())
+
+    def should_send_kv_chunk(self, num_pages: int, last_chunk: bool) -> bool:
+        # The last chunk goes even without pages: the aux slot rides with it.
+        return num_pages > 0 or last_chunk
+
+    def get_transfer_metric(self) -> KVTransferMetric:
+        item = sum(int(x) for x in getattr(self.kv_mgr.kv_args, "kv_item_lens", []) or [])
+        return KVTransferMetric(transfer_total_bytes=self._sent * item)
+
+
+class KVReceiver(_Room):
+    def __init__(self, mgr: KVManager, bootstrap_addr: str, bootstrap_room: Optional[int] = None):
+        super().__init__(mgr, bootstrap_addr, bootstrap_room)
+
+    def init(self, prefill_dp_rank: int):
+        if self._handle is not None or self._failure is not None:
+            self.kv_mgr._late_call("init", self.bootstrap_room)
+            return
+        try:
+            host, port = _bootstrap_endpoint(self.bootstrap_addr)
+            rank = self.kv_mgr._ensure_rank(host, port)
+            self._handle = rank.make_receiver(int(self.bootstrap_room), int(prefill_dp_rank or 0))
+        except (Error, ValueError) as e:
+            self._fail_here(f"cannot open the room on decode: {e}")
+
+    def send_metadata(self, kv_indices, aux_index: Optional[int] = None,
+                      state_indices: Optional[List] = None,
+                      decode_prefix_len: Optional[int] = None):
+        if self._handle is None and self._failure is None:
+            self._fail_here(f"room {self.bootstrap_room}: send_metadata before init")
+            return
+        state = _flat(state_indices) if state_indices is not None else None
+        self._act("send_metadata", lambda: self._handle.init(
+            kv_indices, 0 if aux_index is None else int(aux_index), state or None,
+            int(decode_prefix_len or 0)))
 
 
 # -- SGLang's backend table -----------------------------------------------------
@@ -380,24 +547,25 @@ _CLASSES = {"kvargs": KVArgs, "manager": KVManager, "sender": KVSender, "receive
 
 
 def register():
-    """Makes SGLang's ``get_kv_class`` return kvroom's classes for a
-    transfer backend named "kvroom" (``TransferBackend`` gains a ``KVROOM``
-    member). Call it before SGLang builds its schedulers, e.g. from a
-    ``sitecustomize`` or a launcher:
-
-        python -c "import kvroom.sglang as k; k.register(); \\
-                   import runpy; runpy.run_module('sglang.launch_server', run_name='__main__')" \\
-            --model-path ... --disaggregation-mode prefill \\
-            --disaggregation-transfer-backend kvroom
-
-    Returns False (and changes nothing) when SGLang is not importable. Modules
-    that imported ``get_kv_class`` already (prefill.py, decode.py) get the
-    hook too."""
+    """Makes SGLang start with ``--disaggregation-transfer-backend kvroom``:
+    its argument parser accepts the name (``add_disagg_transfer_backend_choices``),
+    ``TransferBackend`` gains a ``KVROOM`` member and ``get_kv_class`` returns
+    kvroom's classes for it (also in modules that imported it already).
+    Idempotent. SGLang calls it in every process through its plugin entry
+    point (``sglang.srt.plugins``: kvroom = kvroom.sglang:register);
+    ``python3 -m kvroom.sglang.launch_server <SGLang's arguments>`` calls it
+    too. Returns False (and changes nothing) when SGLang is not importable."""
     import sys
     try:
         from sglang.srt.disaggregation import utils
     except ImportError:
         return False
+    try:
+        from sglang.srt import server_args as sa
+        if "kvroom" not in getattr(sa, "DISAGG_TRANSFER_BACKEND_CHOICES", ["kvroom"]):
+            sa.add_disagg_transfer_backend_choices(["kvroom"])
+    except ImportError:
+        pass
     original = utils.get_kv_class
     if getattr(original, "_kvroom", False):
         return True
@@ -417,6 +585,7 @@ def register():
         return original(transfer_backend, class_type)
 
     get_kv_class._kvroom = True
+    utils.get_kv_class = get_kv_class
     for name, module in list(sys.modules.items()):
         if name.startswith("sglang.") and getattr(module, "get_kv_class", None) is original:
             module.get_kv_class = get_kv_class
