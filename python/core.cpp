@@ -291,6 +291,8 @@ PYBIND11_MODULE(_core, m) {
          },
          py::arg("room"), py::arg("prefill_dp_rank") = 0, py::keep_alive<0, 1>())
     .def("open_rooms", [](py_rank& r) { return r.get().open_rooms(); })
+    .def_property_readonly("calls_after_conclusion",
+                           [](py_rank& r) { return r.get().calls_after_conclusion(); })
     .def("stats",
          [](py_rank& r) {
            caf::expected<manager_stats> st{manager_stats{}};

@@ -177,6 +177,12 @@ class Rank:
     def open_rooms(self):
         return self._impl.open_rooms()
 
+    @property
+    def calls_after_conclusion(self):
+        """Calls on rooms that had concluded already (a peer's abort raced
+        them): they did nothing."""
+        return self._impl.calls_after_conclusion
+
     def stats(self):
         return self._impl.stats()
 

@@ -219,8 +219,7 @@ class KVManager:
         self.tp_size = int(getattr(server_args, "tp_size", 1) or 1)
         #: SGLang's decode: prefill deployments by bootstrap address.
         self.prefill_info_table: Dict[str, PrefillServerInfo] = {}
-        #: Scheduler calls that found their room concluded and did nothing.
-        self.calls_after_conclusion = 0
+        self._late_calls = 0
         self.is_dummy_cp_rank = False
         self._side = side
         self._rank = None
@@ -291,8 +290,15 @@ class KVManager:
             host=getattr(self.server_args, "host", "127.0.0.1") or "127.0.0.1")
         return self._rank
 
+    @property
+    def calls_after_conclusion(self):
+        """Scheduler calls (init, send, send_metadata, abort) that found
+        their room concluded already and did nothing."""
+        rank = self._rank
+        return self._late_calls + (rank.calls_after_conclusion if rank is not None else 0)
+
     def _late_call(self, what, room):
-        self.calls_after_conclusion += 1
+        self._late_calls += 1
         logger.debug("kvroom: %s on room %s, which concluded already: nothing to do", what, room)
 
     def close(self):

@@ -1,0 +1,377 @@
+"""One SGLang prefill or decode scheduler process over kvroom, for the
+conformance suite (test_sglang_conformance.py).
+
+What runs is SGLang's own code, unmodified, from KVROOM_SGLANG_SRC:
+`PrefillBootstrapQueue` (which builds kvroom's KVManager through
+`get_kv_class`), `pop_bootstrapped` and `process_disagg_prefill_inflight_queue`
+with `poll_and_all_reduce` over a real gloo group, `send_kv_chunk`,
+`DecodePreallocQueue` (`add`, `pop_preallocated`, the radix prefix match,
+`send_metadata`), `DecodeTransferQueue.pop_transferred`, and
+`Scheduler.abort_request`, on SGLang's CPU pools (`MHATokenToKVPool`,
+`ReqToTokenPool`, `MetadataBuffers`, its paged allocator, `ChunkCache` or
+`RadixCache`). The stand-in scheduler (`_Scheduler`) holds only what those
+methods read; the model's forward pass is replaced by the pages a seeded
+prefill pool holds already.
+
+A side reports, per request, how it ended (finished or aborted, once), a
+digest of the KV bytes it sent or received, the first output token the
+metadata carried, and what it still holds at the end (pages, request slots,
+metadata slots), so the test can check byte-exactness and leaks.
+"""
+
+import hashlib
+import os
+import sys
+import time
+import traceback
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import harness as H  # noqa: E402
+
+
+def _scheduler_class():
+    from sglang.srt.disaggregation.decode import SchedulerDisaggregationDecodeMixin
+    from sglang.srt.disaggregation.prefill import SchedulerDisaggregationPrefillMixin
+    from sglang.srt.managers.scheduler import Scheduler
+
+    class _Scheduler(SchedulerDisaggregationPrefillMixin, SchedulerDisaggregationDecodeMixin):
+        """What SGLang's disaggregation methods read of their Scheduler,
+        and its own abort_request."""
+        abort_request = Scheduler.abort_request
+
+        def __init__(self, ns):
+            self.__dict__.update(vars(ns))
+
+    return _Scheduler
+
+
+class _Outputs:
+    """SGLang's output streamer: what the scheduler tells its clients."""
+
+    def __init__(self):
+        self.aborted = {}
+
+    def stream_output(self, reqs, return_logprob=False, *args, **kwargs):
+        from sglang.srt.managers.schedule_batch import FINISH_ABORT
+        for r in reqs:
+            if isinstance(r.finished_reason, FINISH_ABORT):
+                self.aborted[r.rid] = self.aborted.get(r.rid, 0) + 1
+
+
+def _common(ns, side_name, outputs, tp_rank, tp_size):
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+    ns.tp_rank, ns.tp_size = tp_rank, tp_size
+    ns.disaggregation_mode = (DisaggregationMode.PREFILL if side_name == "prefill"
+                              else DisaggregationMode.DECODE)
+    ns.output_streamer = outputs
+    ns.chunked_req = None
+    ns.waiting_queue = []
+    ns.enable_hicache_storage = False
+    ns.dllm_config = None
+    ns.grammar_manager = types.SimpleNamespace(abort_requests=lambda recv: None)
+    ns.ps.pp_size = 1
+    ns.ps.pp_rank = 0
+    ns.ps.tp_rank = ns.tp_rank
+    ns.ps.tp_size = ns.tp_size
+    ns.running_batch = getattr(ns, "running_batch", types.SimpleNamespace(reqs=[]))
+    ns.last_batch = None
+    ns.metrics_reporter = types.SimpleNamespace(enable_metrics=False)
+    ns.enable_metrics = False
+    ns.enable_hisparse = False
+    ns.enable_decode_hicache = False
+    ns.enable_priority_scheduling = False
+    ns.req_to_metadata_buffer_idx_allocator = None
+
+
+def _digest(side, req, start, end):
+    """The KV bytes of tokens [start, end) of `req`, every layer, K and V."""
+    locs = side.req_to_token.req_to_token[req.req_pool_idx, start:end].long()
+    h = hashlib.sha1()
+    for buf in side.kv_pool.k_buffer + side.kv_pool.v_buffer:
+        h.update(buf[locs].contiguous().view(-1).view(__import__("torch").uint8).numpy()
+                 .tobytes())
+    return h.hexdigest()
+
+
+def _abort(sched, rid):
+    from sglang.srt.managers.io_struct import AbortReq
+    sched.abort_request(AbortReq(rid=rid))
+
+
+class _Events:
+    """Cross-process marks (multiprocessing Events by name) for the race
+    windows the suite forces: set by one side, waited for by the other."""
+
+    def __init__(self, events):
+        self.events = events or {}
+
+    def set(self, name):
+        if name in self.events:
+            self.events[name].set()
+
+    def wait(self, name, seconds=20):
+        if name in self.events:
+            return self.events[name].wait(seconds)
+        return True
+
+
+def run_prefill(spec, conn, events):
+    """A prefill scheduler: bootstrap queue, forward (chunked), inflight
+    queue, until every request ended."""
+    try:
+        H.sglang_env.install(os.environ["KVROOM_SGLANG_SRC"])
+        from sglang.srt.plugins import load_plugins
+        load_plugins()  # kvroom's entry point registers the backend
+        from sglang.srt.disaggregation.prefill import PrefillBootstrapQueue
+        from sglang.srt.disaggregation.utils import DisaggregationMode, TransferBackend
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.chunk_cache import ChunkCache
+        import kvroom.sglang as ks
+
+        ev = _Events(events)
+        tp_rank, tp_size = spec.get("tp_rank", 0), spec.get("tp_size", 1)
+        if tp_rank == 0:
+            boot = ks.KVBootstrapServer("127.0.0.1", spec.get("bootstrap_port", 0))
+            conn.send(("port", boot.port))
+        port = spec["bootstrap_port"] if tp_rank else boot.port
+        group = H.gloo_group(tp_rank, tp_size, spec["gloo_port"])
+        sargs = H.server_args("prefill", port, ["--tp-size", str(tp_size)])
+        side = H.Side("prefill", sargs, group, seed=1000 + tp_rank,
+                      tokens=spec.get("pool_tokens", 8192))
+        outputs = _Outputs()
+        ns = side.scheduler
+        _common(ns, "prefill", outputs, tp_rank, tp_size)
+        ns.tree_cache = ChunkCache(CacheInitParams(
+            disable=True, req_to_token_pool=side.req_to_token,
+            token_to_kv_pool_allocator=side.allocator, page_size=H.PAGE))
+        ns.req_to_metadata_buffer_idx_allocator = side.metadata_alloc
+        ns.disagg_prefill_inflight_queue = []
+        sched = _scheduler_class()(ns)
+        queue = PrefillBootstrapQueue(side.kv_pool, None, side.metadata_alloc, side.metadata,
+                                      tp_rank, tp_size, 0, port, group, H.TOKENS, sched, 0, 1,
+                                      TransferBackend("kvroom"))
+        sched.disagg_prefill_bootstrap_queue = queue
+        report = {"finished": {}, "aborted": outputs.aborted, "digest": {}, "token": {},
+                  "errors": []}
+        reqs = {}
+        for r in spec["requests"]:
+            req = H.make_req(r["rid"], r["tokens"], r["room"], port, DisaggregationMode.PREFILL)
+            side.place(req, r["tokens"])
+            req.output_ids = [r["token"]]
+            reqs[r["rid"]] = (req, r)
+            queue.add(req, H.HEADS)
+            if r.get("abort") == ("prefill", "bootstrapping"):
+                _abort(sched, req.rid)
+        chunk = spec.get("chunk_tokens") or 10 ** 9
+        forwarding = []  # bootstrapped, prefill "running" (chunk by chunk)
+        deadline = time.monotonic() + spec.get("seconds", 60)
+        while time.monotonic() < deadline:
+            if not spec.get("forward", True):
+                # A prefill that bootstraps and then computes forever (until
+                # the test kills it).
+                queue.pop_bootstrapped()
+                time.sleep(0.001)
+                continue
+            for req in queue.pop_bootstrapped():
+                # Decode's cached prefix is skipped from here on.
+                req.kv_from = req.start_send_idx
+                forwarding.append(req)
+            for rid, (req, r) in reqs.items():
+                if r.get("race") == "before_metadata" and ev.wait(f"{rid}:abort_prefill", 0):
+                    r["race"] = None
+                    _abort(sched, rid)
+                    assert _wait_concluded(req.disagg_kv_sender)
+                    ev.set(f"{rid}:prefill_aborted")
+            still = []
+            for req in forwarding:
+                r = reqs[req.rid][1]
+                if r.get("abort") == ("decode", "transferring") and not ev.wait(
+                        f"{req.rid}:decode_aborted", 0):
+                    still.append(req)  # forwarded once decode aborted
+                    continue
+                n = len(req.origin_input_ids)
+                start = req.extend_range.end if req.extend_range else 0
+                end = min(n, start + chunk)
+                req.set_extend_range(start, end)
+                if end < n:
+                    sched.send_kv_chunk(req)  # a chunk of chunked prefill
+                    still.append(req)
+                    continue
+                if r.get("race") == "before_send":
+                    # The decode side aborts after this scheduler's last poll
+                    # said the room goes on; the send lands on a room that
+                    # concluded meanwhile.
+                    ev.set(f"{req.rid}:prefill_polled")
+                    assert ev.wait(f"{req.rid}:decode_aborted")
+                    assert _wait_concluded(req.disagg_kv_sender)
+                report["digest"][req.rid] = _digest(side, req, req.kv_from, n)
+                sched.disagg_prefill_inflight_queue.append(req)
+                sched.send_kv_chunk(req, last_chunk=True)
+                if r.get("abort") == ("prefill", "inflight"):
+                    _abort(sched, req.rid)
+            forwarding = still
+            for req in sched.process_disagg_prefill_inflight_queue():
+                from sglang.srt.managers.schedule_batch import FINISH_ABORT
+                if not isinstance(req.finished_reason, FINISH_ABORT):
+                    report["finished"][req.rid] = report["finished"].get(req.rid, 0) + 1
+            if _all_ended(reqs, report, queue, forwarding, sched.disagg_prefill_inflight_queue):
+                break
+            time.sleep(0.001)
+        for req, _ in reqs.values():
+            if req.disagg_kv_sender is not None:
+                req.disagg_kv_sender.clear()
+        report["metadata_free"] = side.metadata_alloc.available_size()
+        report["calls_after_conclusion"] = queue.kv_manager.calls_after_conclusion
+        conn.send(("report", report))
+    except Exception:
+        conn.send(("error", traceback.format_exc()))
+
+
+def _wait_concluded(room, seconds=20):
+    """Until kvroom's own handle says the room concluded (not SGLang's
+    poll: the scheduler has not looked since)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        h = getattr(room, "_handle", None)
+        if h is None or h.poll() in (0, 4):
+            return True
+        time.sleep(0.001)
+    return False
+
+
+def _all_ended(reqs, report, queue, forwarding, inflight):
+    if queue.queue or forwarding or inflight:
+        return False
+    return all(rid in report["finished"] or rid in report["aborted"] for rid in reqs)
+
+
+def run_decode(spec, conn, events):
+    """A decode scheduler: prealloc queue (with memory pressure when the
+    pool is small), transfer queue, until every request ended."""
+    try:
+        H.sglang_env.install(os.environ["KVROOM_SGLANG_SRC"])
+        from sglang.srt.plugins import load_plugins
+        load_plugins()
+        from sglang.srt.disaggregation.utils import DisaggregationMode
+        from sglang.srt.managers.schedule_batch import FINISH_ABORT
+        from sglang.srt.mem_cache.common import release_kv_cache
+
+        ev = _Events(events)
+        tp_rank, tp_size = spec.get("tp_rank", 0), spec.get("tp_size", 1)
+        port = spec["bootstrap_port"]
+        group = H.gloo_group(tp_rank, tp_size, spec["gloo_port"])
+        extra = ["--tp-size", str(tp_size)]
+        radix = bool(spec.get("radix_prefix"))
+        if radix:
+            extra.append("--disaggregation-decode-enable-radix-cache")
+        else:
+            extra.append("--disable-radix-cache")
+        sargs = H.server_args("decode", port, extra)
+        side = H.decode_side(sargs, group, port, radix=radix, tokens=spec.get("pool_tokens"),
+                             tp_rank=tp_rank, tp_size=tp_size)
+        outputs = _Outputs()
+        ns = side.scheduler
+        _common(ns, "decode", outputs, tp_rank, tp_size)
+        ns.req_to_metadata_buffer_idx_allocator = side.metadata_alloc
+        sched = _scheduler_class()(ns)
+        side.prealloc.scheduler = sched
+        side.transfer.scheduler = sched
+
+        def between_handshake_and_metadata():
+            # pop_preallocated reads the running batch after its handshake
+            # poll and before send_metadata: a prefill abort (or this
+            # scheduler's own) lands here, deterministically.
+            for dreq in side.prealloc.queue:
+                r = reqs[dreq.req.rid][1]
+                if r.get("abort") == ("decode", "waiting") and dreq.waiting_for_input:
+                    r["abort"] = None
+                    _abort(sched, dreq.req.rid)
+                    assert _wait_concluded(dreq.kv_receiver)
+                if r.get("race") == "before_metadata" and dreq.waiting_for_input:
+                    r["race"] = None
+                    ev.set(f"{dreq.req.rid}:abort_prefill")
+                    assert ev.wait(f"{dreq.req.rid}:prefill_aborted")
+                    assert _wait_concluded(dreq.kv_receiver)
+            return []
+
+        sched.running_batch = _Batch(between_handshake_and_metadata)
+        free0 = (side.allocator.available_size(), side.req_to_token.available_size(),
+                 side.metadata_alloc.available_size())
+        if radix:
+            prefix = H.seed_radix_prefix(side, spec["radix_prefix"])
+        report = {"finished": {}, "aborted": outputs.aborted, "digest": {}, "token": {},
+                  "prefix": {}, "errors": []}
+        pending = list(spec["requests"])
+        reqs = {}
+        deadline = time.monotonic() + spec.get("seconds", 60)
+        in_transfer = []
+        while time.monotonic() < deadline:
+            # Requests arrive a few per iteration, as from the router.
+            for r in pending[:4]:
+                req = H.make_req(r["rid"], r["tokens"], r["room"], port,
+                                 DisaggregationMode.DECODE)
+                if radix and r.get("shares_prefix"):
+                    req.origin_input_ids = prefix + req.origin_input_ids[len(prefix):]
+                reqs[r["rid"]] = (req, r)
+                side.prealloc.add(req)
+            pending = pending[4:]
+            out = side.prealloc.pop_preallocated()
+            pre = out[0] if isinstance(out, tuple) else out
+            if pre:
+                ev.set("decode_preallocated")
+            for dreq in pre:
+                r = reqs[dreq.req.rid][1]
+                report["prefix"][dreq.req.rid] = dreq.req.prefix_indices.numel() if hasattr(
+                    dreq.req.prefix_indices, "numel") else len(dreq.req.prefix_indices or [])
+            side.transfer.extend(pre)
+            for dreq in pre:
+                r = reqs[dreq.req.rid][1]
+                if r.get("race") == "before_send":
+                    ev.wait(f"{dreq.req.rid}:prefill_polled")
+                    _abort(sched, dreq.req.rid)
+                    assert _wait_concluded(dreq.kv_receiver)
+                    ev.set(f"{dreq.req.rid}:decode_aborted")
+                if r.get("abort") == ("decode", "transferring"):
+                    _abort(sched, dreq.req.rid)
+                    assert _wait_concluded(dreq.kv_receiver)
+                    ev.set(f"{dreq.req.rid}:decode_aborted")
+            for req in side.transfer.pop_transferred():
+                if isinstance(req.finished_reason, FINISH_ABORT):
+                    continue
+                r = reqs[req.rid][1]
+                n = len(req.origin_input_ids)
+                start = r.get("expect_prefix", 0)
+                report["digest"][req.rid] = _digest(side, req, start, n)
+                report["token"][req.rid] = list(req.output_ids)[:1]
+                report["finished"][req.rid] = report["finished"].get(req.rid, 0) + 1
+                release_kv_cache(req, side.tree, is_insert=False)
+            if not pending and not side.prealloc.queue and not side.transfer.queue \
+                    and not side.prealloc.pending_reqs:
+                break
+            time.sleep(0.001)
+        if radix:
+            H.release_radix_prefix(side)
+        report["leaks"] = {
+            "pages": free0[0] - side.allocator.available_size(),
+            "request_slots": free0[1] - side.req_to_token.available_size(),
+            "metadata_slots": free0[2] - side.metadata_alloc.available_size(),
+        }
+        report["calls_after_conclusion"] = side.prealloc.kv_manager.calls_after_conclusion
+        conn.send(("report", report))
+    except Exception:
+        conn.send(("error", traceback.format_exc()))
+
+
+class _Batch:
+    """The decode scheduler's running batch (empty: nothing decodes here);
+    reading its requests runs `hook`."""
+
+    def __init__(self, hook):
+        self.hook = hook
+
+    @property
+    def reqs(self):
+        return self.hook()

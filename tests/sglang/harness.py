@@ -1,0 +1,203 @@
+"""SGLang's own prefill and decode pieces on CPU pools, for the conformance
+suite: SGLang's MHATokenToKVPool, ReqToTokenPool, MetadataBuffers and
+ReqToMetadataIdxAllocator, SGLang's PrefillBootstrapQueue (which builds the
+KVManager through get_kv_class) and its scheduler methods called on a
+scheduler stand-in that holds what those methods read. SGLang's code is
+imported from KVROOM_SGLANG_SRC and runs unmodified; the stand-ins replace
+only the model and the GPU.
+"""
+
+import os
+import sys
+import types
+from array import array
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import sglang_env  # noqa: E402
+
+SRC = os.environ.get("KVROOM_SGLANG_SRC", "")
+if SRC:
+    sglang_env.install(SRC)
+
+PAGE = 16        # tokens per page
+HEADS = 2        # KV heads per rank
+HEAD_DIM = 64
+LAYERS = 2
+TOKENS = 1024    # KV pool size in tokens
+SLOTS = 32       # metadata slots
+
+
+def gloo_group(rank=0, world=1, port=None):
+    """A real gloo process group (SGLang's poll_and_all_reduce runs over it)."""
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        port = port or _free_port()
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=world)
+    return dist.new_group(backend="gloo")
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_args(mode, bootstrap_port, extra=()):
+    """SGLang's ServerArgs from SGLang's own parser, as a user's launch line
+    makes it."""
+    import argparse
+    from sglang.srt.server_args import ServerArgs
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    args = parser.parse_args(["--model-path", "dummy", "--disaggregation-mode", mode,
+                              "--disaggregation-transfer-backend", "kvroom",
+                              "--disaggregation-bootstrap-port", str(bootstrap_port),
+                              "--host", "127.0.0.1", "--page-size", str(PAGE), *extra])
+    return ServerArgs.from_cli_args(args)
+
+
+class Side:
+    """One scheduler's pools and the stand-in scheduler SGLang's methods
+    run on."""
+
+    def __init__(self, mode, sargs, group, seed=None, tokens=None):
+        import torch
+        from sglang.srt.disaggregation.utils import (MetadataBuffers,
+                                                      ReqToMetadataIdxAllocator)
+        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+        self.tokens = tokens or TOKENS
+        self.kv_pool = MHATokenToKVPool(size=self.tokens, page_size=PAGE, dtype=torch.bfloat16,
+                                        head_num=HEADS, head_dim=HEAD_DIM, layer_num=LAYERS,
+                                        device="cpu", enable_memory_saver=False)
+        if seed is not None:
+            g = torch.Generator().manual_seed(seed)
+            for buf in self.kv_pool.k_buffer + self.kv_pool.v_buffer:
+                buf.view(torch.int16).copy_(
+                    torch.randint(-2**15, 2**15 - 1, buf.shape, generator=g, dtype=torch.int16))
+        self.req_to_token = ReqToTokenPool(size=SLOTS, max_context_len=TOKENS, device="cpu",
+                                           enable_memory_saver=False)
+        self.metadata = MetadataBuffers(SLOTS, hidden_size=HEAD_DIM,
+                                        hidden_states_dtype=torch.float32)
+        self.metadata_alloc = ReqToMetadataIdxAllocator(SLOTS)
+        from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+        self.allocator = PagedTokenToKVPoolAllocator(self.tokens, PAGE, torch.bfloat16, "cpu",
+                                                     self.kv_pool, need_sort=False)
+        from sglang.srt.runtime_context import get_context
+        get_context().set_server_args(sargs)
+        self.group = group
+        self.sargs = sargs
+        self.scheduler = types.SimpleNamespace(
+            server_args=sargs,
+            ps=types.SimpleNamespace(dp_rank=0, gpu_id=0),  # SGLang passes its GPU id
+            # Each TP rank holds HEADS of the model's KV heads.
+            model_config=types.SimpleNamespace(
+                get_total_num_kv_heads=lambda: HEADS * int(sargs.tp_size),
+                num_hidden_layers=LAYERS),
+            tp_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(
+                effective_max_total_num_tokens=self.tokens), is_hybrid_swa=False),
+            attn_cp_cpu_group=_one_rank_group(group), attn_tp_cpu_group=group,
+            req_to_token_pool=self.req_to_token,
+            token_to_kv_pool_allocator=self.allocator,
+            disagg_metadata_buffers=self.metadata,
+            enable_hisparse=False,
+            sliding_window_size=None,
+        )
+
+    def place(self, req, n_tokens):
+        """What SGLang's extend allocation leaves on a prefill request: a
+        request slot, whole pages from SGLang's paged allocator for its
+        tokens, their locations in req_to_token, and its KV record."""
+        import torch
+        from sglang.srt.managers.schedule_batch import ReqKvInfo
+        self.req_to_token.alloc([req])  # sets req.req_pool_idx
+        pages = (n_tokens + PAGE - 1) // PAGE
+        locs = self.allocator.alloc(pages * PAGE)
+        assert locs is not None, "the prefill pool is too small for the scenario"
+        self.req_to_token.req_to_token[req.req_pool_idx, :n_tokens] = locs[:n_tokens].to(
+            torch.int32)
+        if n_tokens < pages * PAGE:  # the rest of the last page: its own
+            self.allocator.free(locs[n_tokens:])
+        req.kv = ReqKvInfo(kv_allocated_len=n_tokens, swa_evicted_seqlen=0)
+        req.kv_committed_len = n_tokens
+        return locs[:n_tokens]
+
+
+def _one_rank_group(group):
+    # attn CP of size 1: SGLang all-reduces over it too.
+    return group
+
+
+def make_req(rid, n_tokens, room, bootstrap_port, mode):
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+    req = Req(rid, "", array("q", range(1, n_tokens + 1)), SamplingParams(max_new_tokens=1),
+              bootstrap_host="127.0.0.1", bootstrap_port=bootstrap_port, bootstrap_room=room,
+              disagg_mode=mode)
+    return req
+
+
+def decode_side(sargs, group, bootstrap_port, radix=False, tokens=None, tp_rank=0, tp_size=1):
+    """SGLang's DecodePreallocQueue and DecodeTransferQueue over its real
+    paged allocator and prefix cache (ChunkCache, or RadixCache when the
+    decode radix cache is on), on a scheduler stand-in."""
+    import torch
+    from sglang.srt.disaggregation.decode import DecodePreallocQueue, DecodeTransferQueue
+    from sglang.srt.disaggregation.utils import TransferBackend
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.runtime_context import get_parallel
+    get_parallel()._overrides.update(attn_tp_size=tp_size, attn_tp_rank=tp_rank,
+                                     attn_cp_size=1, attn_cp_rank=0, attn_dp_size=1,
+                                     attn_dp_rank=0)
+    side = Side("decode", sargs, group, tokens=tokens)
+    alloc = side.allocator
+    params = CacheInitParams(disable=not radix, req_to_token_pool=side.req_to_token,
+                             token_to_kv_pool_allocator=alloc, page_size=PAGE)
+    if radix:
+        from sglang.srt.mem_cache.radix_cache import RadixCache
+        tree = RadixCache(params)
+    else:
+        from sglang.srt.mem_cache.chunk_cache import ChunkCache
+        tree = ChunkCache(params)
+    s = side.scheduler
+    s.token_to_kv_pool_allocator = alloc
+    s.tree_cache = tree
+    s.running_batch = types.SimpleNamespace(reqs=[])
+    s.waiting_queue = []
+    s.enable_priority_scheduling = False
+    s.last_batch = None
+    s.enable_decode_hicache = False
+    s.spec_algorithm = types.SimpleNamespace(is_none=lambda: True)
+    side.allocator = alloc
+    side.tree = tree
+    side.transfer = DecodeTransferQueue(group, side.metadata_alloc, 0, side.metadata, s, tree)
+    side.prealloc = DecodePreallocQueue(
+        side.req_to_token, alloc, None, side.metadata_alloc, side.metadata, s, side.transfer,
+        tree, group, tp_rank, tp_size, 1, 0, bootstrap_port, side.tokens, 0, 0,
+        TransferBackend("kvroom"))
+    s.disagg_decode_transfer_queue = side.transfer
+    s.disagg_decode_prealloc_queue = side.prealloc
+    return side
+
+
+def seed_radix_prefix(side, n_tokens):
+    """Puts a cached prefix of `n_tokens` (whole pages) into the decode's
+    RadixCache, as an earlier request would have left it: returns its token
+    ids. Requests whose prompt starts with them hit it."""
+    import torch
+    from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+    ids = array("q", range(90_000, 90_000 + n_tokens))
+    locs = side.allocator.alloc(n_tokens)
+    side.tree.insert(InsertParams(key=RadixKey(ids), value=locs.to(torch.int64)))
+    side.prefix_locs = locs
+    return ids
+
+
+def release_radix_prefix(side):
+    """Evicts what the tree holds, so the leak check sees every page."""
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+    side.tree.evict(EvictParams(num_tokens=side.tokens))

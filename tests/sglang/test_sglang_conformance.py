@@ -1,0 +1,185 @@
+"""SGLang's own prefill and decode scheduler code over kvroom.sglang, each
+scheduler in a process of its own (conformance.py says what runs).
+
+Needs a checkout of SGLang (upstream main 8905cbd4 or later) named by
+KVROOM_SGLANG_SRC and the Debian packages of tests/sglang/install-deps;
+skipped, with that reason, without them.
+"""
+
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+SRC = os.environ.get("KVROOM_SGLANG_SRC", "")
+if not SRC:
+    pytest.skip("KVROOM_SGLANG_SRC is not set (a checkout of SGLang 8905cbd4 or later)",
+                allow_module_level=True)
+try:
+    import torch  # noqa: F401
+except ImportError:
+    pytest.skip("python3-torch is not installed (bash tests/sglang/install-deps)",
+                allow_module_level=True)
+
+import conformance  # noqa: E402
+import harness as H  # noqa: E402
+
+
+def requests(n, first_room=1, tokens=lambda i: 17 + (i * 37) % 150, **extra):
+    # Zero-padded: SGLang aborts every rid that starts with the one named.
+    return [dict(rid=f"req-{first_room + i:04d}", room=first_room + i, tokens=tokens(i),
+                 token=1000 + i, **extra) for i in range(n)]
+
+
+def run_pair(reqs, prefill=None, decode=None, events=(), kill_prefill_after=None, tp=1,
+             seconds=60, secret=None):
+    """Runs TP `tp` prefill and decode schedulers over `reqs`; returns their
+    reports (prefill ranks first)."""
+    ctx = mp.get_context("spawn")
+    ev = {name: ctx.Event() for name in events}
+    pspec = dict(dict(requests=reqs, gloo_port=H._free_port(), tp_size=tp, seconds=seconds),
+                 **(prefill or {}))
+    dspec = dict(dict(requests=[dict(r) for r in reqs], gloo_port=H._free_port(), tp_size=tp,
+                      seconds=seconds), **(decode or {}))
+    procs, pipes = [], []
+    for t in range(tp):
+        mine, theirs = ctx.Pipe()
+        spec = dict(pspec, tp_rank=t)
+        if t > 0:
+            spec["bootstrap_port"] = port
+        p = ctx.Process(target=conformance.run_prefill, args=(spec, theirs, ev), daemon=True)
+        p.start()
+        procs.append(p)
+        pipes.append(mine)
+        if t == 0:
+            kind, port = _recv(mine, 120)
+            assert kind == "port", port
+    for t in range(tp):
+        mine, theirs = ctx.Pipe()
+        spec = dict(dspec, tp_rank=t, bootstrap_port=port)
+        p = ctx.Process(target=conformance.run_decode, args=(spec, theirs, ev), daemon=True)
+        p.start()
+        procs.append(p)
+        pipes.append(mine)
+    if kill_prefill_after is not None:
+        # Once decode holds rooms in flight (preallocated, metadata sent).
+        assert ev["decode_preallocated"].wait(120), "decode never preallocated"
+        time.sleep(kill_prefill_after)
+        for p in procs[:tp]:
+            os.kill(p.pid, signal.SIGKILL)
+    reports = []
+    for i, pipe in enumerate(pipes):
+        if kill_prefill_after is not None and i < tp:
+            reports.append(None)
+            continue
+        kind, value = _recv(pipe, seconds + 120)
+        assert kind == "report", f"a scheduler process died (raised):\n{value}"
+        reports.append(value)
+    for p in procs:
+        p.join(30)
+    return reports
+
+
+def _recv(pipe, seconds):
+    if not pipe.poll(seconds):
+        raise AssertionError(f"no answer within {seconds} s")
+    return pipe.recv()
+
+
+def check_outcomes(reqs, reports, aborted=(), tp=1):
+    """Every request ended once on every rank: finished (byte-exact, its
+    first token carried) or, for `aborted`, aborted on both sides."""
+    prefill, decode = reports[:tp], reports[tp:]
+    for r in reqs:
+        rid = r["rid"]
+        for rep in prefill + decode:
+            if rep is None:
+                continue
+            ends = rep["finished"].get(rid, 0) + rep["aborted"].get(rid, 0)
+            assert ends == 1, f"{rid} ended {ends} times: {rep['finished'].get(rid)} " \
+                              f"finished, {rep['aborted'].get(rid)} aborted"
+            if rid in aborted:
+                assert rid in rep["aborted"], f"{rid} was not aborted"
+            else:
+                assert rid in rep["finished"], f"{rid} did not finish"
+        if rid in aborted:
+            continue
+        for p, d in zip(prefill, decode):
+            assert d["digest"][rid] == p["digest"][rid], f"{rid}: KV bytes differ"
+            assert d["token"][rid] == [r["token"]], f"{rid}: metadata differs"
+    for d in decode:
+        assert d["leaks"] == {"pages": 0, "request_slots": 0, "metadata_slots": 0}, d["leaks"]
+    for p in prefill:
+        if p is not None:
+            assert p["metadata_free"] == H.SLOTS
+
+
+def test_prefill_and_decode_schedulers_move_every_request_byte_exact():
+    reqs = requests(24)
+    reports = run_pair(reqs)
+    check_outcomes(reqs, reports)
+
+
+def test_chunked_prefill_sends_chunk_by_chunk():
+    reqs = requests(8, tokens=lambda i: 100 + 23 * i)
+    reports = run_pair(reqs, prefill=dict(chunk_tokens=32))
+    check_outcomes(reqs, reports)
+
+
+def test_decode_memory_pressure_keeps_requests_waiting_then_moves_them():
+    reqs = requests(12, tokens=lambda i: 90 + i)
+    reports = run_pair(reqs, decode=dict(pool_tokens=256))
+    check_outcomes(reqs, reports)
+
+
+def test_decode_radix_prefix_hits_make_prefill_send_only_the_suffix():
+    reqs = requests(6, tokens=lambda i: 100 + 16 * i)
+    for r in reqs[::2]:
+        r.update(shares_prefix=True, expect_prefix=64)
+    reports = run_pair(reqs, decode=dict(radix_prefix=64))
+    check_outcomes(reqs, reports)
+    decode = reports[1]
+    for r in reqs:
+        assert decode["prefix"][r["rid"]] == (64 if r.get("shares_prefix") else 0)
+
+
+def test_aborts_from_either_side_at_every_state_reach_the_other_and_never_raise():
+    reqs = requests(10)
+    reqs[0]["abort"] = ("decode", "waiting")       # decode: handshake done, not allocated
+    reqs[1]["abort"] = ("decode", "transferring")  # decode: metadata sent
+    reqs[2]["abort"] = ("prefill", "bootstrapping")
+    reqs[3]["abort"] = ("prefill", "inflight")     # prefill: last chunk sent
+    reqs[4]["race"] = "before_send"  # decode aborts between prefill's poll and send
+    reqs[5]["race"] = "before_metadata"  # prefill aborts between decode's poll and
+    #                                      send_metadata
+    events = [f"{reqs[4]['rid']}:prefill_polled", f"{reqs[4]['rid']}:decode_aborted",
+              f"{reqs[1]['rid']}:decode_aborted", f"{reqs[5]['rid']}:abort_prefill",
+              f"{reqs[5]['rid']}:prefill_aborted"]
+    reports = run_pair(reqs, events=events)
+    aborted = {r["rid"] for r in reqs[:6]}
+    check_outcomes(reqs, reports, aborted=aborted)
+    # The send after the abort did nothing, and said so (counted).
+    assert reports[0]["calls_after_conclusion"] >= 1
+    assert reports[1]["calls_after_conclusion"] >= 1
+
+
+def test_a_killed_prefill_process_fails_its_rooms_on_decode():
+    # The prefill bootstraps every request and then "computes" until it is
+    # killed: every decode request is waiting or preallocated by then.
+    reqs = requests(12)
+    reports = run_pair(reqs, prefill=dict(forward=False, seconds=60),
+                       decode=dict(pool_tokens=512), kill_prefill_after=0.5, seconds=60,
+                       events=["decode_preallocated"])
+    check_outcomes(reqs, [None] + reports[1:], aborted={r["rid"] for r in reqs})
+
+
+def test_decode_tp2_with_sglangs_gloo_all_reduce():
+    reqs = requests(8)
+    reports = run_pair(reqs, tp=2)
+    check_outcomes(reqs, reports, tp=2)
