@@ -183,3 +183,46 @@ def test_decode_tp2_with_sglangs_gloo_all_reduce():
     reqs = requests(8)
     reports = run_pair(reqs, tp=2)
     check_outcomes(reqs, reports, tp=2)
+
+
+def _fresh_python(code):
+    """Runs `code` in a new interpreter with SGLang importable; its stdout."""
+    import subprocess
+    prelude = (f"import sys; sys.path.insert(0, {HERE!r}); import sglang_env; "
+               f"sglang_env.install({SRC!r}); ")
+    out = subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
+LAUNCH = ["--model-path", "dummy", "--disaggregation-mode", "prefill",
+          "--disaggregation-transfer-backend", "kvroom"]
+
+
+def test_the_launch_line_parses_with_sglangs_own_parser():
+    # python3 -m kvroom.sglang.launch_server <SGLang's arguments>: importing
+    # it registers kvroom; SGLang's prepare_server_args (what its
+    # launch_server calls) then takes the backend's name.
+    assert _fresh_python(
+        "import kvroom.sglang.launch_server; "
+        "from sglang.srt.server_args import prepare_server_args; "
+        f"print(prepare_server_args({LAUNCH!r}).disaggregation_transfer_backend)") == "kvroom"
+    # SGLang's own launch line: its plugin loader finds kvroom's entry point.
+    assert _fresh_python(
+        "from sglang.srt.plugins import load_plugins; load_plugins(); "
+        "from sglang.srt.server_args import prepare_server_args; "
+        "from sglang.srt.disaggregation.utils import TransferBackend, get_kv_class, KVClassType; "
+        f"a = prepare_server_args({LAUNCH!r}); "
+        "print(get_kv_class(TransferBackend(a.disaggregation_transfer_backend), "
+        "KVClassType.MANAGER).__module__)") == "kvroom.sglang"
+    # Without kvroom registered, SGLang refuses the name: the test can fail.
+    import subprocess
+    out = subprocess.run([sys.executable, "-c",
+                          f"import sys; sys.path.insert(0, {HERE!r}); import sglang_env; "
+                          f"sglang_env.install({SRC!r}); "
+                          "from sglang.srt.server_args import prepare_server_args; "
+                          f"prepare_server_args({LAUNCH!r})"],
+                         capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, SGLANG_PLUGINS="none"))
+    assert out.returncode != 0 and "kvroom" in out.stderr
