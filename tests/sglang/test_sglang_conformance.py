@@ -226,3 +226,26 @@ def test_the_launch_line_parses_with_sglangs_own_parser():
                          capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, SGLANG_PLUGINS="none"))
     assert out.returncode != 0 and "kvroom" in out.stderr
+
+
+def test_kvroom_classes_follow_sglangs_base_classes():
+    """Every method of SGLang's base classes, with its parameter names, and
+    every KVArgs field, read from the SGLang checkout itself."""
+    import inspect
+    from sglang.srt.disaggregation.base import conn as base
+    import kvroom.sglang as ks
+    pairs = [(base.BaseKVManager, ks.KVManager), (base.BaseKVSender, ks.KVSender),
+             (base.BaseKVReceiver, ks.KVReceiver), (base.BaseKVBootstrapServer,
+                                                     ks.KVBootstrapServer)]
+    for theirs, ours in pairs:
+        for name, fn in vars(theirs).items():
+            if not callable(fn) or (name.startswith("_") and name != "__init__"):
+                continue
+            want = list(inspect.signature(fn).parameters)
+            got = list(inspect.signature(getattr(ours, name)).parameters)
+            assert got == want, f"{ours.__name__}.{name}: {got} != {want}"
+    fields = set(getattr(base.KVArgs, "__annotations__", {}))
+    assert fields, "SGLang's KVArgs declares no fields?"
+    assert fields <= set(vars(ks.KVArgs())), fields - set(vars(ks.KVArgs()))
+    assert [m.value for m in ks.KVPoll] == [0, 1, 2, 3, 4]
+    assert [int(getattr(base.KVPoll, m.name)) for m in ks.KVPoll] == [0, 1, 2, 3, 4]
