@@ -153,8 +153,8 @@ bool room_core::count_part(const rank_ref& decode, const caf::actor& decode_room
 
 void room_core::on_committed() {
   if (!protocol_->prepared())
-    logger()->debug("room {} on {}: commit before this rank's part was done "
-                    "ignored", params_.room, to_string(params_.self));
+    logger()->debug("room {} on {}: commit before this rank's part was done, "
+                    "kept until it is", params_.room, to_string(params_.self));
   run(protocol_->committed(now_ms()));
 }
 

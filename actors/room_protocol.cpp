@@ -157,6 +157,8 @@ room_effects& room_protocol::prepare(uint64_t now_ms) {
     return out;
   prepared_ = true;
   prepared_deadline_ms_ = now_ms + 2ull * timeouts_.transferring_ms;
+  if (committed_early_)
+    conclude_success(out);
   return out;
 }
 
@@ -198,8 +200,16 @@ room_effects& room_protocol::part_done(int32_t slot, int32_t slots,
 
 room_effects& room_protocol::committed(uint64_t) {
   auto& out = fresh_effects();
-  if (prepared_ && !fsm_.cleared())
+  if (fsm_.concluded() || fsm_.cleared())
+    return out;
+  // The decider's commit can overtake this rank's own part: a decode rank
+  // hears it from the decider and its last bytes' confirmation from another
+  // prefill rank, over another link. It is kept until the part is done (the
+  // fence holds: Success still waits for every writer of this rank).
+  if (prepared_)
     conclude_success(out);
+  else
+    committed_early_ = true;
   return out;
 }
 

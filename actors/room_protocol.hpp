@@ -257,6 +257,8 @@ private:
   // (two transferring timeouts: the rank that really hangs times out first).
   bool prepared_ = false;
   uint64_t prepared_deadline_ms_ = 0;
+  // The decider committed before this rank's part was done.
+  bool committed_early_ = false;
   // A proposed failure waiting for the decider's answer.
   bool awaiting_ = false;
   bool awaiting_requested_ = false;
