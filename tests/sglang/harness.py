@@ -99,7 +99,8 @@ class Side:
                 num_hidden_layers=LAYERS),
             tp_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(
                 effective_max_total_num_tokens=self.tokens), is_hybrid_swa=False),
-            attn_cp_cpu_group=_one_rank_group(group), attn_tp_cpu_group=group,
+            # attention CP of size 1: SGLang all-reduces over it too
+            attn_cp_cpu_group=group, attn_tp_cpu_group=group,
             req_to_token_pool=self.req_to_token,
             token_to_kv_pool_allocator=self.allocator,
             disagg_metadata_buffers=self.metadata,
@@ -124,11 +125,6 @@ class Side:
         req.kv = ReqKvInfo(kv_allocated_len=n_tokens, swa_evicted_seqlen=0)
         req.kv_committed_len = n_tokens
         return locs[:n_tokens]
-
-
-def _one_rank_group(group):
-    # attn CP of size 1: SGLang all-reduces over it too.
-    return group
 
 
 def make_req(rid, n_tokens, room, bootstrap_port, mode):
