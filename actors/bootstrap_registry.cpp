@@ -1,4 +1,5 @@
 #include "kvroom/actors/bootstrap_registry.hpp"
+#include "kvroom/actors/room_timing.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -16,9 +17,7 @@ namespace {
 using self_ptr = counted_actor<bootstrap_registry_state>*;
 
 uint64_t now_ms() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                 std::chrono::steady_clock::now().time_since_epoch())
-                                 .count());
+  return monotonic_ms();
 }
 
 /// The directory as peers see it: managers with a control endpoint are

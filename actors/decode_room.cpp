@@ -37,7 +37,11 @@ void maybe_send_dst(self_ptr self) {
   for (auto& s : st.sources) {
     // From here the prefill rank may write into these pages until it is
     // done, fenced or lost: the protocol holds a terminal state until then.
-    core.dst_sent(s->rank.id);
+    // Its part reaches the decider without us when it is the decider or,
+    // without declared layouts, the one source of this slot.
+    bool reports = !core.params().self_entry->has_parallel
+                   || is_decider(s->rank, core.protocol().decider());
+    core.dst_sent(s->rank.id, reports);
     dst_info info;
     info.room = core.params().room;
     info.decode_rank = core.params().self;
@@ -112,7 +116,7 @@ void on_group(self_ptr self, group_reply& reply) {
   if (sources.empty())
     return; // those ranks have not registered yet (or the room failed)
   for (auto& entry : reply.ranks)
-    if (entry->rank.tp_rank == 0 && entry->rank.pp_rank == 0)
+    if (is_decider(entry->rank, core.protocol().decider()))
       st.decider = entry;
   st.sources = std::move(sources);
   std::vector<rank_ref> counterparts;
@@ -129,10 +133,35 @@ void resolve(self_ptr self) {
     return;
   st.resolving = true;
   auto& p = st.core.params();
-  auto limit = room_core::tick_interval(p.timeouts) * 4;
-  self->request(p.manager, limit, resolve_group{role::prefill, p.peer_dp_rank})
+  self->request(p.manager, st.core.timing().group_query(),
+                resolve_group{role::prefill, p.peer_dp_rank})
     .then([=](group_reply& reply) { on_group(self, reply); },
           [=](caf::error&) { self->state.resolving = false; });
+}
+
+/// Every source wrote its last byte: the decider hears of this rank's part,
+/// straight from here (it is this slot's sender in this process: its room;
+/// else its manager, which parks the part until the room opens there).
+void report_part(self_ptr self, const room_effect& fx) {
+  auto& st = self->state;
+  auto& core = st.core;
+  if (fx.what != room_effect::kind::report_part)
+    return;
+  // The sender's room when it wrote to us itself (same process); from
+  // another process the confirmation came through our manager.
+  auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+  if (!core.local(sender) || sender == core.params().manager)
+    sender = nullptr;
+  bool decider_here = st.decider && core.local(st.decider->manager);
+  part_done part{core.params().room, fx.slot, fx.slots, fx.rank,
+                 decider_here ? caf::actor_cast<caf::actor>(self) : caf::actor{},
+                 fx.source, sender};
+  if (st.decider && fx.source == st.decider->rank.id && sender)
+    self->send(sender, std::move(part));
+  else if (st.decider)
+    self->send(st.decider->manager, std::move(part));
+  else
+    core.to_decider(fx.decider, caf::make_message(std::move(part)));
 }
 
 /// Empty when `msg` fits this rank's registered memory, else the reason.
@@ -168,6 +197,7 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
   group.dp_rank = p.peer_dp_rank;
   group.id = -1;
   core.set_counterparts({group});
+  core.route_parts([=](const room_effect& fx) { report_part(self, fx); });
   // The manager pushes the prefill group with the room's opening; a room
   // that opened before the group registered asks again on its ticks.
   return {
@@ -195,89 +225,14 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
     },
     [=](const transfer_done& msg) {
       auto& st = self->state;
-      auto& core = st.core;
-      if (!core.from_member())
-        return;
-      // That sender wrote its last byte: nothing more lands from it.
-      core.source_done(msg.src_rank);
-      if (core.concluded())
-        return;
-      if (!st.is_source(msg.src_rank) || !st.dst_sent) {
-        core.fail_local("unexpected transfer confirmation from rank "
-                        + std::to_string(msg.src_rank));
-        return;
-      }
-      if (msg.pages != st.init.kv_indices.size()) {
-        core.fail_local("prefill rank " + std::to_string(msg.src_rank)
-                        + " confirmed " + std::to_string(msg.pages)
-                        + " pages, expected "
-                        + std::to_string(st.init.kv_indices.size()));
-        return;
-      }
-      auto& done = st.sources_done;
-      if (std::find(done.begin(), done.end(), msg.src_rank) != done.end())
-        return; // a duplicate
-      done.push_back(msg.src_rank);
-      if (msg.counted) {
-        // The decider sent it and counted our part itself: it is our only
-        // source.
-        if (st.sources.size() != 1) {
-          core.fail_local("prefill rank " + std::to_string(msg.src_rank)
-                          + " counted a part that " + std::to_string(st.sources.size())
-                          + " ranks write");
-          return;
-        }
-        core.prepare();
-        if (msg.committed)
-          core.on_committed();
-        return;
-      }
-      if (done.size() < st.sources.size())
-        return; // other sources still write
-      auto& me = core.params().self;
-      // The sender's room when it wrote to us itself (same process); from
-      // another process the confirmation came through our manager.
-      auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-      if (!core.local(sender) || sender == core.params().manager)
-        sender = nullptr;
-      part_done part{core.params().room, me.tp_rank, me.tp_size, me.id,
-                     st.decider && core.local(st.decider->manager)
-                       ? caf::actor_cast<caf::actor>(self)
-                       : caf::actor{},
-                     msg.src_rank, sender};
-      // Straight to the decider: its room actor when it is this slot's
-      // sender in this process, else its manager (which parks the part
-      // until the room opens).
-      if (st.decider && msg.src_rank == st.decider->rank.id && sender) {
-        self->send(sender, std::move(part));
-      } else if (st.decider) {
-        self->send(st.decider->manager, std::move(part));
-      } else {
-        auto& decider = core.protocol().decider();
-        self->send(core.params().manager,
-                   to_decider{decider.side, decider.dp_rank, caf::make_message(part)});
-      }
-      core.prepare();
+      if (st.core.from_member())
+        st.core.source_finished(source_report{msg.src_rank, msg.pages,
+                                              st.init.kv_indices.size(), msg.counted,
+                                              msg.committed});
     },
     [=](const room_committed&) {
-      auto& st = self->state;
-      auto& core = st.core;
-      if (!core.from_member())
-        return;
-      // A commit confirms this rank's only source: the decider commits
-      // once every slot's part is done, and the one source of a slot
-      // reports its part itself once its bytes landed (the decider counts
-      // its own), so no transfer_done need come first.
-      if (!core.protocol().prepared() && !core.concluded() && st.dst_sent
-          && st.sources.size() == 1) {
-        auto src = st.sources.front()->rank.id;
-        core.source_done(src);
-        if (std::find(st.sources_done.begin(), st.sources_done.end(), src)
-            == st.sources_done.end())
-          st.sources_done.push_back(src);
-        core.prepare();
-      }
-      core.on_committed();
+      if (self->state.core.from_member())
+        self->state.core.on_committed();
     },
     [=](const room_failed& msg) {
       if (self->state.core.from_member())

@@ -19,10 +19,7 @@ struct decode_room_state {
   /// names (head slices from several, or one MLA sender). Empty until the
   /// group is resolved.
   std::vector<std::shared_ptr<const rank_entry>> sources;
-  /// Sources that confirmed their last byte (transfer_done).
-  std::vector<rank_id> sources_done;
-  /// The room's decider (prefill TP rank 0 of that group): parts go straight
-  /// to its manager.
+  /// The room's decider (`is_decider`): parts go straight to its manager.
   std::shared_ptr<const rank_entry> decider;
   bool resolving = false;
   bool initialized = false;
@@ -42,7 +39,8 @@ struct decode_room_state {
 
 /// The receiver room actor: resolves the prefill ranks of its room through
 /// the manager's copy of the bootstrap registry, sends them its destination
-/// pages, and concludes Success once every required prefill rank confirmed.
+/// pages, reports its part to the room's decider once every one of them
+/// wrote its last byte, and concludes Success on the decider's commit.
 caf::behavior decode_room(counted_actor<decode_room_state>* self,
                           room_params params);
 

@@ -11,6 +11,7 @@
 #include "kvroom/actors/manager_links.hpp"
 #include "kvroom/messages/error.hpp"
 #include "kvroom/actors/room_core.hpp"
+#include "kvroom/actors/room_port.hpp"
 
 namespace kvroom {
 
@@ -25,7 +26,7 @@ const rank_ref& me(self_ptr self) {
 }
 
 uint64_t now_ms() {
-  return room_core::now_ms();
+  return room_timing::now();
 }
 
 /// Sends a control message to another rank's manager, delayed when the
@@ -224,49 +225,60 @@ void route_to_decider(self_ptr self, const decider_ref& group, caf::message payl
 
 // -- rooms whose actor died ----------------------------------------------------
 
+/// Where the effects of a room whose actor is gone go: the manager carries
+/// them out itself.
+class dead_room_port final : public room_port {
+public:
+  /// `p`: the room's protocol here (null for an answer from a tombstone).
+  dead_room_port(self_ptr self, room_id room, const room_protocol* p)
+    : self_(self), room_(room), protocol_(p) {
+    // nop
+  }
+
+  /// The terminal state reached the scheduler.
+  bool published = false;
+
+  void publish(kv_poll state, kv_transfer_error error) override {
+    if (!is_terminal(state))
+      return;
+    auto& st = self_->state;
+    if (st.data_plane)
+      st.data_plane->revoke(room_);
+    if (st.inbox)
+      self_->send(st.inbox, room_event{room_, state, std::move(error)});
+    published = true;
+  }
+
+  void concluded(const room_effect& fx) override {
+    on_concluded(self_, room_concluded{room_, fx.state, fx.error,
+                                       protocol_ ? protocol_->counterparts()
+                                                 : std::vector<rank_ref>{},
+                                       fx.fan_out, fx.requested});
+  }
+
+  void to_decider(const decider_ref& group, caf::message msg) override {
+    route_to_decider(self_, group, std::move(msg));
+  }
+
+  void to_rank(rank_id rank, caf::message msg) override {
+    send_to_rank(self_, rank, std::move(msg));
+  }
+
+private:
+  self_ptr self_;
+  room_id room_;
+  const room_protocol* protocol_;
+};
+
 /// Carries out what the protocol decided for a room whose actor is gone.
-void run_dead(self_ptr self, room_id room, room_effects effects) {
+void run_dead(self_ptr self, room_id room, room_effects& effects) {
   auto& st = self->state;
   auto i = st.dead.find(room);
   if (i == st.dead.end())
     return;
-  bool published = false;
-  for (auto& fx : effects) {
-    switch (fx.what) {
-      case room_effect::kind::publish:
-        if (is_terminal(fx.state)) {
-          if (st.data_plane)
-            st.data_plane->revoke(room);
-          if (st.inbox)
-            self->send(st.inbox, room_event{room, fx.state, fx.error});
-          published = true;
-        }
-        break;
-      case room_effect::kind::concluded:
-        on_concluded(self, room_concluded{room, fx.state, fx.error,
-                                          i->second.counterparts(), fx.fan_out,
-                                          fx.requested});
-        break;
-      case room_effect::kind::propose:
-        route_to_decider(self, fx.decider,
-                         caf::make_message(room_failed{room, fx.error, false, fx.rank}));
-        break;
-      case room_effect::kind::answer:
-        if (fx.state == kv_poll::failed)
-          send_to_rank(self, fx.rank, room_failed{room, fx.error, true, me(self).id});
-        else
-          send_to_rank(self, fx.rank, room_committed{room});
-        break;
-      case room_effect::kind::commit:
-        break; // a dead room has no parts to commit
-      case room_effect::kind::fence_expired:
-        logger()->error("{}: room {} published Failed without every sender's "
-                        "fence after {} ms; its pages may still be written",
-                        to_string(me(self)), room, i->second.fence_ms());
-        break;
-    }
-  }
-  if (!published)
+  dead_room_port port{self, room, &i->second};
+  carry_out(room, me(self), effects, port);
+  if (!port.published)
     return;
   // No room is left to clear: the event carried the cause, the tombstone
   // keeps it for late peers, and no record outlives the room.
@@ -290,7 +302,7 @@ void carry_on_dead(self_ptr self, room_id room, const room_directory::entry& ent
   room_protocol::options opts;
   opts.fence = !st.chaos.no_fence;
   opts.one_decider = !st.chaos.local_decisions;
-  room_protocol p{room, mine, entry.prefill_dp, st.timeouts, now, opts};
+  room_protocol p{room, mine, entry.prefill_dp, st.timing, now, opts};
   std::vector<rank_ref> counterparts;
   if (mine.side == role::decode) {
     rank_ref group;
@@ -381,16 +393,6 @@ void on_dst(self_ptr self, dst_info& info) {
                                     true, me(self).id});
 }
 
-/// How long a proposal waits for its room to open here before this manager
-/// decides it for the room. A room announces itself to the manager as its
-/// first act, so a room being opened is heard of within microseconds; the
-/// grace covers that with room to spare under load, and no more: the rank
-/// that proposed waits it out before its scheduler sees Failed.
-uint64_t unopened_grace_ms(const room_timeouts& t) {
-  auto ticks = 4 * static_cast<uint64_t>(room_core::tick_interval(t).count());
-  return std::min<uint64_t>(ticks, 500);
-}
-
 /// Arms the one timer that decides parked proposals (the sweep's period
 /// follows the timeouts and can be seconds).
 void schedule_deciding(self_ptr self) {
@@ -398,7 +400,7 @@ void schedule_deciding(self_ptr self) {
   if (st.deciding)
     return;
   st.deciding = true;
-  self->delayed_send(self, std::chrono::milliseconds{unopened_grace_ms(st.timeouts)},
+  self->delayed_send(self, std::chrono::milliseconds{st.timing.unopened_grace_ms()},
                      decide_atom::value);
 }
 
@@ -417,10 +419,9 @@ void on_failed(self_ptr self, room_failed& msg) {
     if (!msg.propagated) {
       // A rank asks the decider of a room cleared here: answer with what the
       // room concluded.
-      if (t->failed)
-        send_to_rank(self, msg.from, room_failed{room, t->error, true, me(self).id});
-      else
-        send_to_rank(self, msg.from, room_committed{room});
+      room_effects answer{room_protocol::answer_cleared(t->failed, t->error, msg.from)};
+      dead_room_port port{self, room, nullptr};
+      carry_out(room, me(self), answer, port);
       return;
     }
     logger()->debug("{}: failure for cleared room {} ignored", to_string(me(self)), room);
@@ -631,11 +632,11 @@ void on_directory(self_ptr self, directory_update& msg) {
 /// group and the whole other side, and kept should the room open.
 void decide_unopened(self_ptr self, uint64_t now) {
   auto& st = self->state;
-  for (auto& proposal : st.parked->take_proposals(now, unopened_grace_ms(st.timeouts))) {
+  for (auto& proposal : st.parked->take_proposals(now, st.timing.unopened_grace_ms())) {
     auto decision = std::move(proposal);
     decision.propagated = true;
     decision.from = me(self).id;
-    decision.error.is_from_another_rank = true;
+    decision.error = room_protocol::decide_unopened(std::move(decision.error));
     fan_out(self, decision.error, {});
     st.parked->set_failure(std::move(decision), now);
   }
@@ -655,7 +656,7 @@ void sweep(self_ptr self) {
   // lived a tick interval checks its deadlines once per interval. Failed
   // rooms too: a decode room may hold its Failed state for a fence, and only
   // a tick ends that wait at its deadline.
-  auto tick = static_cast<uint64_t>(room_core::tick_interval(st.timeouts).count());
+  auto tick = static_cast<uint64_t>(st.timing.tick().count());
   st.rooms->for_each([&](room_id, const room_directory::entry& e) {
     if (e.state != kv_poll::success && now - e.opened_ms >= tick)
       self->send(e.actor, tick_atom::value);
@@ -684,12 +685,6 @@ void sweep(self_ptr self) {
     send_fenced(self, room, x.decode_rank.id);
   }
   st.peers->expire(now);
-}
-
-/// How long a lost rank is remembered for rooms that open (or learn their
-/// counterpart) later.
-uint64_t lost_window_ms(const room_timeouts& t) {
-  return std::min<uint64_t>(t.bootstrap_ms, 3000);
 }
 
 /// A handler that acts on `T` only from this process or from a node whose
@@ -732,6 +727,7 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
   st.metrics = params.metrics ? std::move(params.metrics)
                               : std::make_shared<rank_metrics>(params.self);
   st.timeouts = params.timeouts;
+  st.timing = room_timing{params.timeouts};
   st.inbox = std::move(params.inbox);
   st.chaos = params.chaos;
   st.worker = params.worker;
@@ -743,13 +739,13 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
   st.registry_port = params.registry_port;
   // A stranger can start handshakes it never finishes: bounded, expiring.
   st.accepting.emplace(1024, 5000);
-  st.peers.emplace(params.self.id, lost_window_ms(st.timeouts));
+  st.peers.emplace(params.self.id, st.timing.lost_window_ms());
   st.rooms.emplace(st.limits.max_tombstones);
-  st.parked.emplace(st.limits.max_parked, st.timeouts.bootstrap_ms);
+  st.parked.emplace(st.limits.max_parked, st.timing.parking_ms());
   if (st.worker)
     self->send(st.worker, attach_atom::value, caf::actor_cast<caf::actor>(self));
   st.chaos_rng.seed(params.chaos.seed ^ static_cast<uint64_t>(params.self.id));
-  auto sweep_interval = room_core::tick_interval(st.timeouts);
+  auto sweep_interval = st.timing.tick();
   self->delayed_send(self, sweep_interval, sweep_atom::value);
   // CAF's own replies from peers' middlemen land here too: not ours to print.
   self->set_default_handler(caf::drop);

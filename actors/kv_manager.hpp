@@ -18,6 +18,7 @@
 #include "kvroom/actors/peer_directory.hpp"
 #include "kvroom/actors/room_directory.hpp"
 #include "kvroom/actors/room_protocol.hpp"
+#include "kvroom/actors/room_timing.hpp"
 #include "kvroom/transport/backend.hpp"
 
 namespace kvroom {
@@ -31,6 +32,8 @@ struct kv_manager_state {
   std::shared_ptr<rank_metrics> metrics;
   rank_limits limits;
   room_timeouts timeouts;
+  /// Every window the manager's tables use, from `timeouts`.
+  room_timing timing;
   /// The scheduler's inbox: receives the states of rooms whose actor died.
   caf::actor inbox;
   caf::actor worker;

@@ -1,4 +1,5 @@
 #include "kvroom/actors/manager_links.hpp"
+#include "kvroom/actors/room_timing.hpp"
 
 #include <algorithm>
 
@@ -19,7 +20,7 @@ const rank_ref& me(manager_ptr self) {
 }
 
 uint64_t now_ms() {
-  return room_core::now_ms();
+  return monotonic_ms();
 }
 
 std::chrono::milliseconds link_timeout(manager_ptr self) {

@@ -264,16 +264,16 @@ void resolve_role(self_ptr self) {
     std::vector<rank_id> ids;
     for (auto& e : st.group)
       ids.push_back(e->rank.id);
-    core.commit_also(std::move(ids));
+    core.commit_also(ids);
   }
   if (st.targets.empty()) {
     logger()->debug("room {} on {}: a dummy (no decode rank of TP {} needs its heads)",
                     core.params().room, to_string(core.params().self), st.decode_tp);
     st.queued.clear();
     core.advance(kv_poll::waiting_for_input);
+    // A commit heard before this rank knew it is a dummy was kept by the
+    // protocol: preparing concludes the room with it.
     core.prepare();
-    if (st.early_commit)
-      core.on_committed();
   }
   auto early = std::move(st.early);
   st.early.clear();
@@ -450,42 +450,40 @@ void on_result(self_ptr self, const transfer_result& res) {
     pump(self);
     return;
   }
-  // Every byte landed; Success waits for the room's decider.
+  // Every byte landed; the protocol decides who hears of which part.
   if (!st.targets.empty())
     core.note_transfer(st.bytes_moved, st.targets.front().endpoint.transport);
-  core.prepare();
+  std::vector<written_part> parts;
+  parts.reserve(st.targets.size());
   for (auto& t : st.targets) {
-    transfer_done done{core.params().room, core.params().self.id, st.bytes_moved,
-                       st.planned_pages};
-    if (core.protocol().deciding() && (!st.mapped || t.map.sources.size() == 1)) {
-      // The decider as the only source of this decode rank: its part is
-      // done (the bytes landed), no need for the decode rank to say so.
-      // When that was the last part, the room commits here and this very
-      // message carries the commit: two cross-process messages per 1P x 1D
-      // room instead of four. Otherwise the commit, when it comes, is the
-      // decode rank's confirmation (its only source committed once its own
-      // bytes landed); a failure reaches it with the fence instead.
-      done.counted = true;
-      done.committed = core.count_part(t.dst.decode_rank, t.dst.decode_room);
-      if (!done.committed && !core.concluded())
-        continue;
-    } else if (!st.mapped) {
-      // The one source of this decode slot reports its part to the decider
-      // itself (its bytes landed), and the decider's commit is the decode
-      // rank's confirmation: six cross-process messages per 2P x 2D room
-      // instead of eight.
-      auto& d = t.dst.decode_rank;
-      auto& me = core.params().self;
-      // Handles for a decider in this process (its manager drops them for
-      // one in another): it commits the two rooms directly.
-      part_done part{core.params().room, d.tp_rank, d.tp_size, d.id, t.dst.decode_room, me.id,
-                     caf::actor_cast<caf::actor>(self)};
-      self->send(core.params().manager,
-                 to_decider{role::prefill, me.dp_rank, caf::make_message(std::move(part))});
-      continue;
-    }
-    to_decode(self, t, std::move(done));
+    core.know_room(t.dst.decode_rank.id, t.dst.decode_room);
+    parts.push_back(written_part{t.dst.decode_rank,
+                                 !st.mapped || t.map.sources.size() == 1, !st.mapped});
   }
+  core.all_written(parts);
+}
+
+/// A part's word for decode rank `fx.rank`: this rank's last byte landed
+/// (`tell_done`), or its slot's part is done (`report_part`, to the
+/// decider, with both rooms' handles for a decider in this process: its
+/// manager drops them for one in another).
+void tell_part(self_ptr self, const room_effect& fx) {
+  auto& st = self->state;
+  auto& core = st.core;
+  auto t = std::find_if(st.targets.begin(), st.targets.end(), [&](const prefill_target& x) {
+    return x.dst.decode_rank.id == fx.rank;
+  });
+  if (t == st.targets.end())
+    return;
+  auto& me = core.params().self;
+  if (fx.what == room_effect::kind::report_part) {
+    part_done part{core.params().room, fx.slot, fx.slots, fx.rank, t->dst.decode_room, me.id,
+                   caf::actor_cast<caf::actor>(self)};
+    core.to_decider(fx.decider, caf::make_message(std::move(part)));
+    return;
+  }
+  to_decode(self, *t, transfer_done{core.params().room, me.id, st.bytes_moved,
+                                    st.planned_pages, fx.counted, fx.committed});
 }
 
 } // namespace
@@ -493,6 +491,7 @@ void on_result(self_ptr self, const transfer_result& res) {
 caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
                            room_params params) {
   self->state.core.init(self, std::move(params));
+  self->state.core.route_parts([=](const room_effect& fx) { tell_part(self, fx); });
   auto& p = self->state.core.params();
   self->state.mapped = p.self_entry->has_parallel;
   return {
@@ -531,13 +530,8 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
         self->state.core.on_failed(msg);
     },
     [=](const room_committed&) {
-      auto& st = self->state;
-      if (!st.core.from_member())
-        return;
-      // A dummy may hear the commit before it knows it is one.
-      if (st.mapped && !st.role_known)
-        st.early_commit = true;
-      st.core.on_committed();
+      if (self->state.core.from_member())
+        self->state.core.on_committed();
     },
     [=](const part_done& msg) {
       if (self->state.core.from_member())

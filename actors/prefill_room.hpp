@@ -50,8 +50,6 @@ struct prefill_room_state {
   /// Mapped: destinations that came before the role was known (at most one
   /// per decode TP rank).
   std::vector<dst_ready> early;
-  /// A dummy's commit that came before it knew it was one.
-  bool early_commit = false;
   /// Chunks received and not yet handed to the worker (bounded).
   std::deque<sender_chunk> queued;
   uint64_t received_pages = 0;

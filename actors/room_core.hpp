@@ -3,7 +3,7 @@
 #include "kvroom/actors/membership.hpp"
 #include "kvroom/transport/backend.hpp"
 
-#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -14,7 +14,9 @@
 
 #include "kvroom/actors/inline_path.hpp"
 #include "kvroom/actors/local_messages.hpp"
+#include "kvroom/actors/room_port.hpp"
 #include "kvroom/actors/room_protocol.hpp"
+#include "kvroom/actors/room_timing.hpp"
 
 namespace kvroom {
 
@@ -52,8 +54,9 @@ struct room_params {
 /// The part every room actor shares: a shell around `room_protocol` that
 /// feeds it what arrives and carries out the effects it returns (state
 /// changes to the scheduler, conclusions to the manager, proposals, answers
-/// and commits through the managers). It decides nothing itself.
-class room_core {
+/// and commits through the managers; `carry_out` reads them). It decides
+/// nothing itself, and reads the clock only through `room_timing`.
+class room_core final : public room_port {
 public:
   void init(caf::event_based_actor* self, room_params params);
 
@@ -93,22 +96,40 @@ public:
                       || (params_.trust && params_.trust->contains(sender->node())));
   }
 
+  /// How a part's word (`report_part`, `tell_done`) travels: the room kind
+  /// knows its peers' handles and routes.
+  using part_router = std::function<void(const room_effect&)>;
+  void route_parts(part_router fn) {
+    part_router_ = std::move(fn);
+  }
+
+  /// The room actor of rank `rank`, in this process: a commit for that rank
+  /// goes to it directly instead of through the managers.
+  void know_room(rank_id rank, caf::actor room) {
+    if (rank >= 0 && local(room))
+      handles_[rank] = std::move(room);
+  }
+
+  /// A handle this room knows for rank `rank`'s room (null: none, or in
+  /// another process).
+  caf::actor room_of(rank_id rank) const {
+    auto i = handles_.find(rank);
+    return i == handles_.end() ? caf::actor{} : i->second;
+  }
+
   void advance(kv_poll next);
   void fail_local(std::string reason, bool requested = false);
   void on_failed(const room_failed& msg);
   void prepare();
-  /// Decider: a decode TP slot is done; its room actors are kept for the
-  /// commit.
+  /// Decider: a decode TP slot reported its part.
   void on_part(const part_done& part);
-  /// Decider: the part of decode rank `decode` (its room actor when in this
-  /// process) is done by this rank's own transfer. True when that committed
-  /// the room; else `decode` gets the commit when it comes.
-  bool count_part(const rank_ref& decode, const caf::actor& decode_room);
+  /// Prefill: every byte of this rank landed (see room_protocol).
+  void all_written(const std::vector<written_part>& parts);
+  /// Decode: a source wrote its last byte (see room_protocol).
+  void source_finished(const source_report& report);
   void on_committed();
-  /// Decider: ranks that hear the commit even without a part of their own
-  /// (mapped rooms: every prefill rank of the group, dummies included).
-  void commit_also(std::vector<rank_id> ranks) {
-    commit_also_ = std::move(ranks);
+  void commit_also(const std::vector<rank_id>& ranks) {
+    protocol_->commit_also(ranks);
   }
   void on_peer_lost(const peer_lost& msg);
   void on_tick();
@@ -116,7 +137,7 @@ public:
   /// For the rank's metrics: the transfer starts now (see room_concluded).
   void note_transfer_start() {
     if (transfer_from_ms_ == 0)
-      transfer_from_ms_ = now_ms();
+      transfer_from_ms_ = timing_.now();
   }
   /// For the rank's metrics: the room moved `bytes` over `transport`.
   void note_transfer(uint64_t bytes, std::string transport) {
@@ -128,30 +149,36 @@ public:
   void set_decode_prefix_len(int64_t tokens) {
     decode_prefix_len_ = tokens;
   }
-  void dst_sent(rank_id prefill);
-  void source_done(rank_id prefill);
+  void dst_sent(rank_id prefill, bool reports);
   void fenced(rank_id prefill);
 
   /// The scheduler released the room: stop for good.
   void clear();
 
-  /// How often the manager's sweep ticks a live room: an eighth of the
-  /// shortest timeout, within [1 ms, 2 s], so a timeout fires at most 12.5 %
-  /// late while 10,000 long-lived rooms cost a few thousand messages a second.
-  static std::chrono::milliseconds tick_interval(const room_timeouts& t);
+  const room_timing& timing() const noexcept {
+    return timing_;
+  }
 
-  static uint64_t now_ms() noexcept;
+  // -- room_port ----------------------------------------------------------
+  void publish(kv_poll state, kv_transfer_error error) override;
+  void concluded(const room_effect& fx) override;
+  void to_decider(const decider_ref& group, caf::message msg) override;
+  void to_rank(rank_id rank, caf::message msg) override;
+  void commit(room_id room, rank_id rank) override;
+  void part_word(const room_effect& fx) override;
 
 private:
-  void run(room_effects& effects);
+  void run(room_effects& effects) {
+    carry_out(params_.room, params_.self, effects, *this);
+  }
 
   caf::event_based_actor* self_ = nullptr;
   room_params params_;
+  room_timing timing_;
   std::unique_ptr<room_protocol> protocol_;
-  // Coordinator: the room actors to commit, by rank id (null: in another
-  // process, reached through its manager).
-  std::unordered_map<rank_id, caf::actor> participants_;
-  std::vector<rank_id> commit_also_;
+  // Room actors of other ranks in this process, by rank id.
+  std::unordered_map<rank_id, caf::actor> handles_;
+  part_router part_router_;
   uint64_t transfer_from_ms_ = 0;
   uint64_t bytes_ = 0;
   std::string transport_;

@@ -25,12 +25,39 @@ bool is_decider(const rank_ref& rank, const decider_ref& group) noexcept {
 }
 
 room_protocol::room_protocol(room_id room, rank_ref self, int32_t prefill_dp,
-                             room_timeouts timeouts, uint64_t now_ms,
+                             room_timing timing, uint64_t now_ms,
                              options opts)
-  : self_(self), timeouts_(timeouts), opts_(opts),
-    fsm_(room, self, timeouts, now_ms),
+  : self_(self), timing_(timing), opts_(opts),
+    fsm_(room, self, timing.timeouts(), now_ms),
     decider_{role::prefill, self.side == role::prefill ? self.dp_rank : prefill_dp} {
   // nop
+}
+
+kv_transfer_error room_protocol::decide_unopened(kv_transfer_error proposed) {
+  // Every rank, the proposer included, concludes with it as a decision; the
+  // origin stays the rank that identified the failure.
+  proposed.is_from_another_rank = true;
+  return proposed;
+}
+
+room_effect room_protocol::answer_cleared(bool failed, const kv_transfer_error& error,
+                                          rank_id asking) {
+  auto out = make_effect(room_effect::kind::answer,
+                         failed ? kv_poll::failed : kv_poll::success,
+                         failed ? error : kv_transfer_error{});
+  out.rank = asking;
+  return out;
+}
+
+void room_protocol::commit_also(const std::vector<rank_id>& ranks) {
+  for (auto r : ranks)
+    add_recipient(r);
+}
+
+void room_protocol::add_recipient(rank_id rank) {
+  if (rank >= 0 && rank != self_.id
+      && std::find(recipients_.begin(), recipients_.end(), rank) == recipients_.end())
+    recipients_.push_back(rank);
 }
 
 room_effects& room_protocol::advance(kv_poll next, uint64_t now_ms) {
@@ -98,7 +125,7 @@ void room_protocol::raise(kv_transfer_error err, bool requested,
   awaiting_ = true;
   awaiting_requested_ = requested;
   proposed_ = err;
-  decision_deadline_ms_ = now_ms + timeouts_.transferring_ms;
+  decision_deadline_ms_ = now_ms + timing_.decision_ms();
   auto ev = make_effect(room_effect::kind::propose, fsm_.state(), std::move(err));
   ev.decider = decider_;
   ev.rank = self_.id;
@@ -153,27 +180,41 @@ room_effects& room_protocol::on_failure(const kv_transfer_error& err,
 
 room_effects& room_protocol::prepare(uint64_t now_ms) {
   auto& out = fresh_effects();
-  if (fsm_.concluded())
-    return out;
-  prepared_ = true;
-  prepared_deadline_ms_ = now_ms + 2ull * timeouts_.transferring_ms;
-  if (committed_early_)
-    conclude_success(out);
+  prepare(now_ms, out);
   return out;
 }
 
-room_effects& room_protocol::part_done(int32_t slot, int32_t slots,
-                                      uint64_t now_ms) {
+void room_protocol::prepare(uint64_t now_ms, room_effects& out) {
+  if (fsm_.concluded())
+    return;
+  prepared_ = true;
+  prepared_deadline_ms_ = now_ms + timing_.prepared_ms();
+  if (committed_early_)
+    conclude_success(out);
+}
+
+room_effects& room_protocol::part_done(int32_t slot, int32_t slots, rank_id decode,
+                                      rank_id source, uint64_t now_ms) {
   auto& out = fresh_effects();
   if (fsm_.concluded() || fsm_.cleared())
     return out;
+  add_recipient(decode);
+  add_recipient(source);
+  count_slot(slot, slots, now_ms, out);
+  return out;
+}
+
+void room_protocol::count_slot(int32_t slot, int32_t slots, uint64_t now_ms,
+                               room_effects& out) {
+  if (fsm_.concluded() || fsm_.cleared())
+    return;
   if (!deciding()) {
     raise(kv_transfer_error{fsm_.room(),
                             "part confirmation sent to a rank that does not "
                             "decide the room",
                             false, self_.id},
           false, now_ms, out);
-    return out;
+    return;
   }
   if (slots_done_.empty() && slots > 0 && slots <= 4096)
     slots_done_.assign(static_cast<size_t>(slots), false);
@@ -187,21 +228,133 @@ room_effects& room_protocol::part_done(int32_t slot, int32_t slots,
                               + " slots)",
                             false, self_.id},
           false, now_ms, out);
-    return out;
+    return;
   }
   slots_done_[static_cast<size_t>(slot)] = true;
   if (!std::all_of(slots_done_.begin(), slots_done_.end(),
                    [](bool x) { return x; }))
-    return out;
-  out.push_back(make_effect(room_effect::kind::commit, kv_poll::success));
+    return;
+  auto commit = make_effect(room_effect::kind::commit, kv_poll::success);
+  commit.recipients = recipients_;
+  out.push_back(std::move(commit));
   conclude_success(out);
-  return out;
 }
 
-room_effects& room_protocol::committed(uint64_t) {
+room_effects& room_protocol::all_written(const std::vector<written_part>& parts,
+                                        uint64_t now_ms) {
   auto& out = fresh_effects();
   if (fsm_.concluded() || fsm_.cleared())
     return out;
+  // Success still waits for the room's decider.
+  prepare(now_ms, out);
+  for (auto& part : parts) {
+    auto& d = part.decode;
+    if (deciding() && part.sole_source) {
+      // The decider as the only source of this decode rank: its part is
+      // done (the bytes landed), no need for the decode rank to say so. When
+      // that was the last part the room commits here and the tell_done
+      // carries the commit: two cross-process messages per 1P x 1D room
+      // instead of four. Otherwise the commit, when it comes, is the decode
+      // rank's confirmation (its only source committed once its own bytes
+      // landed); a failure reaches it with the fence instead.
+      count_slot(d.tp_rank, d.tp_size, now_ms, out);
+      bool committed = fsm_.state() == kv_poll::success;
+      if (!fsm_.concluded()) {
+        add_recipient(d.id);
+        continue;
+      }
+      auto ev = make_effect(room_effect::kind::tell_done, fsm_.state());
+      ev.rank = d.id;
+      ev.counted = true;
+      ev.committed = committed;
+      out.push_back(std::move(ev));
+    } else if (part.reports_part) {
+      // The one source of this decode slot reports its part to the decider
+      // itself (its bytes landed), and the decider's commit is the decode
+      // rank's confirmation: six cross-process messages per 2P x 2D room
+      // instead of eight.
+      auto ev = make_effect(room_effect::kind::report_part, fsm_.state());
+      ev.decider = decider_;
+      ev.rank = d.id;
+      ev.source = self_.id;
+      ev.slot = d.tp_rank;
+      ev.slots = d.tp_size;
+      out.push_back(std::move(ev));
+    } else {
+      auto ev = make_effect(room_effect::kind::tell_done, fsm_.state());
+      ev.rank = d.id;
+      out.push_back(std::move(ev));
+    }
+  }
+  return out;
+}
+
+room_effects& room_protocol::source_finished(const source_report& r, uint64_t now_ms) {
+  auto& out = fresh_effects();
+  if (fsm_.cleared())
+    return out;
+  // That sender wrote its last byte: nothing more lands from it.
+  release_writer(r.source, out);
+  if (fsm_.concluded())
+    return out;
+  auto fail = [&](std::string why) {
+    raise(kv_transfer_error{fsm_.room(), std::move(why), false, self_.id}, false, now_ms, out);
+  };
+  if (std::find(sources_.begin(), sources_.end(), r.source) == sources_.end()) {
+    fail("unexpected transfer confirmation from rank " + std::to_string(r.source));
+    return out;
+  }
+  if (r.pages != r.expected_pages) {
+    fail("prefill rank " + std::to_string(r.source) + " confirmed " + std::to_string(r.pages)
+         + " pages, expected " + std::to_string(r.expected_pages));
+    return out;
+  }
+  if (std::find(sources_done_.begin(), sources_done_.end(), r.source) != sources_done_.end())
+    return out; // a duplicate
+  sources_done_.push_back(r.source);
+  if (r.counted) {
+    // The decider counted our part itself: it must be our only source.
+    if (sources_.size() != 1) {
+      fail("prefill rank " + std::to_string(r.source) + " counted a part that "
+           + std::to_string(sources_.size()) + " ranks write");
+      return out;
+    }
+    prepare(now_ms, out);
+    if (r.committed)
+      commit_on_word(out);
+    return out;
+  }
+  if (sources_done_.size() < sources_.size())
+    return out; // other sources still write
+  auto ev = make_effect(room_effect::kind::report_part, fsm_.state());
+  ev.decider = decider_;
+  ev.rank = self_.id;
+  ev.source = r.source;
+  ev.slot = self_.tp_rank;
+  ev.slots = self_.tp_size;
+  out.push_back(std::move(ev));
+  prepare(now_ms, out);
+  return out;
+}
+
+room_effects& room_protocol::committed(uint64_t now_ms) {
+  auto& out = fresh_effects();
+  if (fsm_.concluded() || fsm_.cleared())
+    return out;
+  if (!prepared_ && sources_.size() == 1 && reporting_sources_.size() == 1) {
+    auto src = sources_.front();
+    release_writer(src, out);
+    if (std::find(sources_done_.begin(), sources_done_.end(), src) == sources_done_.end())
+      sources_done_.push_back(src);
+    prepare(now_ms, out);
+  }
+  commit_on_word(out);
+  return out;
+}
+
+void room_protocol::commit_on_word(room_effects& out) {
+  if (fsm_.concluded())
+    return;
   // The decider's commit can overtake this rank's own part: a decode rank
   // hears it from the decider and its last bytes' confirmation from another
   // prefill rank, over another link. It is kept until the part is done (the
@@ -210,7 +363,6 @@ room_effects& room_protocol::committed(uint64_t) {
     conclude_success(out);
   else
     committed_early_ = true;
-  return out;
 }
 
 bool room_protocol::decider_lost(const rank_ref& lost) const noexcept {
@@ -257,7 +409,9 @@ room_effects& room_protocol::tick(uint64_t now_ms) {
   if (held_) {
     if (now_ms >= fence_deadline_ms_) {
       auto ev = make_effect(room_effect::kind::fence_expired, fsm_.state(),
-                     fsm_.failure());
+                            fsm_.failure());
+      ev.recipients = writers_;
+      ev.waited_ms = fence_ms();
       out.push_back(std::move(ev));
       writers_.clear();
       publish_terminal(out);
@@ -272,7 +426,7 @@ room_effects& room_protocol::tick(uint64_t now_ms) {
       // its origin (a lost peer stays the origin).
       auto err = proposed_;
       err.failure_reason += " (the room's decider gave no decision within "
-                            + std::to_string(timeouts_.transferring_ms)
+                            + std::to_string(timing_.decision_ms())
                             + " ms)";
       conclude_failed(std::move(err), true, awaiting_requested_, now_ms, out);
     }
@@ -282,8 +436,7 @@ room_effects& room_protocol::tick(uint64_t now_ms) {
     if (now_ms >= prepared_deadline_ms_)
       raise(kv_transfer_error{fsm_.room(),
                               "no commit from the room's decider within "
-                                + std::to_string(2ull
-                                                 * timeouts_.transferring_ms)
+                                + std::to_string(timing_.prepared_ms())
                                 + " ms after this rank's part was done",
                               false, self_.id},
             false, now_ms, out);
@@ -296,7 +449,11 @@ room_effects& room_protocol::tick(uint64_t now_ms) {
   return out;
 }
 
-void room_protocol::dst_sent(rank_id prefill) {
+void room_protocol::dst_sent(rank_id prefill, bool reports) {
+  if (std::find(sources_.begin(), sources_.end(), prefill) == sources_.end())
+    sources_.push_back(prefill);
+  if (reports)
+    reporting_sources_.push_back(prefill);
   if (std::find(writers_.begin(), writers_.end(), prefill) == writers_.end())
     writers_.push_back(prefill);
 }

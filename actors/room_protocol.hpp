@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kvroom/actors/room_fsm.hpp"
+#include "kvroom/actors/room_timing.hpp"
 
 namespace kvroom {
 
@@ -38,11 +39,21 @@ struct room_effect {
     propose,
     /// Tell rank `rank` the room's outcome: Failed with `error`, or Success.
     answer,
-    /// Coordinator: every part is done; commit every participant.
+    /// Decider: every part is done; tell every rank in `recipients` (the
+    /// room's other participants) that the room committed.
     commit,
     /// The decode pages were held from the scheduler longer than the fence
-    /// allows: published without every sender's confirmation (logged).
+    /// allows (`waited_ms`): published without the confirmation of the
+    /// senders in `recipients` (logged).
     fence_expired,
+    /// Tell the decider that decode TP slot `slot` of `slots` holds its whole
+    /// part: decode rank `rank`, whose last bytes came from prefill rank
+    /// `source`.
+    report_part,
+    /// Prefill: tell decode rank `rank` that this rank wrote its last byte;
+    /// `counted`: this rank is the decider and counted that rank's part
+    /// itself; `committed`: and that committed the room.
+    tell_done,
   };
   kind what = kind::publish;
   kv_poll state = kv_poll::bootstrapping;
@@ -51,9 +62,39 @@ struct room_effect {
   bool requested = false;
   decider_ref decider;
   rank_id rank = -1;
+  rank_id source = -1;
+  int32_t slot = 0;
+  int32_t slots = 1;
+  bool counted = false;
+  bool committed = false;
+  std::vector<rank_id> recipients;
+  uint64_t waited_ms = 0;
 };
 
 using room_effects = std::vector<room_effect>;
+
+/// Decode: a prefill rank's word that it wrote its last byte of this room.
+struct source_report {
+  rank_id source = -1;
+  /// Pages it wrote, and the pages this rank's destination holds.
+  uint64_t pages = 0;
+  uint64_t expected_pages = 0;
+  /// The decider sent it and counted this rank's part itself.
+  bool counted = false;
+  /// And that committed the room.
+  bool committed = false;
+};
+
+/// Prefill: one decode rank this rank wrote its whole share to.
+struct written_part {
+  rank_ref decode;
+  /// This rank is the decode rank's only source.
+  bool sole_source = true;
+  /// The only source of a decode slot reports the slot's part to the decider
+  /// itself (rooms without declared layouts); otherwise the decode rank
+  /// counts its sources and reports.
+  bool reports_part = true;
+};
 
 /// The whole decision logic of one bootstrap room on one rank, with no actor
 /// runtime: the room actor feeds it scheduler calls, peer messages, transfer
@@ -92,12 +133,26 @@ public:
   /// `prefill_dp`: the room's prefill data-parallel group (a prefill rank's
   /// own; for a decode rank, the group serving the room).
   room_protocol(room_id room, rank_ref self, int32_t prefill_dp,
-                room_timeouts timeouts, uint64_t now_ms, options opts);
+                room_timing timing, uint64_t now_ms, options opts);
   room_protocol(room_id room, rank_ref self, int32_t prefill_dp,
-                room_timeouts timeouts, uint64_t now_ms)
-    : room_protocol(room, self, prefill_dp, timeouts, now_ms, options{}) {
+                room_timing timing, uint64_t now_ms)
+    : room_protocol(room, self, prefill_dp, timing, now_ms, options{}) {
     // nop
   }
+
+  // -- decisions for a room that has no protocol on this rank --------------
+
+  /// The decider's manager decides a proposal for a room that did not open
+  /// there within the grace (`room_timing::unopened_grace_ms`): the
+  /// proposal's failure stands, as a decision every other rank concludes
+  /// with.
+  static kv_transfer_error decide_unopened(kv_transfer_error proposed);
+
+  /// A rank asks (for a decision or with a destination) about a room cleared
+  /// here: what the room concluded, for rank `asking`. An answer effect:
+  /// Failed with the room's root cause, or Success.
+  static room_effect answer_cleared(bool failed, const kv_transfer_error& error,
+                                    rank_id asking);
 
   room_id room() const noexcept {
     return fsm_.room();
@@ -163,8 +218,16 @@ public:
 
   /// Longest a decode room holds its terminal state for a sender's fence.
   uint64_t fence_ms() const noexcept {
-    return 2ull * timeouts_.transferring_ms;
+    return timing_.fence_ms();
   }
+
+  const room_timing& timing() const noexcept {
+    return timing_;
+  }
+
+  /// Decider: ranks that hear the commit even without a part of their own
+  /// (mapped rooms: every prefill rank of the group, dummies included).
+  void commit_also(const std::vector<rank_id>& ranks);
 
   // -- inputs ---------------------------------------------------------------
   // Each returns the effects it decided, in order. They live in a buffer the
@@ -189,11 +252,31 @@ public:
   /// for the commit, at most two transferring timeouts.
   room_effects& prepare(uint64_t now_ms);
 
-  /// Decider: decode TP slot `slot` of `slots` received all of its part.
-  /// Commits once every slot did.
-  room_effects& part_done(int32_t slot, int32_t slots, uint64_t now_ms);
+  /// Decider: decode TP slot `slot` of `slots` received all of its part
+  /// (decode rank `decode`, last written by prefill rank `source`; -1 where
+  /// not known): both hear the commit. Commits once every slot did.
+  room_effects& part_done(int32_t slot, int32_t slots, rank_id decode,
+                          rank_id source, uint64_t now_ms);
+  room_effects& part_done(int32_t slot, int32_t slots, uint64_t now_ms) {
+    return part_done(slot, slots, -1, -1, now_ms);
+  }
 
-  /// The decider committed the room.
+  /// Prefill: every byte of this rank landed in `parts`. The rank is
+  /// prepared; for each decode rank it decides who hears of the part: the
+  /// decider counts the parts it is the only source of (and says so with
+  /// the `tell_done` that may carry the commit); the only source of a slot
+  /// reports it to the decider; otherwise the decode rank hears and counts.
+  room_effects& all_written(const std::vector<written_part>& parts, uint64_t now_ms);
+
+  /// Decode: a source wrote its last byte (`transfer_done`). Once every
+  /// source did, this rank's part is done: the decider hears of it (unless
+  /// it counted the part itself) and this rank is prepared.
+  room_effects& source_finished(const source_report& report, uint64_t now_ms);
+
+  /// The decider committed the room. On decode it also confirms the rank's
+  /// only source when that source's part reaches the decider without this
+  /// rank (`dst_sent`): the decider commits once every slot's part is done,
+  /// so no `transfer_done` need come first.
   room_effects& committed(uint64_t now_ms);
 
   /// A rank of the deployment is gone; the room fails if it depends on it.
@@ -210,10 +293,14 @@ public:
   // -- the fence (decode) ---------------------------------------------------
 
   /// The destination went to prefill rank `prefill`: it may write from now
-  /// until it finishes, confirms a fence, or is lost.
-  void dst_sent(rank_id prefill);
+  /// until it finishes, confirms a fence, or is lost. `reports`: that
+  /// rank's part reaches the decider without this rank (it is the decider,
+  /// or the one source of this slot in a room without declared layouts), so
+  /// when it is this rank's only source the decider's commit confirms it.
+  void dst_sent(rank_id prefill, bool reports = false);
 
-  /// Prefill rank `prefill` wrote its last byte (transfer_done).
+  /// Prefill rank `prefill` wrote its last byte: the fence alone (a room
+  /// whose actor died; `source_finished` is the whole report).
   room_effects& source_done(rank_id prefill, uint64_t now_ms);
 
   /// Prefill rank `prefill` confirmed it posts nothing more for this room.
@@ -238,6 +325,10 @@ private:
              room_effects& out);
   void publish_terminal(room_effects& out);
   void release_writer(rank_id prefill, room_effects& out);
+  void prepare(uint64_t now_ms, room_effects& out);
+  void commit_on_word(room_effects& out);
+  void count_slot(int32_t slot, int32_t slots, uint64_t now_ms, room_effects& out);
+  void add_recipient(rank_id rank);
   bool decider_lost(const rank_ref& lost) const noexcept;
 
   room_effects& fresh_effects() {
@@ -246,15 +337,14 @@ private:
   }
 
   rank_ref self_;
-  room_timeouts timeouts_;
+  room_timing timing_;
   options opts_;
   room_effects out_;
   room_fsm fsm_;
   kv_poll published_ = kv_poll::bootstrapping;
   decider_ref decider_;
   std::vector<rank_ref> counterparts_;
-  // Prepared: part done, waiting for the commit until prepared_deadline_ms_
-  // (two transferring timeouts: the rank that really hangs times out first).
+  // Prepared: part done, waiting for the commit until prepared_deadline_ms_.
   bool prepared_ = false;
   uint64_t prepared_deadline_ms_ = 0;
   // The decider committed before this rank's part was done.
@@ -264,9 +354,14 @@ private:
   bool awaiting_requested_ = false;
   uint64_t decision_deadline_ms_ = 0;
   kv_transfer_error proposed_;
-  // Decider: which decode TP slots are done.
+  // Decider: which decode TP slots are done, and who hears the commit.
   std::vector<bool> slots_done_;
-  // Decode: senders that may still write, and a held terminal state.
+  std::vector<rank_id> recipients_;
+  // Decode: the ranks the destination went to, those that finished writing,
+  // those that may still write, and a held terminal state.
+  std::vector<rank_id> sources_;
+  std::vector<rank_id> reporting_sources_;
+  std::vector<rank_id> sources_done_;
   std::vector<rank_id> writers_;
   bool held_ = false;
   uint64_t fence_deadline_ms_ = 0;

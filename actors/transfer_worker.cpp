@@ -7,8 +7,7 @@
 
 #include "kvroom/actors/local_messages.hpp"
 #include "kvroom/actors/logging.hpp"
-#include "kvroom/actors/local_messages.hpp"
-#include "kvroom/actors/room_core.hpp"
+#include "kvroom/actors/room_timing.hpp"
 #include "kvroom/messages/error.hpp"
 
 namespace kvroom {
@@ -54,7 +53,7 @@ bool post(self_ptr self, const transfer_worker_state::job& j) {
       return false;
     case xfer_status::in_progress:
       st.active.push_back({j.room, j.work.room, j.work.job_id, bytes, *id,
-                           room_core::now_ms() + st.job_timeout_ms});
+                           monotonic_ms() + st.job_timeout_ms});
       return true;
   }
   return true;
@@ -98,7 +97,7 @@ void settle_fences(self_ptr self) {
 
 void progress(self_ptr self) {
   auto& st = self->state;
-  auto now = room_core::now_ms();
+  auto now = monotonic_ms();
   for (size_t i = 0; i < st.active.size();) {
     auto& x = st.active[i];
     std::string reason;

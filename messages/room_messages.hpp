@@ -311,13 +311,11 @@ typename Inspector::result_type inspect(Inspector& f, failure_reply& x) {
 }
 
 /// Asks a manager for its counters; answered with `manager_stats`.
-struct get_stats {
-  bool unused = false;
-};
+struct get_stats {};
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, get_stats& x) {
-  return f(caf::meta::type_name("kvroom.get_stats"), x.unused);
+typename Inspector::result_type inspect(Inspector& f, get_stats&) {
+  return f(caf::meta::type_name("kvroom.get_stats"));
 }
 
 /// A manager's counters: what a leak check and a stress run look at.

@@ -99,6 +99,9 @@ public:
         case room_effect::kind::fence_expired:
           ++fence_expiries_;
           break;
+        case room_effect::kind::report_part:
+        case room_effect::kind::tell_done:
+          break; // parts are fed by hand (part_done, source_done)
       }
     }
   }
