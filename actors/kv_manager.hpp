@@ -10,6 +10,7 @@
 #include "caf/stateful_actor.hpp"
 
 #include "kvroom/actors/config.hpp"
+#include "kvroom/actors/failure_log.hpp"
 #include "kvroom/actors/counted_actor.hpp"
 #include "kvroom/actors/local_messages.hpp"
 #include "kvroom/actors/rank_metrics.hpp"
@@ -23,8 +24,8 @@
 
 namespace kvroom {
 
-/// State of one rank's KV manager: the owner of `failure_records` and of the
-/// rank's tables. Its mailbox serialises every access; there is no lock. The
+/// State of one rank's KV manager: the owner of `failure_records` (in
+/// `failures`) and of the rank's tables. Its mailbox serialises every access; there is no lock. The
 /// tables are plain classes (tested without an actor system); the manager
 /// wires messages to them.
 struct kv_manager_state {
@@ -41,15 +42,9 @@ struct kv_manager_state {
   std::optional<peer_directory> peers;
   std::optional<room_directory> rooms;
   std::optional<parking> parked;
-  /// room -> root cause, until the room is cleared (the scheduler got the
-  /// cause with the Failed state).
-  std::unordered_map<room_id, kv_transfer_error> failure_records;
-  /// Rooms whose actor died before concluding, carried on by the room
-  /// protocol here until their state is published (bounded by rooms open).
-  std::unordered_map<room_id, room_protocol> dead;
-  /// Prefill: rooms whose worker fence is pending, with the decode ranks to
-  /// tell once it completes.
-  std::unordered_map<room_id, std::vector<rank_id>> fencing;
+  /// `failure_records`: room -> root cause until the room is cleared, and
+  /// the one place a conclusion is logged.
+  std::optional<failure_log> failures;
   /// A `decide_unopened` timer is pending (one at a time, whatever the
   /// number of proposals parked).
   bool deciding = false;

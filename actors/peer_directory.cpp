@@ -91,6 +91,34 @@ peer_directory::entry_ptr peer_directory::decider(const decider_ref& group) cons
   return nullptr;
 }
 
+std::vector<peer_directory::entry_ptr>
+peer_directory::fan_out_targets(const rank_ref& self,
+                                const std::vector<rank_ref>& counterparts) const {
+  auto in_group = [](const rank_ref& x, role side, int32_t dp) {
+    return x.side == side && x.dp_rank == dp;
+  };
+  std::vector<entry_ptr> out;
+  for (auto& e : directory_) {
+    auto& r = e->rank;
+    if (r.id == self.id)
+      continue;
+    bool target = in_group(r, self.side, self.dp_rank)
+                  || (counterparts.empty() && r.side != self.side);
+    for (auto& c : counterparts)
+      target = target || in_group(r, c.side, c.dp_rank);
+    if (target)
+      out.push_back(e);
+  }
+  return out;
+}
+
+int32_t peer_directory::decode_tp() const {
+  for (auto& e : directory_)
+    if (e->rank.side == role::decode && e->has_parallel)
+      return e->parallel.tp_size;
+  return 0;
+}
+
 std::vector<peer_directory::entry_ptr> peer_directory::group(role side,
                                                              int32_t dp) const {
   std::vector<entry_ptr> out;

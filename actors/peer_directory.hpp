@@ -68,6 +68,19 @@ public:
   /// The ranks of group (`side`, `dp`), by TP rank.
   std::vector<entry_ptr> group(role side, int32_t dp) const;
 
+  /// Every other rank of a room that failed on rank `self`: its own TP
+  /// group and each counterpart's group (a counterpart stands for its
+  /// group). With no counterpart known (a prefill room before any decode
+  /// destination arrived) the whole other side: ranks without the room keep
+  /// the failure as an early, expiring one, and the rank that has it fails
+  /// at once instead of at its bootstrap timeout.
+  std::vector<entry_ptr> fan_out_targets(const rank_ref& self,
+                                         const std::vector<rank_ref>& counterparts) const;
+
+  /// The decode side's TP size (every decode rank has the same; the registry
+  /// refuses another), or 0 while no decode rank with a layout is known.
+  int32_t decode_tp() const;
+
   const std::vector<entry_ptr>& all() const noexcept {
     return directory_;
   }

@@ -52,4 +52,71 @@ const room_directory::tombstone* room_directory::tombstone_of(room_id room) cons
   return i == tombstones_.end() ? nullptr : &i->second;
 }
 
+room_directory::route_t room_directory::route(room_id room) {
+  route_t out;
+  if (auto i = rooms_.find(room); i != rooms_.end()) {
+    out.where = route_t::open;
+    out.room = &i->second;
+  } else if (auto d = dead_.find(room); d != dead_.end()) {
+    out.where = route_t::dead;
+    out.protocol = &d->second;
+  } else if (auto t = tombstones_.find(room); t != tombstones_.end()) {
+    out.where = route_t::tombstone;
+    out.grave = &t->second;
+  }
+  return out;
+}
+
+room_protocol& room_directory::carry(room_id room, room_protocol p) {
+  return dead_.insert_or_assign(room, std::move(p)).first->second;
+}
+
+room_protocol* room_directory::dead(room_id room) {
+  auto i = dead_.find(room);
+  return i == dead_.end() ? nullptr : &i->second;
+}
+
+void room_directory::bury_dead(room_id room) {
+  auto i = dead_.find(room);
+  if (i == dead_.end())
+    return;
+  bool failed = i->second.state() == kv_poll::failed;
+  auto error = failed ? i->second.failure() : kv_transfer_error{};
+  dead_.erase(i);
+  bury(room, failed, std::move(error));
+}
+
+std::vector<room_id> room_directory::dead_rooms() const {
+  std::vector<room_id> out;
+  out.reserve(dead_.size());
+  for (auto& kvp : dead_)
+    out.push_back(kvp.first);
+  return out;
+}
+
+void room_directory::fence(room_id room, const std::vector<rank_id>& decode) {
+  auto& xs = fencing_[room];
+  for (auto d : decode)
+    if (std::find(xs.begin(), xs.end(), d) == xs.end())
+      xs.push_back(d);
+}
+
+bool room_directory::join_fence(room_id room, rank_id decode) {
+  auto i = fencing_.find(room);
+  if (i == fencing_.end())
+    return false;
+  if (std::find(i->second.begin(), i->second.end(), decode) == i->second.end())
+    i->second.push_back(decode);
+  return true;
+}
+
+std::vector<rank_id> room_directory::end_fence(room_id room) {
+  auto i = fencing_.find(room);
+  if (i == fencing_.end())
+    return {};
+  auto out = std::move(i->second);
+  fencing_.erase(i);
+  return out;
+}
+
 } // namespace kvroom

@@ -11,13 +11,18 @@
 #include "kvroom/messages/ids.hpp"
 #include "kvroom/messages/kv_poll.hpp"
 #include "kvroom/messages/kv_transfer_error.hpp"
+#include "kvroom/actors/room_protocol.hpp"
 
 namespace kvroom {
 
-/// One rank's open rooms, by id and by actor, and the ids of rooms cleared
-/// recently (tombstones), so a late message for one changes nothing and a
-/// late question about one still gets its answer. Tombstones are bounded by
-/// count: memory never grows with the rooms that passed.
+/// Every room a rank knows, behind one look-up (`route`): open rooms (by id
+/// and by actor), rooms whose actor died mid-room and whose protocol the
+/// manager carries on (dead), and the ids of rooms cleared recently
+/// (tombstones), so a late message for one changes nothing and a late
+/// question about one still gets its answer. Beside them, prefill rooms
+/// whose worker fence is pending. Tombstones are bounded by count, dead and
+/// fencing rooms by the rooms that were open: memory never grows with the
+/// rooms that passed.
 class room_directory {
 public:
   struct entry {
@@ -35,8 +40,6 @@ public:
     std::vector<rank_id> dst_ranks;
     /// Decode: prefill ranks that confirmed their fence.
     std::vector<rank_id> fences;
-    /// Prefill: the fence of this Failed room completed.
-    bool fence_done = false;
   };
 
   struct tombstone {
@@ -47,6 +50,17 @@ public:
   explicit room_directory(size_t max_tombstones) : max_tombstones_(max_tombstones) {
     // nop
   }
+
+  /// Where a message for a room goes.
+  struct route_t {
+    enum where_t { open, dead, tombstone, unknown } where = unknown;
+    entry* room = nullptr;          ///< open
+    room_protocol* protocol = nullptr; ///< dead: the room's protocol here
+    const struct tombstone* grave = nullptr; ///< tombstone
+  };
+
+  /// The one look-up: open, dead, cleared recently, or unknown here.
+  route_t route(room_id room);
 
   /// Opens `room`; a scheduler may reuse a cleared id, whose tombstone goes.
   entry& open(room_id room, caf::actor_id actor, entry e);
@@ -63,6 +77,35 @@ public:
   void bury(room_id room, bool failed, kv_transfer_error error);
 
   const tombstone* tombstone_of(room_id room) const;
+
+  // -- rooms whose actor died ---------------------------------------------
+
+  /// Carries `room` on with `p` (its actor died before it concluded).
+  room_protocol& carry(room_id room, room_protocol p);
+  room_protocol* dead(room_id room);
+  /// The dead room's state reached the scheduler: it is buried, with its
+  /// root cause when it Failed.
+  void bury_dead(room_id room);
+  std::vector<room_id> dead_rooms() const;
+  size_t dead_size() const noexcept {
+    return dead_.size();
+  }
+
+  // -- the prefill fence ----------------------------------------------------
+
+  /// Room `room` stops: once the worker moves nothing of it, each of
+  /// `decode` hears so (added to a fence in progress).
+  void fence(room_id room, const std::vector<rank_id>& decode);
+  /// A decode rank handed its pages to a room whose fence is in progress:
+  /// it hears with the others (true), or no fence is pending (false: tell
+  /// it now).
+  bool join_fence(room_id room, rank_id decode);
+  /// The worker's fence completed: the decode ranks to tell (none when no
+  /// fence was pending).
+  std::vector<rank_id> end_fence(room_id room);
+  size_t fencing() const noexcept {
+    return fencing_.size();
+  }
 
   template <class F>
   void for_each(F&& f) {
@@ -84,6 +127,8 @@ private:
   std::unordered_map<caf::actor_id, room_id> by_actor_;
   std::unordered_map<room_id, tombstone> tombstones_;
   std::deque<room_id> tombstone_order_;
+  std::unordered_map<room_id, room_protocol> dead_;
+  std::unordered_map<room_id, std::vector<rank_id>> fencing_;
 };
 
 } // namespace kvroom

@@ -33,6 +33,31 @@ room_protocol::room_protocol(room_id room, rank_ref self, int32_t prefill_dp,
   // nop
 }
 
+room_protocol room_protocol::orphaned(room_id room, rank_ref self, int32_t prefill_dp,
+                                     room_timing timing, uint64_t now_ms, options opts,
+                                     const std::vector<rank_id>& dst_ranks,
+                                     const std::vector<rank_id>& fences,
+                                     std::vector<rank_ref> decode_ranks) {
+  room_protocol p{room, self, prefill_dp, timing, now_ms, opts};
+  if (self.side == role::decode) {
+    // Until resolved, its counterpart is the whole prefill group.
+    rank_ref group;
+    group.side = role::prefill;
+    group.dp_rank = prefill_dp;
+    group.id = -1;
+    p.set_counterparts({group});
+    if (opts.fence)
+      for (auto r : dst_ranks)
+        if (std::find(fences.begin(), fences.end(), r) == fences.end())
+          p.dst_sent(r);
+  } else {
+    p.set_counterparts(std::move(decode_ranks));
+  }
+  p.prepare(now_ms, p.out_);
+  p.out_.clear();
+  return p;
+}
+
 kv_transfer_error room_protocol::decide_unopened(kv_transfer_error proposed) {
   // Every rank, the proposer included, concludes with it as a decision; the
   // origin stays the rank that identified the failure.

@@ -140,6 +140,18 @@ public:
     // nop
   }
 
+  /// The protocol that carries on a room whose actor died before the room
+  /// concluded (its manager feeds it from then on). Its part may have been
+  /// done and committed already, so it is prepared (waits for the decider's
+  /// word). Decode: the prefill ranks in `dst_ranks` that got its pages and
+  /// are not in `fences` may still write, so its Failed waits for them.
+  /// Prefill: `decode_ranks` are its counterparts.
+  static room_protocol orphaned(room_id room, rank_ref self, int32_t prefill_dp,
+                                room_timing timing, uint64_t now_ms, options opts,
+                                const std::vector<rank_id>& dst_ranks,
+                                const std::vector<rank_id>& fences,
+                                std::vector<rank_ref> decode_ranks);
+
   // -- decisions for a room that has no protocol on this rank --------------
 
   /// The decider's manager decides a proposal for a room that did not open
