@@ -265,6 +265,16 @@ void room_protocol::count_slot(int32_t slot, int32_t slots, uint64_t now_ms,
   conclude_success(out);
 }
 
+room_effect room_protocol::report_part(const rank_ref& decode, rank_id source) const {
+  auto ev = make_effect(room_effect::kind::report_part, fsm_.state());
+  ev.decider = decider_;
+  ev.rank = decode.id;
+  ev.source = source;
+  ev.slot = decode.tp_rank;
+  ev.slots = decode.tp_size;
+  return ev;
+}
+
 room_effects& room_protocol::all_written(const std::vector<written_part>& parts,
                                         uint64_t now_ms) {
   auto& out = fresh_effects();
@@ -298,13 +308,7 @@ room_effects& room_protocol::all_written(const std::vector<written_part>& parts,
       // itself (its bytes landed), and the decider's commit is the decode
       // rank's confirmation: six cross-process messages per 2P x 2D room
       // instead of eight.
-      auto ev = make_effect(room_effect::kind::report_part, fsm_.state());
-      ev.decider = decider_;
-      ev.rank = d.id;
-      ev.source = self_.id;
-      ev.slot = d.tp_rank;
-      ev.slots = d.tp_size;
-      out.push_back(std::move(ev));
+      out.push_back(report_part(d, self_.id));
     } else {
       auto ev = make_effect(room_effect::kind::tell_done, fsm_.state());
       ev.rank = d.id;
@@ -351,13 +355,7 @@ room_effects& room_protocol::source_finished(const source_report& r, uint64_t no
   }
   if (sources_done_.size() < sources_.size())
     return out; // other sources still write
-  auto ev = make_effect(room_effect::kind::report_part, fsm_.state());
-  ev.decider = decider_;
-  ev.rank = self_.id;
-  ev.source = r.source;
-  ev.slot = self_.tp_rank;
-  ev.slots = self_.tp_size;
-  out.push_back(std::move(ev));
+  out.push_back(report_part(self_, r.source));
   prepare(now_ms, out);
   return out;
 }

@@ -341,6 +341,8 @@ private:
   void commit_on_word(room_effects& out);
   void count_slot(int32_t slot, int32_t slots, uint64_t now_ms, room_effects& out);
   void add_recipient(rank_id rank);
+  /// Decode rank `decode`'s slot holds its part, last written by `source`.
+  room_effect report_part(const rank_ref& decode, rank_id source) const;
   bool decider_lost(const rank_ref& lost) const noexcept;
 
   room_effects& fresh_effects() {

@@ -7,23 +7,16 @@
 #include "kvroom/actors/failure_log.hpp"
 #include "kvroom/actors/peer_directory.hpp"
 #include "kvroom/actors/room_directory.hpp"
+#include "ranks.hpp"
 
 using namespace kvroom;
 
 namespace {
 
-rank_ref make_rank(role side, int32_t dp, int32_t tp, rank_id id) {
-  rank_ref r;
-  r.side = side;
-  r.dp_rank = dp;
-  r.tp_rank = tp;
-  r.tp_size = 2;
-  r.id = id;
-  return r;
-}
+using test::make_rank;
 
 room_timeouts timeouts() {
-  return room_timeouts{1000, 1000, 1000};
+  return test::short_timeouts();
 }
 
 std::vector<rank_id> ids(const std::vector<peer_directory::entry_ptr>& xs) {

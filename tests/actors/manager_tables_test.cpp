@@ -6,20 +6,13 @@
 #include "kvroom/actors/parking.hpp"
 #include "kvroom/actors/peer_directory.hpp"
 #include "kvroom/actors/room_directory.hpp"
+#include "ranks.hpp"
 
 using namespace kvroom;
 
 namespace {
 
-rank_ref make_rank(role side, int32_t dp, int32_t tp, rank_id id) {
-  rank_ref r;
-  r.side = side;
-  r.dp_rank = dp;
-  r.tp_rank = tp;
-  r.tp_size = 2;
-  r.id = id;
-  return r;
-}
+using test::make_rank;
 
 dst_info dst_for(room_id room, rank_id decode) {
   dst_info d;

@@ -13,6 +13,7 @@
 #include "kvroom/messages/room_messages.hpp"
 #include "kvroom/actors/room_protocol.hpp"
 #include "kvroom/actors/room_timing.hpp"
+#include "ranks.hpp"
 
 using namespace kvroom;
 
@@ -21,16 +22,11 @@ namespace {
 constexpr room_id room = 7;
 
 rank_ref make_rank(role side, int32_t tp, int32_t tp_size, rank_id id) {
-  rank_ref r;
-  r.side = side;
-  r.tp_rank = tp;
-  r.tp_size = tp_size;
-  r.id = id;
-  return r;
+  return test::make_rank(side, 0, tp, id, tp_size);
 }
 
 room_timeouts timeouts() {
-  return room_timeouts{1000, 1000, 1000};
+  return test::short_timeouts();
 }
 
 std::vector<const room_effect*> of_kind(const room_effects& fx, room_effect::kind k) {

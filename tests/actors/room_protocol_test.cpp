@@ -10,6 +10,7 @@
 #include <random>
 
 #include "kvroom/actors/room_protocol.hpp"
+#include "ranks.hpp"
 
 using namespace kvroom;
 
@@ -19,17 +20,11 @@ constexpr room_id room = 42;
 constexpr rank_id p0 = 0, p1 = 1, d0 = 100, d1 = 101;
 
 rank_ref make_rank(role side, int32_t tp, rank_id id) {
-  rank_ref r;
-  r.side = side;
-  r.dp_rank = 0;
-  r.tp_rank = tp;
-  r.tp_size = 2;
-  r.id = id;
-  return r;
+  return test::make_rank(side, 0, tp, id);
 }
 
 room_timeouts timeouts() {
-  return room_timeouts{1000, 1000, 1000};
+  return test::short_timeouts();
 }
 
 /// One message between two ranks' protocols.
