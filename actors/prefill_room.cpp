@@ -107,7 +107,7 @@ caf::expected<write_batch> plan_for(self_ptr self, const prefill_target& t,
 /// Hands the next queued chunk to the worker, one batch per target, when
 /// nothing of the room is in flight (or moves it right here when it is
 /// small and the data plane allows). A dummy (no target) moves nothing.
-void pump(self_ptr self) {
+void send_next_chunk(self_ptr self) {
   auto& st = self->state;
   auto& core = st.core;
   if (core.concluded() || !st.initialized || !ready(st) || !st.jobs.empty()
@@ -222,7 +222,7 @@ void on_chunk(self_ptr self, sender_chunk& chunk) {
   // still carries aux.
   if ((n > 0 || chunk.is_last) && !(st.role_known && st.targets.empty()))
     st.queued.push_back(std::move(chunk));
-  pump(self);
+  send_next_chunk(self);
 }
 
 void on_dst(self_ptr self, dst_ready& msg);
@@ -423,7 +423,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
     core.set_decode_prefix_len(st.targets.front().dst.decode_prefix_len);
   core.set_counterparts(std::move(counterparts));
   core.advance(kv_poll::waiting_for_input);
-  pump(self);
+  send_next_chunk(self);
 }
 
 void on_result(self_ptr self, const transfer_result& res) {
@@ -447,7 +447,7 @@ void on_result(self_ptr self, const transfer_result& res) {
   if (!st.jobs.empty() || core.concluded())
     return;
   if (!st.last_in_flight) {
-    pump(self);
+    send_next_chunk(self);
     return;
   }
   // Every byte landed; the protocol decides who hears of which part.
@@ -518,7 +518,7 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
       st.declared_pages = msg.num_kv_indices;
       st.aux_index = msg.aux_index;
       if (check_counts(self))
-        pump(self);
+        send_next_chunk(self);
     },
     [=](sender_chunk& msg) { on_chunk(self, msg); },
     [=](dst_ready& msg) { on_dst(self, msg); },

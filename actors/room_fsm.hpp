@@ -33,7 +33,7 @@ std::string to_string(fsm_result x);
 /// The decision logic of one bootstrap room on one rank, with no actor
 /// runtime: the room actor feeds it messages and timer ticks.
 ///
-/// Invariants (DESIGN.md): non-terminal states only move forward; Failed
+/// Invariants (docs/DESIGN.md): non-terminal states only move forward; Failed
 /// overrides any non-terminal state; the first conclusion wins and keeps its
 /// first root cause; a cleared room ignores everything; every non-terminal
 /// state has a deadline. Time is passed in (`now_ms`, any monotonic origin)

@@ -101,7 +101,7 @@ struct written_part {
 /// progress, timer ticks and peer loss, and carries out the effects it
 /// returns. Time is passed in, so every message order is a unit test.
 ///
-/// Rules (DESIGN.md):
+/// Rules (docs/DESIGN.md):
 /// - **One origin.** A rank that is not the decider never concludes Failed on
 ///   its own while the decider can be reached: it proposes the failure and
 ///   concludes with the decider's answer. The decider takes the first failure

@@ -23,7 +23,7 @@ class membership;
 /// How an owned actor system is set up.
 struct runtime_options {
   /// CAF scheduler policy. "sharing" by default: with one actor per room,
-  /// bursts of spawns collapse CAF 0.17's work stealing (TOOLCHAIN.md).
+  /// bursts of spawns collapse CAF 0.17's work stealing (docs/TOOLCHAIN.md).
   std::string scheduler_policy = "sharing";
   /// Scheduler threads; 0 picks the hardware threads (at least 2). CAF's own
   /// default, max(hardware threads, 4), halves room throughput on 2 cores:
