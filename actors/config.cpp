@@ -1,5 +1,7 @@
 #include "kvroom/actors/config.hpp"
 
+#include "kvroom/transport/transport_table.hpp"
+
 #include <algorithm>
 #include <iterator>
 
@@ -99,14 +101,12 @@ caf::error validate(const rank_config& cfg) {
                             + std::to_string(b) + " has "
                             + std::to_string(cfg.memory.kv[b].page_size_bytes) + " B");
   }
-  static const char* transports[] = {"local", "auto", "shm", "tcp", "verbs", "cuda"};
-  if (std::none_of(std::begin(transports), std::end(transports),
-                   [&](const char* x) { return cfg.transport == x; }))
-    return make_error(errc::invalid_config,
-                      "transport must be local, auto, shm, tcp, verbs or cuda, not '"
-                        + cfg.transport + "'");
-  if (cfg.transport != "local" && cfg.transport != "auto" && cfg.transport != "cuda"
-      && !cfg.network)
+  auto* row = find_transport(cfg.transport);
+  if (cfg.transport != "auto" && !row)
+    return make_error(errc::invalid_config, "transport must be auto or one of "
+                                              + transport_names_text() + ", not '"
+                                              + cfg.transport + "'");
+  if (row && row->needs_network && !cfg.network)
     return make_error(errc::invalid_config,
                       "transport " + cfg.transport + " needs network = true");
   auto& t = cfg.timeouts;

@@ -7,14 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "kvroom/transport/log.hpp"
+#include "kvroom/transport/transport_table.hpp"
 
 namespace kvroom {
 
 int transport_index(const std::string& name) noexcept {
-  for (size_t i = 0; i < transport_names.size(); ++i)
-    if (name == transport_names[i])
-      return static_cast<int>(i);
-  return -1;
+  auto i = transport_position(name);
+  return i < static_cast<int>(max_transports) ? i : -1;
 }
 
 const std::vector<double>& atomic_histogram::default_bounds() {
@@ -214,9 +213,10 @@ std::string prometheus_text(const std::vector<metrics_snapshot>& ranks,
   e.family("kvroom_transfer_bytes_total", "counter",
            "KV, state and aux bytes this rank moved, by data plane");
   for (auto& r : ranks)
-    for (size_t i = 0; i < transport_names.size(); ++i)
-      e.sample("kvroom_transfer_bytes_total", with(of(r), "transport", transport_names[i]),
-               static_cast<double>(r.transfer_bytes[i]));
+    for (auto* row : transport_table())
+      if (auto i = transport_index(row->name); i >= 0)
+        e.sample("kvroom_transfer_bytes_total", with(of(r), "transport", row->name),
+                 static_cast<double>(r.transfer_bytes[static_cast<size_t>(i)]));
   histogram(e, "kvroom_transfer_latency_seconds",
             "Prefill: the last chunk reaching the room to its terminal state; decode: the "
             "destination handed over to the terminal state",

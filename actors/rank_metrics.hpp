@@ -18,10 +18,12 @@
 
 namespace kvroom {
 
-/// The data planes bytes are counted by (`transport_index`).
-constexpr std::array<const char*, 5> transport_names = {"local", "shm", "tcp", "verbs", "cuda"};
+/// Bytes are counted per row of the transport table (transport_table.hpp),
+/// which holds at most this many.
+constexpr size_t max_transports = 8;
 
-/// Index into `transport_names`, or -1 for an unknown name.
+/// The transport's row in the table (its byte counter), or -1 for an
+/// unknown name.
 int transport_index(const std::string& name) noexcept;
 
 /// A histogram as Prometheus has it: `counts[i]` observations at most
@@ -58,7 +60,8 @@ struct metrics_snapshot {
   /// [0]: failures this rank identified (origin), [1]: learned (propagated).
   std::array<std::array<uint64_t, failure_cause_count>, 2> failures{};
   uint64_t rooms_in_flight = 0;
-  std::array<uint64_t, transport_names.size()> transfer_bytes{};
+  /// By transport_index (the transport table's order).
+  std::array<uint64_t, max_transports> transfer_bytes{};
   /// Prefill: the last chunk reaching the room to its terminal state;
   /// decode: the destination handed over to the terminal state.
   histogram_snapshot transfer_latency;
@@ -107,7 +110,7 @@ private:
   std::atomic<bool> ready_{false};
   counter success_{0}, failed_{0}, in_flight_{0};
   std::array<std::array<counter, failure_cause_count>, 2> failures_{};
-  std::array<counter, transport_names.size()> bytes_{};
+  std::array<counter, max_transports> bytes_{};
   atomic_histogram latency_, lifetime_;
   counter usable_{0}, listed_{0}, lost_{0}, refused_messages_{0}, parked_{0}, tombstones_{0};
 };

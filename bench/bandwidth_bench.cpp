@@ -24,6 +24,7 @@
 #include "kvroom/kit/testkit.hpp"
 #include "kvroom/transport/device_memory.hpp"
 #include "kvroom/transport/factory.hpp"
+#include "kvroom/transport/transport_table.hpp"
 
 #include "benches.hpp"
 #include "report.hpp"
@@ -38,25 +39,31 @@ class bandwidth_config : public bench_config {
 public:
   std::string blocks = "4096,16384,65536,262144,1048576,4194304";
   std::string batches = "1,8,32,128";
-  std::string transports = "local,shm,tcp";
+  /// Empty: every transport of the table (those not present here report
+  /// skipped, with the reason).
+  std::string transports;
   bool skip_realistic = false;
   bandwidth_config() {
     opt_group{custom_options_, "global"}
       .add(blocks, "blocks", "block sizes in bytes, comma-separated")
       .add(batches, "batches", "writes per batch, comma-separated")
-      .add(transports, "transports", "local,shm,tcp,verbs,cuda (those present run)")
+      .add(transports, "transports",
+           "comma-separated, of the transport table (default: all; those present run)")
       .add(skip_realistic, "skip-realistic", "skip the realistic KV layout through rooms");
   }
 };
 
-/// One side's buffer where the transport needs it: the heap, a /dev/shm
-/// segment (shm), or GPU 0 (cuda).
+/// One side's buffer where the transport needs it, by its row of the
+/// transport table: GPU 0 for a GPU transport (one "auto" never picks for
+/// host memory), a /dev/shm segment for one that registers only shared
+/// segments (shm), else the heap.
 class buffer {
 public:
   static constexpr int gpu = 0;
 
   buffer(const std::string& transport, size_t n) : size_(n) {
-    if (transport == "cuda") {
+    auto* row = find_transport(transport);
+    if (row && row->moves_device() && row->host_nearness < 0) {
       auto p = device_alloc(gpu, n);
       if (!p) {
         error_ = describe(p.error());
@@ -68,7 +75,7 @@ public:
       return;
     }
     void* p = nullptr;
-    if (transport == "shm") {
+    if (row && !row->registers_any_host) {
       shm_name_ = "/kvroom-bench-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++);
       int fd = ::shm_open(shm_name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
       if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(n)) != 0) {
@@ -353,12 +360,20 @@ int bench_bandwidth(int argc, char** argv) {
     std::fprintf(stderr, "bad --blocks or --batches list\n");
     return 2;
   }
-  auto names = split_list(cfg.transports);
+  std::vector<std::string> names;
+  if (cfg.transports.empty())
+    for (auto* row : transport_table())
+      names.emplace_back(row->name);
+  else
+    names = split_list(cfg.transports);
   constexpr uint64_t max_batch_bytes = 64ull << 20;
   auto per_point = cfg.seconds / 10;
+  std::string listed;
+  for (auto& n : names)
+    listed += (listed.empty() ? "" : ",") + n;
   std::printf("kvroom-bench bandwidth: transports %s; each point %.2f s and its baseline %.2f s, "
               "same buffers (memcpy: local, shm, verbs; plain socket stream: tcp; cudaMemcpy: cuda)\n",
-              cfg.transports.c_str(), per_point, per_point);
+              listed.c_str(), per_point, per_point);
   std::printf("%-9s %10s %6s %10s %10s %-10s %7s\n", "transport", "block", "batch", "GB/s",
               "base GB/s", "baseline", "ratio");
   std::vector<std::string> rows;
@@ -450,7 +465,7 @@ int bench_bandwidth(int argc, char** argv) {
   }
   auto out = json_object{}
                .str("bench", "bandwidth")
-               .str("transports", cfg.transports)
+               .str("transports", listed)
                .raw("points", json_array(rows))
                .num("realistic_kv_gb_per_s", kv_gbps)
                .num("realistic_kv_memcpy_gb_per_s", kv_base)

@@ -1,9 +1,15 @@
-# Enforces STYLE.md's layering: run as `cmake -DROOT=<src> -P check_layering.cmake`.
+# Enforces docs/STYLE.md's layering: run as
+#   cmake -DROOT=<src> -DPRIVATE=<a|b|...> -P check_layering.cmake
+# with PRIVATE the folders private to transport/ (transport/CMakeLists.txt:
+# every transport of the table, fault, router).
 #   messages/  includes only the standard library, CAF core and messages/
 #   transport/ never includes actors/ and never names caf::actor
 #   actors/    never includes a backend's private header
 #   bench/, cli/, kit/ include public headers only (not backend folders)
 #   actors/ never includes the testkit; every project include is kvroom/...
+if(NOT PRIVATE)
+  message(FATAL_ERROR "-DPRIVATE=<folders private to transport/> is required")
+endif()
 set(violations "")
 
 function(check_folder folder regex why)
@@ -22,18 +28,18 @@ check_folder(messages "#include \"kvroom/(transport|actors|kit)/" "messages/ dep
 check_folder(messages "#include [<\"]caf/io/" "messages/ uses CAF core only")
 check_folder(transport "#include \"kvroom/(actors|kit)/" "transport/ never includes actor headers")
 check_folder(transport "caf::actor[^_]" "transport/ never holds an actor")
-check_folder(actors "#include \"kvroom/transport/(local|fault|shm|tcp|verbs|cuda)/" "actors/ uses the transport interface only")
+check_folder(actors "#include \"kvroom/transport/(${PRIVATE})/" "actors/ uses the transport interface only")
 check_folder(actors "#include \"kvroom/kit/" "the product never includes the testkit")
-check_folder(kit "#include \"kvroom/transport/(local|fault|shm|tcp|verbs|cuda)/" "kit/ uses public headers only")
+check_folder(kit "#include \"kvroom/transport/(${PRIVATE})/" "kit/ uses public headers only")
 # Any project include without the kvroom/ prefix would need a top-level
 # layer folder on the include path, which an embedder's own could shadow.
 foreach(folder messages transport actors kit cli bench)
   check_folder(${folder} "#include \"(messages|transport|actors|kit)/" "project headers are included as kvroom/<layer>/...")
 endforeach()
-check_folder(bench "#include \"kvroom/transport/(local|fault|shm|tcp|verbs|cuda)/" "bench/ uses public headers only")
-check_folder(cli "#include \"kvroom/transport/(local|fault|shm|tcp|verbs|cuda)/" "cli/ uses public headers only")
+check_folder(bench "#include \"kvroom/transport/(${PRIVATE})/" "bench/ uses public headers only")
+check_folder(cli "#include \"kvroom/transport/(${PRIVATE})/" "cli/ uses public headers only")
 foreach(folder messages actors cli bench)
-  check_folder(${folder} "KVROOM_HAVE_" "hardware #ifdefs live in transport/factory.cpp and the backends only")
+  check_folder(${folder} "KVROOM_HAVE_" "hardware #ifdefs live in the transports' folders only")
 endforeach()
 
 if(violations)

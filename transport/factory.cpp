@@ -1,17 +1,11 @@
 #include "kvroom/transport/factory.hpp"
 
+#include <algorithm>
+
 #include "kvroom/messages/error.hpp"
 #include "kvroom/transport/fault/fault_backend.hpp"
-#include "kvroom/transport/local/local_backend.hpp"
 #include "kvroom/transport/router/router_backend.hpp"
-#include "kvroom/transport/shm/shm_backend.hpp"
-#include "kvroom/transport/tcp/tcp_backend.hpp"
-#ifdef KVROOM_HAVE_VERBS
-#include "kvroom/transport/verbs/verbs_backend.hpp"
-#endif
-#ifdef KVROOM_HAVE_CUDA
-#include "kvroom/transport/cuda/cuda_backend.hpp"
-#endif
+#include "kvroom/transport/transport_table.hpp"
 
 namespace kvroom {
 
@@ -61,91 +55,54 @@ bool from_string(const std::string& str, fault_point& x) {
 
 namespace {
 
-caf::expected<backend_ptr> make_tcp(const backend_config& cfg) {
-  auto tcp = std::make_unique<detail::tcp_backend>(cfg.owner, cfg.tcp_host,
-                                                   cfg.io_timeout_ms, cfg.secret);
-  if (auto err = tcp->start())
-    return err;
-  return backend_ptr{std::move(tcp)};
-}
-
-// The hardware backends: built only when their libraries were found, and
-// started only when their device answers; otherwise the reason says why.
-caf::expected<backend_ptr> make_verbs(const backend_config& cfg) {
-#ifdef KVROOM_HAVE_VERBS
-  detail::verbs_options opts;
-  opts.device = cfg.verbs_device;
-  auto be = std::make_unique<detail::verbs_backend>(cfg.owner, opts);
-  if (auto err = be->start())
-    return err;
-  return backend_ptr{std::move(be)};
-#else
-  static_cast<void>(cfg);
-  return make_error(errc::unavailable, "verbs: not compiled in (" KVROOM_VERBS_REASON ")");
-#endif
-}
-
-caf::expected<backend_ptr> make_cuda(const backend_config& cfg) {
-#ifdef KVROOM_HAVE_CUDA
-  auto be = std::make_unique<detail::cuda_backend>(cfg.owner);
-  if (auto err = be->start())
-    return err;
-  return backend_ptr{std::move(be)};
-#else
-  static_cast<void>(cfg);
-  return make_error(errc::unavailable, "cuda: not compiled in (" KVROOM_CUDA_REASON ")");
-#endif
+/// "auto": every transport this rank can offer behind one router, in the
+/// table's order (see backend_config::name).
+caf::expected<backend_ptr> make_auto(const backend_config& cfg) {
+  std::vector<backend_ptr> parts;
+  std::vector<const transport_row*> rows;
+  for (auto* row : transport_table()) {
+    if (row->needs_network && !cfg.network)
+      continue;
+    auto be = row->make(cfg);
+    if (!be) {
+      if (row->may_be_absent)
+        continue;
+      return be.error();
+    }
+    parts.push_back(std::move(*be));
+    rows.push_back(row);
+  }
+  // A part marked optional drops out when it cannot register some of the
+  // rank's memory: a part that takes only some host memory (shm: shared
+  // segments), one that may lack its hardware's memory, and, once a
+  // same-host GPU transport is present, the host-only ones (GPU memory).
+  bool local_gpu = std::any_of(rows.begin(), rows.end(), [](const transport_row* r) {
+    return r->moves_device() && r->domain_bound;
+  });
+  std::vector<bool> optional;
+  for (auto* row : rows)
+    optional.push_back(row->moves_device() || !row->registers_any_host || local_gpu);
+  return backend_ptr{std::make_unique<detail::router_backend>(std::move(parts),
+                                                              std::move(optional))};
 }
 
 } // namespace
 
 caf::expected<backend_ptr> make_backend(const backend_config& cfg) {
   backend_ptr result;
-  if (cfg.name == "local") {
-    result = std::make_unique<detail::local_backend>(cfg.owner);
-  } else if (cfg.name == "tcp") {
-    auto tcp = make_tcp(cfg);
-    if (!tcp)
-      return tcp.error();
-    result = std::move(*tcp);
-  } else if (cfg.name == "shm") {
-    result = std::make_unique<detail::shm_backend>(cfg.owner);
-  } else if (cfg.name == "verbs" || cfg.name == "cuda") {
-    auto be = cfg.name == "verbs" ? make_verbs(cfg) : make_cuda(cfg);
+  if (cfg.name == "auto") {
+    auto be = make_auto(cfg);
     if (!be)
       return be.error();
     result = std::move(*be);
-  } else if (cfg.name == "auto") {
-    std::vector<backend_ptr> parts;
-    std::vector<bool> optional;
-    // A part marked optional drops out when it cannot register some of the
-    // rank's memory (shm: not in a shared segment; local: GPU memory).
-    auto cuda = make_cuda(cfg);
-    bool have_cuda = static_cast<bool>(cuda);
-    parts.push_back(std::make_unique<detail::local_backend>(cfg.owner));
-    optional.push_back(have_cuda);
-    if (cuda) {
-      parts.push_back(std::move(*cuda));
-      optional.push_back(true);
-    }
-    if (cfg.network) {
-      parts.push_back(std::make_unique<detail::shm_backend>(cfg.owner));
-      optional.push_back(true);
-      if (auto verbs = make_verbs(cfg)) {
-        parts.push_back(std::move(*verbs));
-        optional.push_back(true);
-      }
-      auto tcp = make_tcp(cfg);
-      if (!tcp)
-        return tcp.error();
-      parts.push_back(std::move(*tcp));
-      optional.push_back(have_cuda);
-    }
-    result = std::make_unique<detail::router_backend>(std::move(parts), std::move(optional));
+  } else if (auto* row = find_transport(cfg.name)) {
+    auto be = row->make(cfg);
+    if (!be)
+      return be.error();
+    result = std::move(*be);
   } else {
-    return make_error(errc::unavailable,
-                      "unknown transport '" + cfg.name
-                        + "' (kvroom knows local, shm, tcp, verbs, cuda and auto)");
+    return make_error(errc::unavailable, "unknown transport '" + cfg.name + "' (kvroom knows "
+                                           + transport_names_text() + " and auto)");
   }
   if (cfg.faults.probability < 0.0 || cfg.faults.probability > 1.0)
     return make_error(errc::invalid_argument,
@@ -158,19 +115,8 @@ caf::expected<backend_ptr> make_backend(const backend_config& cfg) {
 
 std::vector<backend_availability> probe_backends() {
   std::vector<backend_availability> out;
-  out.push_back({"local", true, true, "same-process memcpy"});
-  out.push_back({"shm", true, true, "same host, POSIX shared memory (/dev/shm), one copy"});
-  out.push_back({"tcp", true, true, "sockets, receiver-side range validation"});
-#ifdef KVROOM_HAVE_VERBS
-  out.push_back(detail::verbs_backend::probe());
-#else
-  out.push_back({"verbs", false, false, "not compiled in (" KVROOM_VERBS_REASON ")"});
-#endif
-#ifdef KVROOM_HAVE_CUDA
-  out.push_back(detail::cuda_backend::probe());
-#else
-  out.push_back({"cuda", false, false, "not compiled in (" KVROOM_CUDA_REASON ")"});
-#endif
+  for (auto* row : transport_table())
+    out.push_back(row->probe());
   return out;
 }
 

@@ -14,10 +14,10 @@ namespace kvroom {
 
 /// What a rank asks the factory for.
 struct backend_config {
-  /// "local" (same process), "shm", "tcp", "verbs", "cuda", or "auto":
-  /// every backend this rank can offer behind one router: local, cuda when
-  /// a GPU is usable, and with `network` shm, verbs when an RDMA port is
-  /// active, and tcp.
+  /// A transport of the table (transport_table.hpp: local, cuda, shm, verbs,
+  /// tcp), or "auto": every transport this rank can offer behind one
+  /// router, in the table's order: local, cuda when a GPU is usable, and
+  /// with `network` shm, verbs when an RDMA port is active, and tcp.
   std::string name = "local";
   /// The rank whose memory the backend registers.
   rank_id owner = 0;
@@ -36,8 +36,9 @@ struct backend_config {
   deployment_secret secret = {};
 };
 
-/// The one place that knows every backend: builds the one named in `cfg`,
-/// wrapped in the fault injector when `cfg.faults` selects anything.
+/// Builds the backend named in `cfg` from its row of the transport table
+/// (or the router over every row for "auto"), wrapped in the fault
+/// injector when `cfg.faults` selects anything.
 caf::expected<backend_ptr> make_backend(const backend_config& cfg);
 
 /// Whether a backend can run here, and why not when it cannot.
@@ -48,7 +49,8 @@ struct backend_availability {
   std::string detail;
 };
 
-/// Every backend kvroom knows, compiled in or not, with its run-time status.
+/// Every transport of the table, compiled in or not, with its run-time
+/// status.
 std::vector<backend_availability> probe_backends();
 
 } // namespace kvroom

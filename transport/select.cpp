@@ -1,6 +1,9 @@
 #include "kvroom/transport/select.hpp"
 
+#include <algorithm>
+
 #include "kvroom/messages/error.hpp"
+#include "kvroom/transport/transport_table.hpp"
 
 namespace kvroom {
 
@@ -24,17 +27,13 @@ std::string describe_kinds(memory_kinds k) {
   return to_string(k.src) + " -> " + to_string(k.dst) + " memory";
 }
 
-/// Transports that only work inside one domain (process or host).
-bool domain_bound(const std::string& name) {
-  return name == "local" || name == "shm" || name == "cuda";
-}
-
 } // namespace
 
 bool moves(const std::string& name, memory_kinds kinds) {
-  if (name == "cuda" || name == "verbs")
-    return true;
-  return !kinds.any_device();
+  auto* row = find_transport(name);
+  if (!row)
+    return false;
+  return kinds.any_device() ? row->moves_device() : row->moves_host;
 }
 
 caf::expected<endpoint_desc> choose_endpoint(const std::vector<endpoint_desc>& peer,
@@ -51,23 +50,29 @@ caf::expected<endpoint_desc> choose_endpoint(const std::vector<endpoint_desc>& p
       return make_error(errc::unsupported, forced + " cannot move " + describe_kinds(kinds));
     return *x;
   }
-  // Nearest first: a memcpy beats a shared mapping beats the NIC beats a
-  // socket. GPU memory goes through CUDA on one host, GPUDirect otherwise.
-  static const char* host_order[] = {"local", "shm", "verbs", "tcp"};
-  static const char* device_order[] = {"cuda", "verbs"};
-  auto try_all = [&](const char* const* names, size_t n) -> const endpoint_desc* {
-    for (size_t i = 0; i < n; ++i) {
-      auto* theirs = find(peer, names[i]);
-      auto* ours = find(mine, names[i]);
-      if (!theirs || !ours)
-        continue;
-      if (domain_bound(names[i]) && theirs->domain != ours->domain)
-        continue;
-      return theirs;
-    }
-    return nullptr;
-  };
-  auto* x = kinds.any_device() ? try_all(device_order, 2) : try_all(host_order, 4);
+  // Nearest first, by the table's nearness for these memory kinds (host:
+  // local, shm, verbs, tcp; GPU memory: cuda on one host, verbs across).
+  std::vector<const transport_row*> order;
+  for (auto* row : transport_table())
+    if ((kinds.any_device() ? row->device_nearness : row->host_nearness) >= 0)
+      order.push_back(row);
+  std::stable_sort(order.begin(), order.end(), [&](const transport_row* a, const transport_row* b) {
+    return kinds.any_device() ? a->device_nearness < b->device_nearness
+                              : a->host_nearness < b->host_nearness;
+  });
+  const endpoint_desc* x = nullptr;
+  for (auto* row : order) {
+    auto* theirs = find(peer, row->name);
+    auto* ours = find(mine, row->name);
+    if (!theirs || !ours)
+      continue;
+    // An endpoint of a domain-bound transport is reachable only from the
+    // same process or host: its domain must equal ours.
+    if (row->domain_bound && theirs->domain != ours->domain)
+      continue;
+    x = theirs;
+    break;
+  }
   if (x)
     return *x;
   return make_error(errc::unavailable, "no transport moves " + describe_kinds(kinds)

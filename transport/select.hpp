@@ -19,14 +19,14 @@ struct memory_kinds {
   }
 };
 
-/// Whether transport `name` can move memory of these kinds at all: local,
-/// shm and tcp touch host memory only; cuda and verbs (GPUDirect) also GPU
-/// memory.
+/// Whether transport `name` can move memory of these kinds at all, by its
+/// row of the transport table: local, shm and tcp touch host memory only;
+/// cuda and verbs (GPUDirect) also GPU memory.
 bool moves(const std::string& name, memory_kinds kinds);
 
 /// Picks how to reach a peer from the endpoints it offers. `forced` names a
-/// transport or is "auto", which takes the nearest that both ends offer and
-/// that moves `kinds`:
+/// transport or is "auto", which takes the nearest (by the transport table)
+/// that both ends offer and that moves `kinds`:
 /// - host memory: local (same process), shm (same host), verbs, tcp;
 /// - GPU memory on either side: cuda (same host), verbs.
 /// An endpoint is "the same process/host" when its `domain` equals that of
