@@ -7,16 +7,17 @@
 
 #include "caf/error.hpp"
 
+#include "kvroom/messages/error.hpp"
 #include "kvroom/transport/backend.hpp"
 
 namespace kvroom {
 
-/// A rank's shortcut for small batches: a prefill room moves them itself,
-/// on its own scheduler thread, through `backend::copy_inline`, instead of a
-/// round trip through the transfer worker's thread (two messages and a
-/// cross-thread wake-up per room). Only backends that can copy from any
-/// thread at once accept; anything else, and anything larger than the limit,
-/// takes the worker.
+/// A rank's shortcut for small batches: a prefill room posts them itself,
+/// on its own scheduler thread, instead of a round trip through the
+/// transfer worker's thread (two messages and a cross-thread wake-up per
+/// room). Only batches whose post completes inside the call and may run on
+/// any thread (`backend::completes_inline`: memcpy backends) go this way;
+/// anything else, and anything larger than the limit, takes the worker.
 ///
 /// The rank closes it before its memory goes away: `close` waits for copies
 /// in progress and refuses new ones, so no room reads or writes memory of a
@@ -28,15 +29,21 @@ public:
     : data_plane_(std::move(data_plane)), max_bytes_(max_bytes) {
   }
 
-  /// The outcome of a copy done now, or nullopt: post through the worker.
-  std::optional<caf::error> try_copy(const write_batch& batch) {
+  /// The outcome of a post done now (no error: every byte landed), or
+  /// nullopt: post through the worker.
+  std::optional<caf::error> try_post(const write_batch& batch) {
     if (max_bytes_ == 0 || batch.total_bytes() > max_bytes_)
       return std::nullopt;
     busy_.fetch_add(1);
     std::optional<caf::error> result;
     if (open_.load())
-      if (auto be = data_plane_.lock())
-        result = be->copy_inline(batch);
+      if (auto be = data_plane_.lock(); be && be->completes_inline(batch)) {
+        auto res = be->post(batch);
+        result = res.status == xfer_status::done ? caf::error{} : std::move(res.error);
+        if (!*result && res.status != xfer_status::done)
+          result = make_error(errc::transport_error, "a post that completes inline returned "
+                                                       + to_string(res.status));
+      }
     busy_.fetch_sub(1);
     return result;
   }
@@ -51,7 +58,7 @@ public:
 private:
   std::weak_ptr<backend> data_plane_;
   uint64_t max_bytes_;
-  // Sequentially consistent on purpose: `try_copy` raises busy then reads
+  // Sequentially consistent on purpose: `try_post` raises busy then reads
   // open, `close` clears open then reads busy; one of them sees the other.
   std::atomic<bool> open_{true};
   std::atomic<int> busy_{0};

@@ -143,7 +143,7 @@ void send_next_chunk(self_ptr self) {
   std::vector<bool> inline_done(batches.size(), false);
   if (auto& shortcut = core.params().shortcut) {
     for (size_t i = 0; i < batches.size(); ++i) {
-      if (auto res = shortcut->try_copy(batches[i])) {
+      if (auto res = shortcut->try_post(batches[i])) {
         inline_done[i] = true;
         done_here.push_back(transfer_result{room, st.jobs[i], !*res,
                                             *res ? describe(*res) : std::string{},

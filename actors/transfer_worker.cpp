@@ -32,27 +32,19 @@ void reply(self_ptr self, const caf::actor& room, const transfer_job& work,
 /// Posts one job; false when the backend pushed back and it must wait.
 bool post(self_ptr self, const transfer_worker_state::job& j) {
   auto& st = self->state;
-  auto id = st.data_plane->post(j.work.batch);
-  if (!id) {
-    reply(self, j.room, j.work, false, describe(id.error()), 0);
-    return true;
-  }
+  auto res = st.data_plane->post(j.work.batch);
   auto bytes = j.work.batch.total_bytes();
-  std::string reason;
-  switch (st.data_plane->poll(*id, reason)) {
+  switch (res.status) {
     case xfer_status::done:
-      st.data_plane->release(*id);
       reply(self, j.room, j.work, true, {}, bytes);
       return true;
     case xfer_status::failed:
-      st.data_plane->release(*id);
-      reply(self, j.room, j.work, false, reason, 0);
+      reply(self, j.room, j.work, false, describe(res.error), 0);
       return true;
     case xfer_status::would_block:
-      st.data_plane->release(*id);
       return false;
     case xfer_status::in_progress:
-      st.active.push_back({j.room, j.work.room, j.work.job_id, bytes, *id,
+      st.active.push_back({j.room, j.work.room, j.work.job_id, bytes, res.id,
                            monotonic_ms() + st.job_timeout_ms});
       return true;
   }

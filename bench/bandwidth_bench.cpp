@@ -269,18 +269,20 @@ point measure(const std::string& name, int64_t block, int64_t batch, double seco
     if (!admitting && inflight.empty())
       break;
     if (admitting && inflight.size() < depth) {
-      auto id = s.post(wb);
-      if (!id) {
-        out.skipped = describe(id.error());
+      auto res = s.post(wb);
+      if (res.status == xfer_status::failed) {
+        out.skipped = describe(res.error);
         return out;
       }
-      std::string reason;
-      if (s.poll(*id, reason) == xfer_status::would_block)
-        s.release(*id);  // back-pressure: drain the oldest first
-      else {
-        inflight.push_back(*id);
+      if (res.status == xfer_status::done) {
+        moved += bytes;
         continue;
       }
+      if (res.status == xfer_status::in_progress) {
+        inflight.push_back(res.id);
+        continue;
+      }
+      // would_block: back-pressure, drain the oldest first.
     }
     if (inflight.empty())
       continue;

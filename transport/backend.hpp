@@ -43,6 +43,31 @@ using region_id = uint64_t;
 /// Id of one posted batch, unique within a backend.
 using xfer_id = uint64_t;
 
+/// What `post` did with a batch (UCX's `UCS_OK` / `UCS_INPROGRESS` /
+/// `UCS_ERR_NO_RESOURCE`; NIXL's `postXfer` may complete synchronously).
+struct post_result {
+  /// done: every write landed inside the call (nothing to poll or release);
+  /// in_progress: poll `id` until it is done or failed, then release it;
+  /// would_block: nothing was posted, post again later; failed: `error`
+  /// says why (a batch refused by validation moved nothing).
+  xfer_status status = xfer_status::failed;
+  xfer_id id = 0;
+  caf::error error;
+
+  static post_result done() {
+    return {xfer_status::done, 0, caf::error{}};
+  }
+  static post_result in_progress(xfer_id id) {
+    return {xfer_status::in_progress, id, caf::error{}};
+  }
+  static post_result would_block() {
+    return {xfer_status::would_block, 0, caf::error{}};
+  }
+  static post_result failed(caf::error err) {
+    return {xfer_status::failed, 0, std::move(err)};
+  }
+};
+
 /// One data-plane backend of one rank: registers the rank's memory and moves
 /// bytes from it into a peer's registered memory (NIXL's prepare/post/poll/
 /// release cycle).
@@ -50,12 +75,14 @@ using xfer_id = uint64_t;
 /// Contract:
 /// - `post` validates every write before any byte moves: the source must lie
 ///   in memory this backend registered, the destination in memory the peer
-///   registered. A violation returns an error and moves nothing.
-/// - After a successful `post`, callers must keep calling `poll` until it
-///   returns `done` or `failed`, then call `release` exactly once.
+///   registered. A violation fails the post and moves nothing.
+/// - A post that returns `in_progress` is polled until `done` or `failed`,
+///   then released exactly once; every other outcome leaves nothing to
+///   poll or release.
 /// - Methods may block only as long as the documented work takes (a memcpy,
 ///   a socket write); callers run them off actor threads.
-/// - A backend is used by one thread at a time; registration tables it shares
+/// - A backend is used by one thread at a time, except `post` of a batch
+///   for which `completes_inline` says yes; registration tables it shares
 ///   with other backends are its own to protect.
 class backend {
 public:
@@ -80,23 +107,29 @@ public:
   /// Removes a registration; writes into it are refused from then on.
   virtual caf::error deregister_memory(region_id id) = 0;
 
-  /// Validates and posts every write of `batch`.
-  virtual caf::expected<xfer_id> post(const write_batch& batch) = 0;
+  /// Validates and posts every write of `batch` (see `post_result`).
+  virtual post_result post(const write_batch& batch) = 0;
 
-  /// Progress of a posted batch; `reason` is set when it returns `failed`.
-  virtual xfer_status poll(xfer_id id, std::string& reason) = 0;
+  /// Progress of a batch whose post returned `in_progress`; `reason` is set
+  /// when it returns `failed`. A backend whose posts all complete inside
+  /// the call keeps no batches and answers `failed` for any id.
+  virtual xfer_status poll(xfer_id id, std::string& reason) {
+    reason = name() + " backend has no batch " + std::to_string(id) + " in progress";
+    return xfer_status::failed;
+  }
 
-  /// Forgets a batch that reached `done` or `failed`.
-  virtual void release(xfer_id id) = 0;
+  /// Forgets a batch that reached `done` or `failed` after `in_progress`.
+  virtual void release(xfer_id id) {
+    static_cast<void>(id);
+  }
 
-  /// Moves `batch` on the calling thread, now, when this backend can do so
-  /// from any thread at once (its copies finish inside the call and touch
-  /// only tables it locks itself): returns the outcome (no error: every byte
-  /// landed). `nullopt`: it cannot, post through its owner instead. Rooms use
-  /// this for small batches to skip the transfer worker's thread hop.
-  virtual std::optional<caf::error> copy_inline(const write_batch& batch) {
+  /// True when posting `batch` completes inside the call (done or failed)
+  /// and may happen on any thread at once (its copies touch only tables it
+  /// locks itself): a room then posts a small batch itself instead of a
+  /// round trip through the transfer worker's thread. Thread-safe.
+  virtual bool completes_inline(const write_batch& batch) const {
     static_cast<void>(batch);
-    return std::nullopt;
+    return false;
   }
 
   // -- connection set-up and completion (backends that need them) -----------

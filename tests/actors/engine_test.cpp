@@ -250,31 +250,29 @@ public:
     return inner_->register_memory(m);
   }
   caf::error deregister_memory(region_id id) override { return inner_->deregister_memory(id); }
-  caf::expected<xfer_id> post(const write_batch& b) override {
+  post_result post(const write_batch& b) override {
+    if (connected_.count(b.peer.owner) != 0)
+      return inner_->post(b);
     auto id = next_++;
-    if (connected_.count(b.peer.owner) == 0) {
-      if (requested_.insert(b.peer.owner).second)
-        out_.push_back({name(), owner_, b.peer.owner, "hello"});
-      waiting_.emplace(id, b);
-      return id;
-    }
-    auto inner = inner_->post(b);
-    if (!inner)
-      return inner.error();
-    posted_[id] = *inner;
-    return id;
+    if (requested_.insert(b.peer.owner).second)
+      out_.push_back({name(), owner_, b.peer.owner, "hello"});
+    waiting_.emplace(id, b);
+    return post_result::in_progress(id);
   }
   xfer_status poll(xfer_id id, std::string& reason) override {
     if (waiting_.count(id) != 0)
       return xfer_status::in_progress;
-    return inner_->poll(posted_.at(id), reason);
+    auto i = done_.find(id);
+    if (i == done_.end()) {
+      reason = "no batch " + std::to_string(id);
+      return xfer_status::failed;
+    }
+    reason = i->second.second;
+    return i->second.first;
   }
   void release(xfer_id id) override {
-    if (auto i = posted_.find(id); i != posted_.end()) {
-      inner_->release(i->second);
-      posted_.erase(i);
-    }
     waiting_.erase(id);
+    done_.erase(id);
   }
   std::vector<transport_control> take_control() override {
     return std::move(out_);
@@ -291,9 +289,10 @@ public:
         ++i;
         continue;
       }
+      // The inner backend (local) completes inside the call.
       auto inner = inner_->post(i->second);
-      REQUIRE(inner);
-      posted_[i->first] = *inner;
+      REQUIRE(inner.status != xfer_status::in_progress);
+      done_[i->first] = {inner.status, describe(inner.error)};
       i = waiting_.erase(i);
     }
     return caf::none;
@@ -307,7 +306,8 @@ private:
   std::set<rank_id> requested_;
   std::vector<transport_control> out_;
   std::map<xfer_id, write_batch> waiting_;
-  std::map<xfer_id, xfer_id> posted_;
+  /// Batches that waited for the handshake, once posted: their outcome.
+  std::map<xfer_id, std::pair<xfer_status, std::string>> done_;
   xfer_id next_ = 1;
 };
 

@@ -28,13 +28,28 @@ using namespace kvroom;
 
 namespace {
 
-/// Polls a posted batch to its end, bounded in count.
-xfer_status finish(backend& be, xfer_id id, std::string& reason) {
-  for (int i = 0; i < 1'000'000; ++i) {
-    auto st = be.poll(id, reason);
-    if (st != xfer_status::in_progress)
-      return st;
+/// Drives a post to its end, polling a batch in progress (bounded in
+/// count) and releasing it: done, failed (`reason` says why), would_block,
+/// or in_progress when it never ended.
+xfer_status finish(backend& be, const post_result& posted, std::string& reason) {
+  switch (posted.status) {
+    case xfer_status::failed:
+      reason = describe(posted.error);
+      return xfer_status::failed;
+    case xfer_status::done:
+    case xfer_status::would_block:
+      return posted.status;
+    case xfer_status::in_progress:
+      break;
   }
+  for (int i = 0; i < 1'000'000; ++i) {
+    auto st = be.poll(posted.id, reason);
+    if (st != xfer_status::in_progress) {
+      be.release(posted.id);
+      return st;
+    }
+  }
+  be.release(posted.id);
   return xfer_status::in_progress;
 }
 
@@ -42,12 +57,8 @@ xfer_status finish(backend& be, xfer_id id, std::string& reason) {
 /// (refused at post, or failed at completion: a remote receiver refuses a
 /// batch only once it has seen it).
 std::pair<bool, std::string> run(backend& be, const write_batch& batch) {
-  auto id = be.post(batch);
-  if (!id)
-    return {false, describe(id.error())};
   std::string reason;
-  auto st = finish(be, *id, reason);
-  be.release(*id);
+  auto st = finish(be, be.post(batch), reason);
   return {st == xfer_status::done, reason};
 }
 
@@ -160,11 +171,8 @@ TEST_CASE("every compiled backend moves a seeded pattern byte-exact across sizes
           ops.push_back({pair_of_ranks::addr(p.src) + 2 * i * block,
                          pair_of_ranks::addr(p.dst) + 2 * (count - 1 - i) * block,
                          block});
-        auto id = p.sender->post(p.batch(ops));
-        REQUIRE(id);
         std::string reason;
-        REQUIRE(finish(*p.sender, *id, reason) == xfer_status::done);
-        p.sender->release(*id);
+        REQUIRE(finish(*p.sender, p.sender->post(p.batch(ops)), reason) == xfer_status::done);
         for (size_t i = 0; i < count; ++i) {
           REQUIRE(std::memcmp(p.src.data() + 2 * i * block,
                               p.dst.data() + 2 * (count - 1 - i) * block, block) == 0);
@@ -300,12 +308,12 @@ TEST_CASE("a peer endpoint that is malformed or from another process is refused"
   pair_of_ranks p{"local", 64};
   auto b = p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 8}});
   b.peer.address = "not-a-number";
-  CHECK_FALSE(p.sender->post(b));
+  CHECK(p.sender->post(b).status == xfer_status::failed);
   b = p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 8}});
   b.peer.domain ^= 1;
-  auto id = p.sender->post(b);
-  REQUIRE_FALSE(id);
-  CHECK(describe(id.error()).find("not in this process") != std::string::npos);
+  auto res = p.sender->post(b);
+  REQUIRE(res.status == xfer_status::failed);
+  CHECK(describe(res.error).find("not in this process") != std::string::npos);
   CHECK_FALSE(make_backend(backend_config{"carrier-pigeon", 1, {}}));
 }
 
@@ -317,15 +325,13 @@ TEST_CASE("the fault injector fails the selected batches at each point") {
     pair_of_ranks p{"local", 256, plan};
     auto b = p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 128}}, 7);
     b.aux_ops = aux_ops;
-    auto id = p.sender->post(b);
-    posted = static_cast<bool>(id);
-    if (!id) {
-      reason = describe(id.error());
-      return xfer_status::failed;
-    }
-    auto st = point == fault_point::stall ? p.sender->poll(*id, reason)
-                                          : finish(*p.sender, *id, reason);
-    p.sender->release(*id);
+    auto res = p.sender->post(b);
+    posted = res.status != xfer_status::failed;
+    if (point != fault_point::stall)
+      return finish(*p.sender, res, reason);
+    REQUIRE(res.status == xfer_status::in_progress);
+    auto st = p.sender->poll(res.id, reason);
+    p.sender->release(res.id);
     return st;
   };
   std::string reason;
@@ -350,19 +356,20 @@ TEST_CASE("the fault injector fails the selected batches at each point") {
     std::memset(reinterpret_cast<void*>(pair_of_ranks::addr(p.src)), 0x11, 128);
     std::memset(reinterpret_cast<void*>(pair_of_ranks::addr(p.dst)), 0x22, 128);
     auto b = p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 128}}, 7);
-    auto id = p.sender->post(b);
-    REQUIRE(id);
-    CHECK(p.sender->poll(*id, reason) == xfer_status::in_progress);
+    auto res = p.sender->post(b);
+    REQUIRE(res.status == xfer_status::in_progress);
+    auto id = res.id;
+    CHECK(p.sender->poll(id, reason) == xfer_status::in_progress);
     CHECK(*reinterpret_cast<const uint8_t*>(pair_of_ranks::addr(p.dst)) == 0x22);
     auto st = xfer_status::in_progress;
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (st == xfer_status::in_progress && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      st = p.sender->poll(*id, reason);
+      st = p.sender->poll(id, reason);
     }
     CHECK(st == xfer_status::done);
     CHECK(*reinterpret_cast<const uint8_t*>(pair_of_ranks::addr(p.dst)) == 0x11);
-    p.sender->release(*id);
+    p.sender->release(id);
   }
   // on_aux leaves KV-only batches alone and fails those carrying aux data.
   CHECK(run(fault_point::on_aux, 0, reason, posted) == xfer_status::done);
@@ -390,17 +397,13 @@ TEST_CASE("targeted faults give each room its own point") {
   auto batch = [&](room_id r) {
     return p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 8}}, r);
   };
-  CHECK_FALSE(p.sender->post(batch(1)));
-  auto id = p.sender->post(batch(2));
-  REQUIRE(id);
+  CHECK(p.sender->post(batch(1)).status == xfer_status::failed);
+  auto res = p.sender->post(batch(2));
+  REQUIRE(res.status == xfer_status::in_progress);
   std::string reason;
-  CHECK(finish(*p.sender, *id, reason) == xfer_status::failed);
+  CHECK(finish(*p.sender, res, reason) == xfer_status::failed);
   CHECK(reason == "injected fault after post (room 2)");
-  p.sender->release(*id);
-  id = p.sender->post(batch(3));
-  REQUIRE(id);
-  CHECK(finish(*p.sender, *id, reason) == xfer_status::done);
-  p.sender->release(*id);
+  CHECK(finish(*p.sender, p.sender->post(batch(3)), reason) == xfer_status::done);
 }
 
 TEST_CASE("the same seed reproduces the same random faults") {
@@ -411,10 +414,10 @@ TEST_CASE("the same seed reproduces the same random faults") {
     pair_of_ranks p{"local", 64, plan};
     std::vector<bool> failed;
     for (room_id r = 0; r < 200; ++r) {
-      auto id = p.sender->post(p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 8}}, r));
-      failed.push_back(!id);
-      if (id)
-        p.sender->release(*id);
+      auto res = p.sender->post(p.batch({{pair_of_ranks::addr(p.src), pair_of_ranks::addr(p.dst), 8}}, r));
+      failed.push_back(res.status == xfer_status::failed);
+      if (res.status == xfer_status::in_progress)
+        p.sender->release(res.id);
     }
     return failed;
   };

@@ -42,19 +42,22 @@ struct pair_of_ranks {
   /// Posts and drives a batch to its end (10 s at most): ok, or why not.
   std::pair<bool, std::string> run(write_batch batch) {
     batch.peer = receiver->endpoint();
-    auto id = sender->post(batch);
-    if (!id)
-      return {false, describe(id.error())};
+    auto res = sender->post(batch);
+    if (res.status == xfer_status::failed)
+      return {false, describe(res.error)};
+    if (res.status != xfer_status::in_progress)
+      return {res.status == xfer_status::done, to_string(res.status)};
+    auto id = res.id;
     std::string reason;
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     auto st = xfer_status::in_progress;
     while (st == xfer_status::in_progress && std::chrono::steady_clock::now() < until) {
       pump();
-      st = sender->poll(*id, reason);
+      st = sender->poll(id, reason);
       if (st == xfer_status::in_progress)
         std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
-    sender->release(*id);
+    sender->release(id);
     return {st == xfer_status::done, st == xfer_status::in_progress ? "timed out" : reason};
   }
 };

@@ -232,7 +232,16 @@ void cuda_backend::enable_peer_access(int from, int to) {
   cudaGetLastError();
 }
 
-caf::expected<xfer_id> cuda_backend::post(const write_batch& batch) {
+post_result cuda_backend::post(const write_batch& batch) {
+  // Every batch is posted to the device and completes later (or is
+  // refused now, before anything moves).
+  auto id = post_batch(batch);
+  if (!id)
+    return post_result::failed(std::move(id.error()));
+  return post_result::in_progress(*id);
+}
+
+caf::expected<xfer_id> cuda_backend::post_batch(const write_batch& batch) {
   if (batch.peer.transport != "cuda")
     return make_error(errc::invalid_argument,
                       "cuda backend cannot reach a '" + batch.peer.transport + "' endpoint");

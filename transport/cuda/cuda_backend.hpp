@@ -41,11 +41,13 @@ public:
   endpoint_desc endpoint() const override;
   caf::expected<region_id> register_memory(const mem_desc& mem) override;
   caf::error deregister_memory(region_id id) override;
-  caf::expected<xfer_id> post(const write_batch& batch) override;
+  post_result post(const write_batch& batch) override;
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
 
 private:
+  /// Validates and posts `batch`; its id, or why nothing was posted.
+  caf::expected<xfer_id> post_batch(const write_batch& batch);
   struct region {
     region_id id;
     mem_desc mem;

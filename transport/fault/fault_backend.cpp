@@ -80,28 +80,36 @@ std::optional<fault_point> fault_backend::selects(const write_batch& batch) {
   return std::nullopt;
 }
 
-caf::expected<xfer_id> fault_backend::post(const write_batch& batch) {
+post_result fault_backend::post(const write_batch& batch) {
   auto point = selects(batch);
   if (!point)
     return inner_->post(batch);
   auto room = std::to_string(batch.tag);
   switch (*point) {
     case fault_point::before_post:
-      return make_error(errc::transport_error,
-                        "injected fault before post (room " + room + ")");
+      return post_result::failed(
+        make_error(errc::transport_error, "injected fault before post (room " + room + ")"));
     case fault_point::on_aux:
-      return make_error(errc::transport_error,
-                        "injected fault on aux data (room " + room + ")");
+      return post_result::failed(
+        make_error(errc::transport_error, "injected fault on aux data (room " + room + ")"));
     case fault_point::slow: {
-      auto id = next_delayed_++;
-      delayed_.emplace(id, delayed{batch, now_ms() + plan_.slow_ms, std::nullopt});
-      return id;
+      auto id = next_own_++;
+      delayed_.emplace(id, delayed{batch, now_ms() + plan_.slow_ms});
+      return post_result::in_progress(id);
     }
     default: {
-      auto id = inner_->post(batch);
-      if (id)
-        doomed_[*id] = doomed{batch.tag, *point};
-      return id;
+      // The bytes move (or are refused) as the inner backend says; what
+      // completes is turned into a failure or a stall, so the batch stays
+      // in progress here even when the inner post finished at once.
+      auto res = inner_->post(batch);
+      if (res.status == xfer_status::failed || res.status == xfer_status::would_block)
+        return res;
+      auto id = next_own_++;
+      doomed d{batch.tag, *point, {}};
+      if (res.status == xfer_status::in_progress)
+        d.inner = res.id;
+      doomed_.emplace(id, d);
+      return post_result::in_progress(id);
     }
   }
 }
@@ -109,22 +117,32 @@ caf::expected<xfer_id> fault_backend::post(const write_batch& batch) {
 xfer_status fault_backend::poll(xfer_id id, std::string& reason) {
   if (auto d = delayed_.find(id); d != delayed_.end()) {
     auto& x = d->second;
-    if (!x.inner) {
+    if (!x.posted) {
       if (now_ms() < x.due_ms)
         return xfer_status::in_progress;
-      auto posted = inner_->post(x.batch);
-      if (!posted) {
-        reason = describe(posted.error());
-        return xfer_status::failed;
+      auto res = inner_->post(x.batch);
+      switch (res.status) {
+        case xfer_status::failed:
+          reason = describe(res.error);
+          return xfer_status::failed;
+        case xfer_status::would_block:
+          return xfer_status::in_progress; // posted again on the next poll
+        case xfer_status::done:
+          x.posted = true;
+          return xfer_status::done;
+        case xfer_status::in_progress:
+          x.posted = true;
+          x.inner = res.id;
+          break;
       }
-      x.inner = *posted;
     }
-    return inner_->poll(*x.inner, reason);
+    return x.inner ? inner_->poll(*x.inner, reason) : xfer_status::done;
   }
-  auto st = inner_->poll(id, reason);
   auto i = doomed_.find(id);
-  if (i == doomed_.end() || st == xfer_status::in_progress
-      || st == xfer_status::failed)
+  if (i == doomed_.end())
+    return inner_->poll(id, reason);
+  auto st = i->second.inner ? inner_->poll(*i->second.inner, reason) : xfer_status::done;
+  if (st == xfer_status::in_progress || st == xfer_status::failed)
     return st;
   auto room = std::to_string(i->second.room);
   switch (i->second.point) {
@@ -147,7 +165,12 @@ void fault_backend::release(xfer_id id) {
     delayed_.erase(d);
     return;
   }
-  doomed_.erase(id);
+  if (auto d = doomed_.find(id); d != doomed_.end()) {
+    if (d->second.inner)
+      inner_->release(*d->second.inner);
+    doomed_.erase(d);
+    return;
+  }
   inner_->release(id);
 }
 

@@ -22,7 +22,7 @@ public:
   std::vector<endpoint_desc> endpoints() const override;
   caf::expected<region_id> register_memory(const mem_desc& mem) override;
   caf::error deregister_memory(region_id id) override;
-  caf::expected<xfer_id> post(const write_batch& batch) override;
+  post_result post(const write_batch& batch) override;
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
   std::vector<transport_control> take_control() override;
@@ -46,21 +46,25 @@ private:
   fault_plan plan_;
   std::unordered_map<room_id, fault_point> rooms_;
   std::mt19937_64 rng_;
-  /// Posted batches whose completion this backend turns into a failure.
+  /// Batches whose completion this backend turns into a failure (or a
+  /// stall); `inner`: the inner backend's batch, when it is in progress.
+  /// These and the delayed ones carry ids of this backend's own, with the
+  /// top bit set, which inner backends never hand out.
   struct doomed {
     room_id room;
     fault_point point;
+    std::optional<xfer_id> inner;
   };
   std::unordered_map<xfer_id, doomed> doomed_;
   /// `slow` batches: posted to the inner backend only once `due_ms` passed.
-  /// Their ids carry the top bit, which inner backends never hand out.
   struct delayed {
     write_batch batch;
     uint64_t due_ms = 0;
+    bool posted = false;
     std::optional<xfer_id> inner;
   };
   std::unordered_map<xfer_id, delayed> delayed_;
-  xfer_id next_delayed_ = xfer_id{1} << 63;
+  xfer_id next_own_ = xfer_id{1} << 63;
 };
 
 } // namespace kvroom::detail

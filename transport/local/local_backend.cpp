@@ -191,51 +191,35 @@ caf::error local_backend::deregister_memory(region_id id) {
   return caf::none;
 }
 
-caf::expected<xfer_id> local_backend::post(const write_batch& batch) {
-  if (auto err = *copy_inline(batch))
-    return err;
-  auto id = next_xfer_++;
-  posted_.emplace(id, xfer_status::done);
-  return id;
-}
-
 // Thread-safe: reads only this instance's immutable fields and the domain,
 // which locks its own table.
-std::optional<caf::error> local_backend::copy_inline(const write_batch& batch) {
+post_result local_backend::post(const write_batch& batch) {
   if (batch.peer.transport != "local")
-    return make_error(errc::invalid_argument,
-                      "local backend cannot reach a '" + batch.peer.transport
-                        + "' endpoint");
+    return post_result::failed(make_error(errc::invalid_argument,
+                                          "local backend cannot reach a '"
+                                            + batch.peer.transport + "' endpoint"));
   if (batch.peer.domain != local_domain::get().token())
-    return make_error(errc::unavailable,
-                      "peer rank " + std::to_string(batch.peer.owner)
-                        + " is not in this process");
+    return post_result::failed(make_error(errc::unavailable,
+                                          "peer rank " + std::to_string(batch.peer.owner)
+                                            + " is not in this process"));
   if (batch.src_device_id >= 0 || batch.dst_device_id >= 0)
-    return make_error(errc::unsupported,
-                      "local backend moves host memory only");
+    return post_result::failed(
+      make_error(errc::unsupported, "local backend moves host memory only"));
   uint64_t peer_instance = 0;
   try {
     peer_instance = std::stoull(batch.peer.address);
   } catch (...) {
-    return make_error(errc::invalid_argument,
-                      "malformed local endpoint address '" + batch.peer.address
-                        + "'");
+    return post_result::failed(make_error(errc::invalid_argument,
+                                          "malformed local endpoint address '"
+                                            + batch.peer.address + "'"));
   }
-  return local_domain::get().copy(instance_, peer_instance, batch);
+  if (auto err = local_domain::get().copy(instance_, peer_instance, batch))
+    return post_result::failed(std::move(err));
+  return post_result::done();
 }
 
-
-xfer_status local_backend::poll(xfer_id id, std::string& reason) {
-  auto i = posted_.find(id);
-  if (i == posted_.end()) {
-    reason = "unknown transfer id " + std::to_string(id);
-    return xfer_status::failed;
-  }
-  return i->second;
-}
-
-void local_backend::release(xfer_id id) {
-  posted_.erase(id);
+bool local_backend::completes_inline(const write_batch&) const {
+  return true;
 }
 
 } // namespace kvroom::detail

@@ -1,7 +1,5 @@
 #pragma once
 
-#include <unordered_map>
-
 #include "kvroom/transport/backend.hpp"
 
 namespace kvroom::detail {
@@ -19,17 +17,14 @@ public:
   endpoint_desc endpoint() const override;
   caf::expected<region_id> register_memory(const mem_desc& mem) override;
   caf::error deregister_memory(region_id id) override;
-  caf::expected<xfer_id> post(const write_batch& batch) override;
-  std::optional<caf::error> copy_inline(const write_batch& batch) override;
-  xfer_status poll(xfer_id id, std::string& reason) override;
-  void release(xfer_id id) override;
+  /// Done or failed inside the call, from any thread: a validated memcpy
+  /// under the domain's shared lock.
+  post_result post(const write_batch& batch) override;
+  bool completes_inline(const write_batch& batch) const override;
 
 private:
   rank_id owner_;
   uint64_t instance_;
-  xfer_id next_xfer_ = 1;
-  /// Batches posted and not yet released; all complete inside post().
-  std::unordered_map<xfer_id, xfer_status> posted_;
 };
 
 } // namespace kvroom::detail

@@ -81,17 +81,27 @@ caf::error router_backend::deregister_memory(region_id id) {
   return caf::none;
 }
 
-caf::expected<xfer_id> router_backend::post(const write_batch& batch) {
+const backend* router_backend::part_for(const write_batch& batch) const {
+  for (size_t i = 0; i < parts_.size(); ++i)
+    if (!disabled_[i] && parts_[i]->name() == batch.peer.transport)
+      return parts_[i].get();
+  return nullptr;
+}
+
+post_result router_backend::post(const write_batch& batch) {
   for (size_t i = 0; i < parts_.size(); ++i) {
     if (disabled_[i] || parts_[i]->name() != batch.peer.transport)
       continue;
-    auto id = parts_[i]->post(batch);
-    if (!id)
-      return id;
-    return (static_cast<xfer_id>(i) << shift) | *id;
+    auto res = parts_[i]->post(batch);
+    // A batch in progress is polled through this router: its id says which
+    // part holds it.
+    if (res.status == xfer_status::in_progress)
+      res.id = (static_cast<xfer_id>(i) << shift) | res.id;
+    return res;
   }
-  return make_error(errc::unavailable,
-                    "this rank has no '" + batch.peer.transport + "' backend");
+  return post_result::failed(make_error(errc::unavailable, "this rank has no '"
+                                                             + batch.peer.transport
+                                                             + "' backend"));
 }
 
 xfer_status router_backend::poll(xfer_id id, std::string& reason) {
@@ -110,11 +120,9 @@ void router_backend::release(xfer_id id) {
 }
 
 // Reads only what registration set up before any room runs.
-std::optional<caf::error> router_backend::copy_inline(const write_batch& batch) {
-  for (size_t i = 0; i < parts_.size(); ++i)
-    if (!disabled_[i] && parts_[i]->name() == batch.peer.transport)
-      return parts_[i]->copy_inline(batch);
-  return std::nullopt;
+bool router_backend::completes_inline(const write_batch& batch) const {
+  auto* part = part_for(batch);
+  return part && part->completes_inline(batch);
 }
 
 std::vector<transport_control> router_backend::take_control() {

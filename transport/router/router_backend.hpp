@@ -22,10 +22,10 @@ public:
   std::vector<endpoint_desc> endpoints() const override;
   caf::expected<region_id> register_memory(const mem_desc& mem) override;
   caf::error deregister_memory(region_id id) override;
-  caf::expected<xfer_id> post(const write_batch& batch) override;
+  post_result post(const write_batch& batch) override;
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
-  std::optional<caf::error> copy_inline(const write_batch& batch) override;
+  bool completes_inline(const write_batch& batch) const override;
   bool enforces_grants() const override {
     for (auto& p : parts_)
       if (p->enforces_grants())
@@ -49,6 +49,8 @@ public:
   void set_notifier(std::function<void()> notify) override;
 
 private:
+  /// The part that reaches the batch's peer transport, or null.
+  const backend* part_for(const write_batch& batch) const;
   // Ids carry the part's index in their top byte.
   static constexpr int shift = 56;
 

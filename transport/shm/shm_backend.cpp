@@ -115,16 +115,14 @@ caf::expected<shm_backend::mapping> shm_backend::map_segment(const std::string& 
   return m;
 }
 
-caf::expected<xfer_id> shm_backend::post(const write_batch& batch) {
+post_result shm_backend::post(const write_batch& batch) {
   if (auto err = copy(batch))
-    return err;
-  auto id = next_xfer_++;
-  posted_.emplace(id, xfer_status::done);
-  return id;
+    return post_result::failed(std::move(err));
+  return post_result::done();
 }
 
-std::optional<caf::error> shm_backend::copy_inline(const write_batch& batch) {
-  return copy(batch);
+bool shm_backend::completes_inline(const write_batch&) const {
+  return true;
 }
 
 caf::error shm_backend::copy(const write_batch& batch) {
@@ -175,19 +173,6 @@ caf::error shm_backend::copy(const write_batch& batch) {
                   batch.ops[i].size_bytes);
   }
   return caf::none;
-}
-
-xfer_status shm_backend::poll(xfer_id id, std::string& reason) {
-  auto i = posted_.find(id);
-  if (i == posted_.end()) {
-    reason = "unknown transfer id " + std::to_string(id);
-    return xfer_status::failed;
-  }
-  return i->second;
-}
-
-void shm_backend::release(xfer_id id) {
-  posted_.erase(id);
 }
 
 } // namespace kvroom::detail

@@ -30,12 +30,11 @@ public:
   endpoint_desc endpoint() const override;
   caf::expected<region_id> register_memory(const mem_desc& mem) override;
   caf::error deregister_memory(region_id id) override;
-  caf::expected<xfer_id> post(const write_batch& batch) override;
-  xfer_status poll(xfer_id id, std::string& reason) override;
-  void release(xfer_id id) override;
-  /// Thread-safe: a memcpy into the peer's mapped segment, finished inside
-  /// the call (rooms copy small batches without the worker's thread hop).
-  std::optional<caf::error> copy_inline(const write_batch& batch) override;
+  /// Done or failed inside the call, from any thread: a memcpy into the
+  /// peer's mapped segment (rooms post small batches without the worker's
+  /// thread hop).
+  post_result post(const write_batch& batch) override;
+  bool completes_inline(const write_batch& batch) const override;
 
 private:
   caf::error copy(const write_batch& batch);
@@ -54,8 +53,6 @@ private:
   /// Guards `mapped_`: the worker and rooms' inline copies both map.
   std::mutex mapped_mtx_;
   std::unordered_map<std::string, mapping> mapped_;
-  std::unordered_map<xfer_id, xfer_status> posted_;
-  xfer_id next_xfer_ = 1;
 };
 
 } // namespace kvroom::detail

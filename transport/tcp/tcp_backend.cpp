@@ -462,46 +462,49 @@ bool tcp_backend::pump_acks(const std::string& address, bool block) {
   return true;
 }
 
-caf::expected<xfer_id> tcp_backend::post(const write_batch& batch) {
+post_result tcp_backend::post(const write_batch& batch) {
   if (batch.peer.transport != "tcp")
-    return make_error(errc::invalid_argument,
-                      "tcp backend cannot reach a '" + batch.peer.transport + "' endpoint");
+    return post_result::failed(make_error(errc::invalid_argument, "tcp backend cannot reach a '"
+                                                                    + batch.peer.transport
+                                                                    + "' endpoint"));
   if (batch.src_device_id >= 0 || batch.dst_device_id >= 0)
-    return make_error(errc::unsupported, "tcp backend moves host memory only");
+    return post_result::failed(make_error(errc::unsupported, "tcp backend moves host memory only"));
   if (batch.ops.empty() || batch.ops.size() > max_ops)
-    return make_error(errc::invalid_argument,
-                      "batch with " + std::to_string(batch.ops.size()) + " writes");
+    return post_result::failed(make_error(errc::invalid_argument,
+                                          "batch with " + std::to_string(batch.ops.size())
+                                            + " writes"));
   {
     auto guard = regions_.lock();
     for (size_t i = 0; i < batch.ops.size(); ++i)
       if (!regions_.covers(batch.ops[i].src_addr, batch.ops[i].size_bytes))
-        return make_error(errc::not_registered,
-                          "write " + std::to_string(i) + ": source range "
-                            + region_table::range(batch.ops[i].src_addr,
-                                                  batch.ops[i].size_bytes)
-                            + " is outside the sender's registered memory");
+        return post_result::failed(
+          make_error(errc::not_registered,
+                     "write " + std::to_string(i) + ": source range "
+                       + region_table::range(batch.ops[i].src_addr, batch.ops[i].size_bytes)
+                       + " is outside the sender's registered memory"));
   }
+  // From here on the batch has an id: a failure is reported by poll, with
+  // the connection's reason (a refusal read from the peer's ack included).
   auto id = next_xfer_++;
   auto& peer = batch.peer.address;
   std::string reason;
   auto* c = connection_to(peer, batch.peer.owner, reason);
   if (c == nullptr) {
     posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + reason, peer, 0};
-    return id;
+    return post_result::in_progress(id);
   }
   c->peer = batch.peer.owner;
   // Bounded pipelining: a peer that acks slowly pushes back.
   if (c->unacked.size() >= max_unacked && pump_acks(peer, false)
       && c->unacked.size() >= max_unacked) {
-    posted_[id] = result{xfer_status::would_block, {}, peer, 0};
-    return id;
+    return post_result::would_block();
   }
   if (out_.find(peer) == out_.end()) {
     // The connection failed while reading acks: start over on a fresh one.
     c = connection_to(peer, batch.peer.owner, reason);
     if (c == nullptr) {
       posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + reason, peer, 0};
-      return id;
+      return post_result::in_progress(id);
     }
     c->peer = batch.peer.owner;
   }
@@ -527,7 +530,7 @@ caf::expected<xfer_id> tcp_backend::post(const write_batch& batch) {
     else if (posted_[id].status == xfer_status::in_progress)
       posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + send_error, peer, 0};
   }
-  return id;
+  return post_result::in_progress(id);
 }
 
 xfer_status tcp_backend::poll(xfer_id id, std::string& reason) {

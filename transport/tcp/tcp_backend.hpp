@@ -54,7 +54,7 @@ public:
   endpoint_desc endpoint() const override;
   caf::expected<region_id> register_memory(const mem_desc& mem) override;
   caf::error deregister_memory(region_id id) override;
-  caf::expected<xfer_id> post(const write_batch& batch) override;
+  post_result post(const write_batch& batch) override;
   bool enforces_grants() const override {
     return true;
   }

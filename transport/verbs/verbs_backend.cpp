@@ -302,7 +302,16 @@ const verbs_backend::region* verbs_backend::local_region(uint64_t addr, uint64_t
   return nullptr;
 }
 
-caf::expected<xfer_id> verbs_backend::post(const write_batch& batch) {
+post_result verbs_backend::post(const write_batch& batch) {
+  // Every batch is posted to the device and completes later (or is
+  // refused now, before anything moves).
+  auto id = post_batch(batch);
+  if (!id)
+    return post_result::failed(std::move(id.error()));
+  return post_result::in_progress(*id);
+}
+
+caf::expected<xfer_id> verbs_backend::post_batch(const write_batch& batch) {
   if (batch.peer.transport != "verbs")
     return make_error(errc::invalid_argument, "verbs backend cannot reach a '"
                                                 + batch.peer.transport + "' endpoint");
