@@ -3,15 +3,15 @@
 #include "caf/all.hpp"
 #include "caf/io/all.hpp"
 
-#include "kvroom/actors/control_endpoint.hpp"
-#include "kvroom/actors/decode_room.hpp"
-#include "kvroom/actors/kv_manager.hpp"
+#include "kvroom/actors/control/control_endpoint.hpp"
+#include "kvroom/actors/room/decode_room.hpp"
+#include "kvroom/actors/manager/kv_manager.hpp"
 #include "kvroom/actors/logging.hpp"
-#include "kvroom/actors/membership.hpp"
-#include "kvroom/actors/prefill_room.hpp"
+#include "kvroom/actors/control/membership.hpp"
+#include "kvroom/actors/room/prefill_room.hpp"
 #include "kvroom/actors/runtime.hpp"
 #include "kvroom/actors/counted_actor.hpp"
-#include "kvroom/actors/transfer_worker.hpp"
+#include "kvroom/actors/manager/transfer_worker.hpp"
 #include "kvroom/messages/error.hpp"
 #include "kvroom/transport/factory.hpp"
 
@@ -82,7 +82,13 @@ caf::error rank::start() {
     control_host = cfg_.control_host;
     control_port = *port;
   }
-  rank_entry entry{ref_, manager_, cfg_.memory, endpoints, control_host, control_port, 0};
+  rank_entry entry;
+  entry.rank = ref_;
+  entry.manager = manager_;
+  entry.layout = cfg_.memory;
+  entry.endpoints = endpoints;
+  entry.control_host = control_host;
+  entry.control_port = control_port;
   entry.has_parallel = cfg_.parallel.has_value();
   if (cfg_.parallel)
     entry.parallel = *cfg_.parallel;

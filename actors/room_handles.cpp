@@ -47,6 +47,15 @@ std::optional<kv_transfer_error> room_handle::failure() {
   return slot_->failure;
 }
 
+caf::error room_handle::check_init(bool& skip) const {
+  if (auto err = check_live("init", skip); err || skip)
+    return err;
+  if (slot_->initialized)
+    return make_error(errc::already_initialized,
+                      room_text(slot_->room) + ": init called twice");
+  return caf::none;
+}
+
 caf::error room_handle::abort(std::string reason) {
   bool skip = false;
   if (auto err = check_live("abort", skip); err || skip)
@@ -87,11 +96,8 @@ caf::error kv_sender::init(uint64_t num_kv_indices, int64_t aux_index) {
     return caf::none;
   }
   bool skip = false;
-  if (auto err = check_live("init", skip); err || skip)
+  if (auto err = check_init(skip); err || skip)
     return err;
-  if (slot_->initialized)
-    return make_error(errc::already_initialized,
-                      room_text(slot_->room) + ": init called twice");
   slot_->initialized = true;
   slot_->declared_pages = num_kv_indices;
   caf::anon_send(slot_->actor,
@@ -145,11 +151,8 @@ int64_t kv_sender::decode_prefix_len() {
 caf::error kv_receiver::init(std::vector<int64_t> kv_indices, int64_t aux_index,
                              std::vector<int64_t> state_indices, int64_t decode_prefix_len) {
   bool skip = false;
-  if (auto err = check_live("init", skip); err || skip)
+  if (auto err = check_init(skip); err || skip)
     return err;
-  if (slot_->initialized)
-    return make_error(errc::already_initialized,
-                      room_text(slot_->room) + ": init called twice");
   if (decode_prefix_len < 0)
     return make_error(errc::invalid_argument,
                       room_text(slot_->room) + ": a negative decode prefix ("

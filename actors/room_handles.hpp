@@ -91,6 +91,9 @@ protected:
   /// SGLang's scheduler expects (it catches nothing from init or send).
   caf::error check_live(const char* op, bool& skip) const;
 
+  /// `check_live` for init, which may also come only once.
+  caf::error check_init(bool& skip) const;
+
   /// True while the rank still owns the slot: not closed, and the room
   /// not cleared (a cleared room is forgotten by its rank, which may be
   /// gone by now). Only then may the handle touch the rank.

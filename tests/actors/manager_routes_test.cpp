@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
-#include "kvroom/actors/failure_log.hpp"
-#include "kvroom/actors/peer_directory.hpp"
-#include "kvroom/actors/room_directory.hpp"
+#include "kvroom/actors/manager/failure_log.hpp"
+#include "kvroom/actors/manager/peer_directory.hpp"
+#include "kvroom/actors/manager/room_directory.hpp"
 #include "ranks.hpp"
 
 using namespace kvroom;

@@ -1,11 +1,11 @@
 // The KV manager's tables as plain classes: no actor system, time passed in.
 #include <catch2/catch.hpp>
 
-#include "kvroom/actors/bootstrap_registry.hpp"
-#include "kvroom/actors/membership.hpp"
-#include "kvroom/actors/parking.hpp"
-#include "kvroom/actors/peer_directory.hpp"
-#include "kvroom/actors/room_directory.hpp"
+#include "kvroom/actors/control/bootstrap_registry.hpp"
+#include "kvroom/actors/control/membership.hpp"
+#include "kvroom/actors/manager/parking.hpp"
+#include "kvroom/actors/manager/peer_directory.hpp"
+#include "kvroom/actors/manager/room_directory.hpp"
 #include "ranks.hpp"
 
 using namespace kvroom;

@@ -9,10 +9,10 @@
 
 #include "caf/all.hpp"
 
-#include "kvroom/actors/room_port.hpp"
+#include "kvroom/actors/room/room_port.hpp"
 #include "kvroom/messages/room_messages.hpp"
-#include "kvroom/actors/room_protocol.hpp"
-#include "kvroom/actors/room_timing.hpp"
+#include "kvroom/actors/room/room_protocol.hpp"
+#include "kvroom/actors/room/room_timing.hpp"
 #include "ranks.hpp"
 
 using namespace kvroom;

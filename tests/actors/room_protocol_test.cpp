@@ -9,7 +9,7 @@
 #include <optional>
 #include <random>
 
-#include "kvroom/actors/room_protocol.hpp"
+#include "kvroom/actors/room/room_protocol.hpp"
 #include "ranks.hpp"
 
 using namespace kvroom;

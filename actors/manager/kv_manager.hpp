@@ -1,0 +1,126 @@
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include "caf/response_promise.hpp"
+#include "caf/stateful_actor.hpp"
+
+#include "kvroom/actors/config.hpp"
+#include "kvroom/actors/manager/failure_log.hpp"
+#include "kvroom/actors/counted_actor.hpp"
+#include "kvroom/actors/local_messages.hpp"
+#include "kvroom/actors/rank_metrics.hpp"
+#include "kvroom/actors/control/membership.hpp"
+#include "kvroom/actors/manager/parking.hpp"
+#include "kvroom/actors/manager/peer_directory.hpp"
+#include "kvroom/actors/manager/room_directory.hpp"
+#include "kvroom/actors/room/room_protocol.hpp"
+#include "kvroom/actors/room/room_timing.hpp"
+#include "kvroom/transport/backend.hpp"
+
+namespace kvroom {
+
+/// State of one rank's KV manager: the owner of `failure_records` (in
+/// `failures`) and of the rank's tables. Its mailbox serialises every access; there is no lock. The
+/// tables are plain classes (tested without an actor system); the manager
+/// wires messages to them.
+struct kv_manager_state {
+  std::shared_ptr<const rank_entry> self_entry;
+  std::shared_ptr<rank_metrics> metrics;
+  rank_limits limits;
+  room_timeouts timeouts;
+  /// Every window the manager's tables use, from `timeouts`.
+  room_timing timing;
+  /// The scheduler's inbox: receives the states of rooms whose actor died.
+  caf::actor inbox;
+  caf::actor worker;
+
+  std::optional<peer_directory> peers;
+  std::optional<room_directory> rooms;
+  std::optional<parking> parked;
+  /// `failure_records`: room -> root cause until the room is cleared, and
+  /// the one place a conclusion is logged.
+  std::optional<failure_log> failures;
+  /// A `decide_unopened` timer is pending (one at a time, whatever the
+  /// number of proposals parked).
+  bool deciding = false;
+
+  manager_stats counters;
+  control_chaos chaos;
+  std::mt19937_64 chaos_rng;
+
+  // -- the control plane (manager_links.cpp) --
+  std::shared_ptr<const membership> members;
+  /// Nodes whose ranks proved membership; shared with this rank's rooms.
+  std::shared_ptr<trust_table> trust;
+  std::shared_ptr<backend> data_plane;
+  caf::actor registry;
+  /// Where to reach the registry again (port 0: in this process, no retry).
+  std::string registry_host;
+  uint16_t registry_port = 0;
+  /// Set while rank::start waits for the first registration.
+  std::optional<caf::response_promise> joining_rank;
+  bool registered = false;
+  uint32_t reconnect_ms = 0;
+  /// Links this rank started (it connected to the peer's control endpoint).
+  struct outgoing_link {
+    std::shared_ptr<const rank_entry> entry;
+    nonce mine;
+    caf::actor peer;
+    bool finished = false;    ///< link_finish sent, waiting for the ack
+    uint64_t started_ms = 0;
+    uint64_t retry_at_ms = 0; ///< 0: in progress
+    uint32_t attempts = 0;
+  };
+  std::unordered_map<rank_id, outgoing_link> joining;
+  /// Links peers started with us, by the peer manager's address.
+  struct incoming_link {
+    rank_id from = -1;
+    uint64_t incarnation = 0;
+    nonce theirs;
+    nonce mine;
+  };
+  std::optional<pending_table<caf::actor_addr, incoming_link>> accepting;
+  uint64_t last_stranger_log_ms = 0;
+  uint64_t strangers_unlogged = 0;
+
+  static inline const char* name = "kvroom.kv_manager";
+};
+
+/// What a manager is spawned with.
+struct kv_manager_params {
+  rank_ref self;
+  memory_layout layout;
+  std::vector<endpoint_desc> endpoints;
+  rank_limits limits;
+  room_timeouts timeouts;
+  caf::actor inbox;
+  control_chaos chaos;
+  /// The rank's transfer worker: receives peers' connection messages.
+  caf::actor worker;
+  std::shared_ptr<const membership> members;
+  std::shared_ptr<trust_table> trust;
+  caf::actor registry;
+  std::string registry_host;
+  uint16_t registry_port = 0;
+  /// Decode: revokes the grants of rooms whose actor died (see run_dead).
+  std::shared_ptr<backend> data_plane;
+  std::optional<parallel_layout> parallel;
+  /// What the rank counts for operators (this manager is its only writer).
+  std::shared_ptr<rank_metrics> metrics;
+};
+
+/// One rank's KV manager: routes destinations, parts and failures to room
+/// actors (or parks them until the room opens), records failures, fans a
+/// decided failure out to every other rank of the room as
+/// `room_failed{propagated=true}`, fences a failed sender's worker, carries
+/// on rooms whose actor died, and fails the rooms that depend on a rank that
+/// went down.
+caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
+                         kv_manager_params params);
+
+} // namespace kvroom

@@ -1,0 +1,369 @@
+#include "kvroom/actors/manager/manager_links.hpp"
+#include "kvroom/actors/room/room_timing.hpp"
+
+#include <algorithm>
+
+#include "caf/all.hpp"
+#include "caf/io/all.hpp"
+
+#include "kvroom/actors/control/control_endpoint.hpp"
+#include "kvroom/actors/logging.hpp"
+#include "kvroom/actors/room/room_core.hpp"
+#include "kvroom/messages/error.hpp"
+
+namespace kvroom::detail {
+
+namespace {
+
+const rank_ref& me(manager_ptr self) {
+  return self->state.self_entry->rank;
+}
+
+uint64_t now_ms() {
+  return monotonic_ms();
+}
+
+std::chrono::milliseconds link_timeout(manager_ptr self) {
+  return std::chrono::milliseconds(std::max<uint32_t>(self->state.limits.query_timeout_ms, 500));
+}
+
+std::string endpoint_text(const rank_entry& e) {
+  return e.control_host + ":" + std::to_string(e.control_port);
+}
+
+bool local_or_trusted(manager_ptr self, const caf::strong_actor_ptr& sender) {
+  // No sender is no proof of anything: CAF 0.17 delivers a remote node's
+  // anonymous message without a sender, exactly like a local one. Every
+  // actor of this process sends to its manager as itself.
+  if (!sender)
+    return false;
+  if (sender->node() == self->node())
+    return true;
+  return self->state.trust && self->state.trust->contains(sender->node());
+}
+
+void log_stranger(manager_ptr self, const std::string& text) {
+  auto& st = self->state;
+  ++st.counters.stranger_messages;
+  st.metrics->stranger();
+  auto now = now_ms();
+  if (now - st.last_stranger_log_ms >= 1000) {
+    logger()->warn("{}: {}{}", to_string(me(self)), text,
+                   st.strangers_unlogged > 0
+                     ? " (and " + std::to_string(st.strangers_unlogged) + " more since the last such line)"
+                     : std::string{});
+    st.last_stranger_log_ms = now;
+    st.strangers_unlogged = 0;
+  } else {
+    ++st.strangers_unlogged;
+  }
+}
+
+caf::io::middleman_actor middleman(manager_ptr self) {
+  return control_connector(self->home_system());
+}
+
+void schedule_reconnect(manager_ptr self) {
+  auto& st = self->state;
+  st.reconnect_ms = st.reconnect_ms == 0 ? 50 : std::min<uint32_t>(st.reconnect_ms * 2, 500);
+  self->delayed_send(self, std::chrono::milliseconds(st.reconnect_ms), reconnect_atom::value);
+}
+
+void registration_failed(manager_ptr self, caf::error err) {
+  auto& st = self->state;
+  if (st.joining_rank) {
+    st.joining_rank->deliver(std::move(err));
+    st.joining_rank.reset();
+    return;
+  }
+  logger()->warn("{}: registering again with the bootstrap registry failed: {}; retrying",
+                 to_string(me(self)), describe(err));
+  if (st.registry_port != 0)
+    schedule_reconnect(self);
+}
+
+void registered(manager_ptr self) {
+  auto& st = self->state;
+  self->monitor(st.registry);
+  st.reconnect_ms = 0;
+  if (st.joining_rank) {
+    st.joining_rank->deliver(caf::ok_atom::value);
+    st.joining_rank.reset();
+  } else {
+    logger()->info("{}: registered again with the bootstrap registry at {}:{}",
+                   to_string(me(self)), st.registry_host, st.registry_port);
+  }
+  st.registered = true;
+  st.metrics->set_ready(true);
+}
+
+/// Sends our half of a link: connect to the peer's control endpoint, then
+/// `link_hello`.
+void begin_link(manager_ptr self, rank_id id) {
+  auto& st = self->state;
+  auto i = st.joining.find(id);
+  if (i == st.joining.end())
+    return;
+  auto& l = i->second;
+  // One nonce per link, kept across retries: a late reply to an earlier
+  // attempt still verifies instead of reading as a failed proof.
+  if (l.mine.empty())
+    l.mine = make_nonce();
+  l.peer = nullptr;
+  l.finished = false;
+  l.started_ms = now_ms();
+  l.retry_at_ms = 0;
+  ++l.attempts;
+  auto entry = l.entry;
+  self->request(middleman(self), link_timeout(self), caf::connect_atom::value,
+                entry->control_host, entry->control_port)
+    .then(
+      [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+        auto& st = self->state;
+        auto j = st.joining.find(id);
+        if (j == st.joining.end() || j->second.entry != entry)
+          return;
+        if (!ptr) {
+          j->second.retry_at_ms = now_ms() + 200;
+          logger()->debug("{}: nothing published at {} for rank {}", to_string(me(self)),
+                          endpoint_text(*entry), id);
+          return;
+        }
+        j->second.peer = caf::actor_cast<caf::actor>(std::move(ptr));
+        j->second.started_ms = now_ms(); // the handshake's clock starts now
+        self->send(j->second.peer,
+                   link_hello{me(self).id, st.self_entry->incarnation, j->second.mine});
+      },
+      [=](caf::error& err) {
+        auto& st = self->state;
+        auto j = st.joining.find(id);
+        if (j == st.joining.end() || j->second.entry != entry)
+          return;
+        auto backoff = std::min<uint64_t>(1000, 50ull << std::min<uint32_t>(j->second.attempts, 5));
+        j->second.retry_at_ms = now_ms() + backoff;
+        logger()->debug("{}: cannot link to rank {} at {} ({}), retrying in {} ms",
+                        to_string(me(self)), id, endpoint_text(*entry),
+                        self->system().render(err), backoff);
+      });
+}
+
+} // namespace
+
+bool from_member(manager_ptr self, const char* what) {
+  auto& sender = self->current_sender();
+  if (local_or_trusted(self, sender))
+    return true;
+  log_stranger(self, std::string{"dropped "} + what
+                       + (sender ? " from an unauthenticated node " + caf::to_string(sender->node())
+                                 : std::string{" sent anonymously (from an unauthenticated node)"}));
+  return false;
+}
+
+bool from_registry(manager_ptr self) {
+  auto& sender = self->current_sender();
+  // Anonymous: possibly a stranger (see local_or_trusted).
+  if (sender && sender->node() == self->node())
+    return true;
+  auto& st = self->state;
+  if (sender && st.registry && sender->node() == st.registry.node())
+    return true;
+  log_stranger(self, "dropped a directory message not sent by the bootstrap registry ("
+                       + (sender ? "node " + caf::to_string(sender->node()) : std::string{"anonymous"})
+                       + ")");
+  return false;
+}
+
+void start_registration(manager_ptr self) {
+  auto& st = self->state;
+  if (!st.registry) {
+    registration_failed(self, make_error(errc::unavailable, "no bootstrap registry"));
+    return;
+  }
+  auto mine = make_nonce();
+  auto registry = st.registry;
+  auto timeout = link_timeout(self);
+  self->request(registry, timeout, registry_hello{mine})
+    .then(
+      [=](registry_challenge& c) {
+        auto& st = self->state;
+        if (!membership::matches(c.proof, st.members->registry_proof(mine, c.nonce))) {
+          registration_failed(self, make_error(errc::unauthorized,
+                                               "the bootstrap registry failed to prove "
+                                               "membership (a different deployment secret?)"));
+          return;
+        }
+        if (registry.node() != self->node())
+          st.trust->add(registry.node());
+        auto& e = *st.self_entry;
+        register_rank msg{e, mine,
+                          st.members->rank_proof(c.nonce, mine, e.rank.id, e.incarnation)};
+        self->request(registry, timeout, std::move(msg))
+          .then(
+            [=](directory_update& d) {
+              if (registry != self->state.registry)
+                return;
+              self->send(self, std::move(d));
+              registered(self);
+            },
+            [=](caf::error& err) { registration_failed(self, std::move(err)); });
+      },
+      [=](caf::error& err) { registration_failed(self, std::move(err)); });
+}
+
+void on_registry_down(manager_ptr self, const caf::error& reason) {
+  auto& st = self->state;
+  st.registered = false;
+  if (st.registry_port == 0)
+    return; // in this process: it ends with the runtime
+  logger()->warn("{}: bootstrap registry {}:{} lost ({}); rooms go on with the cached "
+                 "directory; reconnecting",
+                 to_string(me(self)), st.registry_host, st.registry_port,
+                 caf::to_string(reason));
+  auto node = st.registry.node();
+  bool shared = node == self->node();
+  for (auto& e : st.peers->all())
+    shared = shared || (e->manager && e->manager.node() == node);
+  if (!shared)
+    st.trust->remove(node);
+  st.registry = nullptr;
+  st.reconnect_ms = 0;
+  schedule_reconnect(self);
+}
+
+void reconnect_registry(manager_ptr self) {
+  auto& st = self->state;
+  if (st.registry)
+    return;
+  self->request(middleman(self), link_timeout(self), caf::connect_atom::value,
+                st.registry_host, st.registry_port)
+    .then(
+      [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
+        auto& st = self->state;
+        if (!ptr) {
+          schedule_reconnect(self);
+          return;
+        }
+        st.registry = caf::actor_cast<caf::actor>(std::move(ptr));
+        start_registration(self);
+      },
+      [=](caf::error&) { schedule_reconnect(self); });
+}
+
+void start_links(manager_ptr self, const std::vector<std::shared_ptr<const rank_entry>>& xs) {
+  auto& st = self->state;
+  if (!self->home_system().has_middleman())
+    return;
+  for (auto& e : xs) {
+    auto id = e->rank.id;
+    auto& l = st.joining[id];
+    l = kv_manager_state::outgoing_link{};
+    l.entry = e;
+    // One side connects: the lower rank id. Two nodes dialing each other at
+    // once make CAF 0.17 close one of the connections as a duplicate, and
+    // what was in flight on it is lost. The higher id waits for the peer's
+    // link and dials only if none came within a while.
+    if (id > me(self).id)
+      begin_link(self, id);
+    else
+      l.retry_at_ms = now_ms() + 500;
+  }
+}
+
+void retry_links(manager_ptr self, uint64_t now) {
+  auto& st = self->state;
+  auto deadline = static_cast<uint64_t>(link_timeout(self).count());
+  std::vector<rank_id> again;
+  for (auto& kvp : st.joining) {
+    auto& l = kvp.second;
+    // Connected but no answer for a while: a handshake message was lost
+    // (CAF drops what was in flight on a connection it closes); again.
+    bool stalled = l.peer && now - l.started_ms > 500;
+    if (l.retry_at_ms != 0 ? now >= l.retry_at_ms : stalled || now - l.started_ms > deadline)
+      again.push_back(kvp.first);
+  }
+  for (auto id : again)
+    begin_link(self, id);
+  if (st.accepting)
+    st.accepting->expire(now);
+}
+
+void on_link_hello(manager_ptr self, link_hello& msg) {
+  auto& st = self->state;
+  auto sender = self->current_sender();
+  if (!sender || msg.nonce.size() != 32)
+    return;
+  // A retry of the same link (same nonce) gets the same answer, so a late
+  // finish of the earlier attempt still verifies.
+  nonce mine;
+  if (auto* prev = st.accepting->find(sender->address());
+      prev && prev->from == msg.from && prev->theirs == msg.nonce)
+    mine = prev->mine;
+  else
+    mine = make_nonce();
+  kv_manager_state::incoming_link in{msg.from, msg.incarnation, msg.nonce, std::move(mine)};
+  auto reply = link_reply{me(self).id, in.mine,
+                          st.members->accept_proof(msg.nonce, in.mine, me(self).id, msg.from)};
+  if (!st.accepting->put(sender->address(), std::move(in), now_ms())) {
+    log_stranger(self, "refused a link handshake: too many in progress");
+    return;
+  }
+  self->send(caf::actor_cast<caf::actor>(sender), std::move(reply));
+}
+
+void on_link_reply(manager_ptr self, link_reply& msg) {
+  auto& st = self->state;
+  auto i = st.joining.find(msg.from);
+  auto& sender = self->current_sender();
+  if (i == st.joining.end() || !i->second.peer || !sender
+      || sender->address() != i->second.peer.address() || i->second.finished)
+    return;
+  auto& l = i->second;
+  if (!membership::matches(msg.proof, st.members->accept_proof(l.mine, msg.nonce, msg.from,
+                                                               me(self).id))) {
+    log_stranger(self, "rank " + std::to_string(msg.from) + " at " + endpoint_text(*l.entry)
+                         + " failed to prove membership (a different deployment secret?)");
+    l.retry_at_ms = now_ms() + 1000;
+    return;
+  }
+  st.trust->add(sender->node());
+  l.finished = true;
+  self->send(l.peer, link_finish{me(self).id,
+                                 st.members->join_proof(msg.nonce, l.mine, me(self).id,
+                                                        st.self_entry->incarnation, msg.from)});
+}
+
+void on_link_finish(manager_ptr self, link_finish& msg) {
+  auto& st = self->state;
+  auto sender = self->current_sender();
+  if (!sender)
+    return;
+  auto in = st.accepting->take(sender->address(), now_ms());
+  if (!in || in->from != msg.from)
+    return;
+  if (!membership::matches(msg.proof, st.members->join_proof(in->mine, in->theirs, in->from,
+                                                             in->incarnation, me(self).id))) {
+    log_stranger(self, "a node claiming rank " + std::to_string(msg.from)
+                         + " failed to prove membership (a different deployment secret?)");
+    return;
+  }
+  st.trust->add(sender->node());
+  auto peer = caf::actor_cast<caf::actor>(sender);
+  self->send(peer, link_ack{me(self).id});
+  if (auto e = st.peers->link(in->from, in->incarnation, peer))
+    on_peer_usable(self, e);
+}
+
+void on_link_ack(manager_ptr self, link_ack& msg) {
+  auto& st = self->state;
+  auto i = st.joining.find(msg.from);
+  auto& sender = self->current_sender();
+  if (i == st.joining.end() || !i->second.finished || !sender
+      || sender->address() != i->second.peer.address())
+    return;
+  auto l = std::move(i->second);
+  st.joining.erase(i);
+  if (auto e = st.peers->link(msg.from, l.entry->incarnation, l.peer))
+    on_peer_usable(self, e);
+}
+
+} // namespace kvroom::detail

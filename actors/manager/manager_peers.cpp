@@ -1,0 +1,115 @@
+#include "kvroom/actors/manager/manager_peers.hpp"
+
+#include "caf/all.hpp"
+
+#include "kvroom/actors/logging.hpp"
+#include "kvroom/actors/manager/manager_links.hpp"
+#include "kvroom/actors/manager/manager_rooms.hpp"
+
+namespace kvroom::detail {
+
+namespace {
+
+void count_peers(manager_ptr self) {
+  auto& st = self->state;
+  st.metrics->set_peers(st.peers->usable_peers(), st.peers->listed_peers(),
+                        st.peers->lost().size());
+}
+
+/// The usable peers changed: what waited for one goes out.
+void peers_changed(manager_ptr self) {
+  auto& st = self->state;
+  count_peers(self);
+  flush_deciders(self);
+  for (auto room : st.parked->dst_rooms())
+    deliver_parked(self, room);
+  // Rooms that opened before their group registered learn it now (a room
+  // that has it ignores the push); directory updates are rare.
+  st.rooms->for_each([&](room_id, const room_directory::entry& e) {
+    if (!is_terminal(e.state))
+      push_group(self, e);
+  });
+}
+
+/// A lost rank's process no longer counts as a member unless another
+/// linked rank (or the registry) lives there: the table stays as small as
+/// the deployment.
+void distrust(manager_ptr self, const rank_entry& lost) {
+  auto& st = self->state;
+  if (!lost.manager || lost.manager.node() == self->node())
+    return;
+  auto node = lost.manager.node();
+  bool shared = st.registry && st.registry.node() == node;
+  for (auto& e : st.peers->all())
+    shared = shared || (e->rank.id != lost.rank.id && e->manager && e->manager.node() == node);
+  if (!shared)
+    st.trust->remove(node);
+}
+
+} // namespace
+
+void on_peer_usable(manager_ptr self, const std::shared_ptr<const rank_entry>& peer) {
+  auto& st = self->state;
+  st.joining.erase(peer->rank.id);
+  self->monitor(peer->manager);
+  logger()->debug("{}: linked to {} at {}:{}", to_string(me(self)), to_string(peer->rank),
+                  peer->control_host, peer->control_port);
+  peers_changed(self);
+}
+
+void on_directory(manager_ptr self, directory_update& msg) {
+  auto changes = self->state.peers->update(msg.ranks);
+  for (auto& e : changes.usable)
+    self->monitor(e->manager);
+  start_links(self, changes.to_link);
+  peers_changed(self);
+}
+
+void on_rank_down(manager_ptr self, rank_down& msg) {
+  auto& st = self->state;
+  // A peer we linked to directly: our own monitor of that link decides.
+  // The registry losing its connection to a rank says nothing about ours
+  // (a restarting registry, a registry node's flaky network).
+  if (auto e = st.peers->find(msg.rank.id); e && e->control_port != 0) {
+    logger()->debug("{}: the registry lost {}; our link to it decides", to_string(me(self)),
+                    to_string(msg.rank));
+    return;
+  }
+  // Listed, never linked: nothing to wait for any more.
+  st.peers->unlist(msg.rank.id);
+  st.joining.erase(msg.rank.id);
+  // In this process: handled once, whichever of this and our own monitor's
+  // down message comes first.
+  if (auto peer = st.peers->take_peer(msg.rank.id)) {
+    self->demonitor(peer->manager);
+    on_peer_down(self, *peer, msg.reason + " (seen by the bootstrap registry)", msg.orderly);
+  }
+}
+
+void on_peer_down(manager_ptr self, const rank_entry& lost, const std::string& reason,
+                  bool orderly) {
+  auto& st = self->state;
+  auto& peer = lost.rank;
+  std::string where;
+  for (auto& e : lost.endpoints)
+    if (e.transport == "tcp")
+      where = " at " + e.address;
+  auto text = "rank " + to_string(peer) + where + " lost: " + reason;
+  distrust(self, lost);
+  size_t open = 0;
+  st.rooms->for_each([&](room_id, const room_directory::entry& e) {
+    open += is_terminal(e.state) ? 0 : 1;
+  });
+  // One line per lost peer; each room logs its own failure at debug. A rank
+  // shutting down in order with nothing in flight is no news.
+  if (orderly && open == 0)
+    logger()->debug("{}: rank {} left", to_string(me(self)), to_string(peer));
+  else
+    logger()->warn("{}: {} ({} rooms in flight checked)", to_string(me(self)), text, open);
+  peer_lost why{peer, text};
+  st.peers->lose(why, room_timing::now());
+  count_peers(self);
+  rooms_lost(self, why);
+}
+
+} // namespace kvroom::detail

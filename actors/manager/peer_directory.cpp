@@ -1,0 +1,170 @@
+#include "kvroom/actors/manager/peer_directory.hpp"
+
+#include <algorithm>
+
+namespace kvroom {
+
+peer_directory::entry_ptr peer_directory::make_usable(entry_ptr e) {
+  auto id = e->rank.id;
+  lost_.erase(id);
+  listed_.erase(id);
+  // A replaced rank: its old manager is no longer a peer of ours.
+  for (auto i = peers_.begin(); i != peers_.end();)
+    i = i->second->rank.id == id ? peers_.erase(i) : std::next(i);
+  directory_.erase(std::remove_if(directory_.begin(), directory_.end(),
+                                  [&](const auto& x) { return x->rank.id == id; }),
+                   directory_.end());
+  if (e->manager && id != self_)
+    peers_.emplace(e->manager.address(), e);
+  directory_.push_back(e);
+  return e;
+}
+
+peer_directory::changes peer_directory::update(const std::vector<rank_entry>& ranks) {
+  changes out;
+  for (auto& e : ranks) {
+    auto id = e.rank.id;
+    auto known = find(id);
+    bool needs_link = e.control_port != 0 && id != self_;
+    if (!needs_link) {
+      // In this process (or ourselves): the registry's handle is direct.
+      if (known && known->manager == e.manager && known->incarnation == e.incarnation)
+        continue;
+      auto ptr = make_usable(std::make_shared<const rank_entry>(e));
+      if (ptr->manager && id != self_)
+        out.usable.push_back(ptr);
+      continue;
+    }
+    if (known && known->incarnation == e.incarnation)
+      continue;
+    if (auto l = listed_.find(id); l != listed_.end() && l->second->incarnation == e.incarnation)
+      continue;
+    auto ptr = std::make_shared<const rank_entry>(e);
+    if (auto early = early_links_.find(id);
+        early != early_links_.end() && early->second.first == e.incarnation) {
+      auto linked = std::make_shared<rank_entry>(e);
+      linked->manager = early->second.second;
+      early_links_.erase(early);
+      out.usable.push_back(make_usable(std::move(linked)));
+      continue;
+    }
+    // A new incarnation of a lost rank is on its way back: rooms that open
+    // now wait for the link instead of failing on the old one's loss.
+    lost_.erase(id);
+    listed_[id] = ptr;
+    out.to_link.push_back(std::move(ptr));
+  }
+  return out;
+}
+
+peer_directory::entry_ptr peer_directory::link(rank_id id, uint64_t incarnation,
+                                               const caf::actor& manager) {
+  if (auto known = find(id); known && known->incarnation == incarnation)
+    return nullptr; // linked already (both sides linked at once)
+  auto l = listed_.find(id);
+  if (l == listed_.end() || l->second->incarnation != incarnation) {
+    // Bounded by the directory's own size: one per rank id.
+    early_links_[id] = {incarnation, manager};
+    return nullptr;
+  }
+  auto linked = std::make_shared<rank_entry>(*l->second);
+  linked->manager = manager;
+  return make_usable(std::move(linked));
+}
+
+peer_directory::entry_ptr peer_directory::listed(rank_id id) const {
+  auto i = listed_.find(id);
+  return i == listed_.end() ? nullptr : i->second;
+}
+
+peer_directory::entry_ptr peer_directory::find(rank_id id) const {
+  for (auto& e : directory_)
+    if (e->rank.id == id)
+      return e;
+  return nullptr;
+}
+
+peer_directory::entry_ptr peer_directory::decider(const decider_ref& group) const {
+  for (auto& e : directory_)
+    if (is_decider(e->rank, group))
+      return e;
+  return nullptr;
+}
+
+std::vector<peer_directory::entry_ptr>
+peer_directory::fan_out_targets(const rank_ref& self,
+                                const std::vector<rank_ref>& counterparts) const {
+  auto in_group = [](const rank_ref& x, role side, int32_t dp) {
+    return x.side == side && x.dp_rank == dp;
+  };
+  std::vector<entry_ptr> out;
+  for (auto& e : directory_) {
+    auto& r = e->rank;
+    if (r.id == self.id)
+      continue;
+    bool target = in_group(r, self.side, self.dp_rank)
+                  || (counterparts.empty() && r.side != self.side);
+    for (auto& c : counterparts)
+      target = target || in_group(r, c.side, c.dp_rank);
+    if (target)
+      out.push_back(e);
+  }
+  return out;
+}
+
+int32_t peer_directory::decode_tp() const {
+  for (auto& e : directory_)
+    if (e->rank.side == role::decode && e->has_parallel)
+      return e->parallel.tp_size;
+  return 0;
+}
+
+std::vector<peer_directory::entry_ptr> peer_directory::group(role side,
+                                                             int32_t dp) const {
+  std::vector<entry_ptr> out;
+  for (auto& e : directory_)
+    if (e->rank.side == side && e->rank.dp_rank == dp)
+      out.push_back(e);
+  std::sort(out.begin(), out.end(),
+            [](auto& x, auto& y) {
+              return x->rank.pp_rank != y->rank.pp_rank ? x->rank.pp_rank < y->rank.pp_rank
+                                                        : x->rank.tp_rank < y->rank.tp_rank;
+            });
+  return out;
+}
+
+peer_directory::entry_ptr peer_directory::take_peer(const caf::actor_addr& manager) {
+  auto i = peers_.find(manager);
+  if (i == peers_.end())
+    return nullptr;
+  auto out = i->second;
+  peers_.erase(i);
+  return out;
+}
+
+peer_directory::entry_ptr peer_directory::take_peer(rank_id id) {
+  for (auto i = peers_.begin(); i != peers_.end(); ++i) {
+    if (i->second->rank.id == id) {
+      auto out = i->second;
+      peers_.erase(i);
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+void peer_directory::lose(peer_lost why, uint64_t now_ms) {
+  auto id = why.rank.id;
+  directory_.erase(std::remove_if(directory_.begin(), directory_.end(),
+                                  [&](const auto& e) { return e->rank.id == id; }),
+                   directory_.end());
+  // A listed newer incarnation stays listed: it replaces the lost one.
+  lost_[id] = lost_rank{std::move(why), now_ms};
+}
+
+void peer_directory::expire(uint64_t now_ms) {
+  for (auto i = lost_.begin(); i != lost_.end();)
+    i = now_ms - i->second.since_ms >= lost_window_ms_ ? lost_.erase(i) : std::next(i);
+}
+
+} // namespace kvroom

@@ -1,0 +1,240 @@
+#include "kvroom/actors/room/decode_room.hpp"
+
+#include <algorithm>
+
+#include "caf/all.hpp"
+
+#include "kvroom/actors/logging.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/rank_mapping.hpp"
+#include "kvroom/transport/transfer_plan.hpp"
+
+namespace kvroom {
+
+namespace {
+
+using self_ptr = counted_actor<decode_room_state>*;
+
+void maybe_send_dst(self_ptr self) {
+  auto& st = self->state;
+  auto& core = st.core;
+  if (core.concluded() || st.sources.empty() || !st.initialized || st.dst_sent)
+    return;
+  // Those prefill ranks, and no one else, may write these pages for this
+  // room until the room concludes (data planes that check grants: tcp).
+  auto& dp = core.params().data_plane;
+  if (dp && dp->enforces_grants()) {
+    auto ranges = room_grant(core.params().self_entry->layout, st.init.kv_indices,
+                             st.init.aux_index, st.init.state_indices);
+    for (auto& s : st.sources)
+      if (!dp->grant(core.params().room, s->rank.id, ranges)) {
+        core.fail_local("the data plane's grant table is full");
+        return;
+      }
+  }
+  st.dst_sent = true;
+  core.note_transfer_start();
+  for (auto& s : st.sources) {
+    // From here the prefill rank may write into these pages until it is
+    // done, fenced or lost: the protocol holds a terminal state until then.
+    // Its part reaches the decider without us when it is the decider or,
+    // without declared layouts, the one source of this slot.
+    bool reports = !core.params().self_entry->has_parallel
+                   || is_decider(s->rank, core.protocol().decider());
+    core.dst_sent(s->rank.id, reports);
+    dst_info info;
+    info.room = core.params().room;
+    info.decode_rank = core.params().self;
+    if (core.local(s->manager))
+      info.decode_room = caf::actor_cast<caf::actor>(self);
+    info.kv_indices = st.init.kv_indices;
+    info.aux_index = st.init.aux_index;
+    info.state_indices = st.init.state_indices;
+    info.decode_prefix_len = st.init.decode_prefix_len;
+    // Straight to the prefill rank's manager; this rank's manager hears
+    // where the pages went, in case this actor dies before the fence.
+    self->send(core.params().manager, dst_sent{info.room, s->rank.id});
+    self->send(s->manager, std::move(info));
+  }
+}
+
+/// The prefill ranks of the group that write into this rank: by the rank
+/// mapping when both sides declared parallel layouts (empty: not every rank
+/// of the group registered yet), else the one of this TP slot. Fails the
+/// room when they cannot be mapped.
+std::vector<std::shared_ptr<const rank_entry>>
+pick_sources(self_ptr self, const std::vector<std::shared_ptr<const rank_entry>>& group) {
+  auto& core = self->state.core;
+  auto& mine = *core.params().self_entry;
+  auto& me = core.params().self;
+  std::vector<std::shared_ptr<const rank_entry>> out;
+  if (!mine.has_parallel) {
+    for (auto& entry : group) {
+      if (entry->rank.tp_size != me.tp_size) {
+        core.fail_local("unsupported: prefill group dp"
+                        + std::to_string(core.params().peer_dp_rank) + " has tp_size "
+                        + std::to_string(entry->rank.tp_size) + ", decode " + to_string(me)
+                        + " has tp_size " + std::to_string(me.tp_size)
+                        + " (head-sliced transfers need parallel layouts declared on both sides)");
+        return {};
+      }
+      if (entry->rank.tp_rank == me.tp_rank)
+        out.push_back(entry);
+    }
+    return out;
+  }
+  std::vector<parallel_layout> layouts;
+  for (auto& entry : group) {
+    if (!entry->has_parallel) {
+      core.fail_local("prefill " + to_string(entry->rank) + " declares no parallel layout");
+      return {};
+    }
+    layouts.push_back(entry->parallel);
+  }
+  auto& first = layouts.front();
+  if (layouts.size() < static_cast<size_t>(first.tp_size) * static_cast<size_t>(first.pp_size))
+    return {}; // not every rank of the group registered yet
+  auto m = map_decode_rank(layouts, mine.parallel);
+  if (!m) {
+    core.fail_local(describe(m.error()));
+    return {};
+  }
+  for (auto& place : m->sources)
+    for (auto& entry : group)
+      if (entry->parallel.tp_rank == place.tp_rank && entry->parallel.pp_rank == place.pp_rank)
+        out.push_back(entry);
+  return out;
+}
+
+void on_group(self_ptr self, group_reply& reply) {
+  auto& st = self->state;
+  auto& core = st.core;
+  st.resolving = false;
+  if (core.concluded() || !st.sources.empty() || reply.ranks.empty())
+    return; // not registered yet: the next tick asks again
+  auto sources = pick_sources(self, reply.ranks);
+  if (sources.empty())
+    return; // those ranks have not registered yet (or the room failed)
+  for (auto& entry : reply.ranks)
+    if (is_decider(entry->rank, core.protocol().decider()))
+      st.decider = entry;
+  st.sources = std::move(sources);
+  std::vector<rank_ref> counterparts;
+  for (auto& s : st.sources)
+    counterparts.push_back(s->rank);
+  core.set_counterparts(std::move(counterparts));
+  core.advance(kv_poll::waiting_for_input);
+  maybe_send_dst(self);
+}
+
+void resolve(self_ptr self) {
+  auto& st = self->state;
+  if (st.resolving || !st.sources.empty() || st.core.concluded())
+    return;
+  st.resolving = true;
+  auto& p = st.core.params();
+  self->request(p.manager, st.core.timing().group_query(),
+                resolve_group{role::prefill, p.peer_dp_rank})
+    .then([=](group_reply& reply) { on_group(self, reply); },
+          [=](caf::error&) { self->state.resolving = false; });
+}
+
+/// Every source wrote its last byte: the decider hears of this rank's part,
+/// straight from here (it is this slot's sender in this process: its room;
+/// else its manager, which parks the part until the room opens there).
+void report_part(self_ptr self, const room_effect& fx) {
+  auto& st = self->state;
+  auto& core = st.core;
+  if (fx.what != room_effect::kind::report_part)
+    return;
+  // The sender's room when it wrote to us itself (same process); from
+  // another process the confirmation came through our manager.
+  auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+  if (!core.local(sender) || sender == core.params().manager)
+    sender = nullptr;
+  bool decider_here = st.decider && core.local(st.decider->manager);
+  part_done part{core.params().room, fx.slot, fx.slots, fx.rank,
+                 decider_here ? caf::actor_cast<caf::actor>(self) : caf::actor{},
+                 fx.source, sender};
+  if (st.decider && fx.source == st.decider->rank.id && sender)
+    self->send(sender, std::move(part));
+  else if (st.decider)
+    self->send(st.decider->manager, std::move(part));
+  else
+    core.to_decider(fx.decider, caf::make_message(std::move(part)));
+}
+
+/// Empty when `msg` fits this rank's registered memory, else the reason.
+std::string check_init(const memory_layout& layout, const receiver_init& msg) {
+  for (size_t b = 0; b < layout.kv.size(); ++b) {
+    auto n = layout.kv[b].num_pages();
+    for (auto idx : msg.kv_indices)
+      if (idx < 0 || static_cast<uint64_t>(idx) >= n)
+        return "destination page index " + std::to_string(idx)
+               + " out of range [0, " + std::to_string(n) + ") in buffer "
+               + std::to_string(b);
+  }
+  for (size_t b = 0; b < layout.aux.size(); ++b) {
+    auto n = layout.aux[b].num_pages();
+    if (msg.aux_index < 0 || static_cast<uint64_t>(msg.aux_index) >= n)
+      return "aux index " + std::to_string(msg.aux_index) + " out of range [0, "
+             + std::to_string(n) + ") in aux buffer " + std::to_string(b);
+  }
+  return check_state_indices(layout, msg.state_indices);
+}
+
+} // namespace
+
+caf::behavior decode_room(counted_actor<decode_room_state>* self,
+                          room_params params) {
+  auto& core = self->state.core;
+  core.init(self, std::move(params));
+  auto& p = core.params();
+  // Until resolved, a failure here must still reach the prefill group the
+  // room was assigned to; the manager expands (side, dp) to its ranks.
+  rank_ref group;
+  group.side = role::prefill;
+  group.dp_rank = p.peer_dp_rank;
+  group.id = -1;
+  core.set_counterparts({group});
+  core.route_parts([=](const room_effect& fx) { report_part(self, fx); });
+  // The manager pushes the prefill group with the room's opening; a room
+  // that opened before the group registered asks again on its ticks.
+  return caf::message_handler{
+    [=](group_reply& reply) { on_group(self, reply); },
+    [=](receiver_init& msg) {
+      auto& st = self->state;
+      if (st.core.concluded() || st.initialized) {
+        logger()->debug("room {}: receiver init ignored", msg.room);
+        return;
+      }
+      auto bad = check_init(st.core.params().self_entry->layout, msg);
+      if (!bad.empty()) {
+        st.core.fail_local("bad receiver init: " + bad);
+        return;
+      }
+      st.initialized = true;
+      st.init = std::move(msg);
+      maybe_send_dst(self);
+    },
+    // From other ranks: only from members (room_core::from_member).
+    [=](const transfer_started& msg) {
+      auto& st = self->state;
+      if (st.core.from_member() && st.is_source(msg.src_rank))
+        st.core.advance(kv_poll::transferring);
+    },
+    [=](const transfer_done& msg) {
+      auto& st = self->state;
+      if (st.core.from_member())
+        st.core.source_finished(source_report{msg.src_rank, msg.pages,
+                                              st.init.kv_indices.size(), msg.counted,
+                                              msg.committed});
+    },
+    [=](tick_atom) {
+      self->state.core.on_tick();
+      resolve(self);
+    },
+  }.or_else(core.shared_handlers());
+}
+
+} // namespace kvroom

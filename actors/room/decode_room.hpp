@@ -1,0 +1,47 @@
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "caf/stateful_actor.hpp"
+
+#include "kvroom/actors/counted_actor.hpp"
+
+#include "kvroom/actors/room/room_core.hpp"
+
+namespace kvroom {
+
+/// State of the receiver side of one room on one decode rank.
+struct decode_room_state {
+  room_core core;
+  /// The prefill ranks that write into this decode rank: the one of its TP
+  /// slot, or with declared parallel layouts every rank the rank mapping
+  /// names (head slices from several, or one MLA sender). Empty until the
+  /// group is resolved.
+  std::vector<std::shared_ptr<const rank_entry>> sources;
+  /// The room's decider (`is_decider`): parts go straight to its manager.
+  std::shared_ptr<const rank_entry> decider;
+  bool resolving = false;
+  bool initialized = false;
+  receiver_init init;
+  bool dst_sent = false;
+  bool started = false;
+
+  bool is_source(rank_id id) const {
+    for (auto& s : sources)
+      if (s->rank.id == id)
+        return true;
+    return false;
+  }
+
+  static inline const char* name = "kvroom.decode_room";
+};
+
+/// The receiver room actor: resolves the prefill ranks of its room through
+/// the manager's copy of the bootstrap registry, sends them its destination
+/// pages, reports its part to the room's decider once every one of them
+/// wrote its last byte, and concludes Success on the decider's commit.
+caf::behavior decode_room(counted_actor<decode_room_state>* self,
+                          room_params params);
+
+} // namespace kvroom

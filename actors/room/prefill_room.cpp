@@ -1,0 +1,536 @@
+#include "kvroom/actors/room/prefill_room.hpp"
+
+#include <algorithm>
+
+#include "caf/all.hpp"
+
+#include "kvroom/actors/logging.hpp"
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/select.hpp"
+#include "kvroom/transport/transfer_plan.hpp"
+
+namespace kvroom {
+
+namespace {
+
+using self_ptr = counted_actor<prefill_room_state>*;
+
+/// To a decode room: directly in this process, else through its manager
+/// (by room id: no proxy per room crosses processes).
+template <class T>
+void to_decode(self_ptr self, const prefill_target& t, T msg) {
+  if (t.dst.decode_room)
+    self->send(t.dst.decode_room, std::move(msg));
+  else if (t.peer)
+    self->send(t.peer->manager, std::move(msg));
+}
+
+bool ready(const prefill_room_state& st) {
+  return st.role_known
+         && std::all_of(st.targets.begin(), st.targets.end(),
+                        [](const prefill_target& t) { return t.has_dst; });
+}
+
+prefill_place place_of(const parallel_layout& x) {
+  return prefill_place{x.tp_rank, x.pp_rank};
+}
+
+/// Checks that the declared pages and every decode allocation agree; fails
+/// the room otherwise (a decode rank with fewer pages would read garbage).
+bool check_counts(self_ptr self) {
+  auto& st = self->state;
+  if (!st.initialized)
+    return true;
+  for (auto& t : st.targets) {
+    if (!t.has_dst || t.dst.kv_indices.size() == st.declared_pages)
+      continue;
+    st.core.fail_local("decode rank " + to_string(t.dst.decode_rank) + " allocated "
+                       + std::to_string(t.dst.kv_indices.size())
+                       + " pages but prefill declared " + std::to_string(st.declared_pages));
+    return false;
+  }
+  return true;
+}
+
+void on_result(self_ptr self, const transfer_result& res);
+
+/// The batch of one chunk for target `t`, or why it cannot be planned.
+caf::expected<write_batch> plan_for(self_ptr self, const prefill_target& t,
+                                    const sender_chunk& chunk) {
+  auto& st = self->state;
+  auto& core = st.core;
+  auto n = chunk.kv_indices.size();
+  std::vector<int64_t> dst_pages(t.dst.kv_indices.begin() + st.planned_pages,
+                                 t.dst.kv_indices.begin() + st.planned_pages + n);
+  auto& me = *core.params().self_entry;
+  auto& src_layout = me.layout;
+  auto& dst_layout = t.peer->layout;
+  auto ops = st.mapped
+               ? plan_mapped_writes(t.map, place_of(me.parallel), me.parallel, t.peer->parallel,
+                                    src_layout, dst_layout, chunk.kv_indices, dst_pages)
+               : plan_writes(src_layout, dst_layout, chunk.kv_indices, dst_pages);
+  if (!ops)
+    return make_error(errc::invalid_argument, "cannot plan transfer to "
+                                                + to_string(t.dst.decode_rank) + ": "
+                                                + describe(ops.error()));
+  write_batch batch;
+  batch.tag = core.params().room;
+  batch.peer = t.endpoint;
+  batch.ops = std::move(*ops);
+  batch.src_device_id = kv_device_id(src_layout);
+  batch.dst_device_id = kv_device_id(dst_layout);
+  if (chunk.is_last && t.sends_aux && !src_layout.aux.empty()) {
+    auto aux = plan_aux_writes(src_layout, dst_layout, st.aux_index, t.dst.aux_index);
+    if (!aux)
+      return make_error(errc::invalid_argument, "cannot plan aux transfer to "
+                                                  + to_string(t.dst.decode_rank) + ": "
+                                                  + describe(aux.error()));
+    batch.aux_ops = static_cast<uint32_t>(aux->size());
+    batch.ops.insert(batch.ops.end(), aux->begin(), aux->end());
+  }
+  // A hybrid model's state goes with the last chunk, from the rank that
+  // sends aux (state buffers need equal TP sizes: registration), before the
+  // aux writes (which stay last in the batch).
+  if (chunk.is_last && t.sends_aux && !src_layout.state.empty()) {
+    auto state = plan_state_writes(src_layout, dst_layout, st.state_indices,
+                                   t.dst.state_indices);
+    if (!state)
+      return make_error(errc::invalid_argument, "cannot plan state transfer to "
+                                                  + to_string(t.dst.decode_rank) + ": "
+                                                  + describe(state.error()));
+    auto at = batch.ops.end() - static_cast<std::ptrdiff_t>(batch.aux_ops);
+    batch.ops.insert(at, state->begin(), state->end());
+  }
+  return batch;
+}
+
+/// Hands the next queued chunk to the worker, one batch per target, when
+/// nothing of the room is in flight (or moves it right here when it is
+/// small and the data plane allows). A dummy (no target) moves nothing.
+void send_next_chunk(self_ptr self) {
+  auto& st = self->state;
+  auto& core = st.core;
+  if (core.concluded() || !st.initialized || !ready(st) || !st.jobs.empty()
+      || st.queued.empty() || st.targets.empty())
+    return;
+  auto chunk = std::move(st.queued.front());
+  st.queued.pop_front();
+  // Every batch is planned before any moves: nothing goes out partially.
+  std::vector<write_batch> batches;
+  batches.reserve(st.targets.size());
+  for (auto& t : st.targets) {
+    auto batch = plan_for(self, t, chunk);
+    if (!batch) {
+      core.fail_local(describe(batch.error()));
+      return;
+    }
+    batches.push_back(std::move(*batch));
+  }
+  st.planned_pages += chunk.kv_indices.size();
+  st.last_in_flight = chunk.is_last;
+  bool first = !st.started;
+  if (first) {
+    st.started = true;
+    core.advance(kv_poll::transferring);
+  }
+  auto& room = core.params().room;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    st.jobs.push_back(st.next_job++);
+    st.job_targets.push_back(i);
+  }
+  // Small batches move right here when the data plane allows.
+  std::vector<transfer_result> done_here;
+  std::vector<bool> inline_done(batches.size(), false);
+  if (auto& shortcut = core.params().shortcut) {
+    for (size_t i = 0; i < batches.size(); ++i) {
+      if (auto res = shortcut->try_post(batches[i])) {
+        inline_done[i] = true;
+        done_here.push_back(transfer_result{room, st.jobs[i], !*res,
+                                            *res ? describe(*res) : std::string{},
+                                            *res ? 0 : batches[i].total_bytes()});
+      }
+    }
+  }
+  // A room moved whole by inline copies: decode hears transfer_done at
+  // once, so "started" would only cost it a message (a cross-process one,
+  // the expensive kind).
+  bool whole_inline = chunk.is_last && done_here.size() == batches.size()
+                      && std::all_of(done_here.begin(), done_here.end(),
+                                     [](const transfer_result& r) { return r.ok; });
+  if (first && !whole_inline)
+    for (auto& t : st.targets)
+      to_decode(self, t, transfer_started{room, core.params().self.id});
+  for (size_t i = 0; i < batches.size(); ++i)
+    if (!inline_done[i])
+      self->send(core.params().worker, transfer_job{room, st.jobs[i], std::move(batches[i])});
+  for (auto& res : done_here)
+    on_result(self, res);
+}
+
+void on_chunk(self_ptr self, sender_chunk& chunk) {
+  auto& st = self->state;
+  auto& core = st.core;
+  if (core.concluded()) {
+    logger()->debug("room {} on {}: chunk after conclusion ignored",
+                    core.params().room, to_string(core.params().self));
+    return;
+  }
+  if (!st.initialized) {
+    core.fail_local("send before init");
+    return;
+  }
+  if (st.last_received) {
+    core.fail_local("chunk after the last chunk");
+    return;
+  }
+  auto n = chunk.kv_indices.size();
+  if (st.received_pages + n > st.declared_pages) {
+    core.fail_local("too many KV indices: " + std::to_string(st.received_pages + n)
+                    + " sent, " + std::to_string(st.declared_pages)
+                    + " declared by init");
+    return;
+  }
+  if (chunk.is_last && st.received_pages + n != st.declared_pages) {
+    core.fail_local("last chunk leaves "
+                    + std::to_string(st.declared_pages - st.received_pages - n)
+                    + " of " + std::to_string(st.declared_pages)
+                    + " declared pages unsent");
+    return;
+  }
+  if (st.queued.size() >= core.params().max_queued_chunks) {
+    core.fail_local("more than " + std::to_string(core.params().max_queued_chunks)
+                    + " chunks queued");
+    return;
+  }
+  if (!chunk.state_indices.empty() && !chunk.is_last) {
+    core.fail_local("state indices with a chunk that is not the last");
+    return;
+  }
+  if (chunk.is_last) {
+    core.note_transfer_start();
+    auto& me = *core.params().self_entry;
+    auto why = check_state_indices(me.layout, chunk.state_indices);
+    if (!why.empty()) {
+      core.fail_local("bad send: " + why);
+      return;
+    }
+    st.state_indices = chunk.state_indices;
+  }
+  st.received_pages += n;
+  st.last_received = chunk.is_last;
+  // A dummy moves nothing; a non-last empty chunk neither; the last one
+  // still carries aux.
+  if ((n > 0 || chunk.is_last) && !(st.role_known && st.targets.empty()))
+    st.queued.push_back(std::move(chunk));
+  send_next_chunk(self);
+}
+
+void on_dst(self_ptr self, dst_ready& msg);
+
+/// Mapped rooms: the decode ranks this rank writes, once its whole group
+/// and the decode TP size are known. A rank the mapping gives nothing to
+/// (MLA beyond the decode TP size, say) is a dummy: its part is done from
+/// the start and it concludes with the room (the decider commits the whole
+/// group; a failure reaches it through the group's fan-out).
+void resolve_role(self_ptr self) {
+  auto& st = self->state;
+  auto& core = st.core;
+  if (st.role_known || core.concluded() || st.decode_tp <= 0)
+    return;
+  auto& me = *core.params().self_entry;
+  std::vector<parallel_layout> layouts;
+  for (auto& e : st.group) {
+    if (!e->has_parallel) {
+      core.fail_local("prefill " + to_string(e->rank) + " declares no parallel layout");
+      return;
+    }
+    layouts.push_back(e->parallel);
+  }
+  auto full = static_cast<size_t>(me.parallel.tp_size) * static_cast<size_t>(me.parallel.pp_size);
+  if (layouts.size() < full)
+    return; // a rank of the group has not registered yet: the next push
+  auto targets = prefill_targets(layouts, me.parallel, st.decode_tp);
+  if (!targets) {
+    core.fail_local(describe(targets.error()));
+    return;
+  }
+  st.role_known = true;
+  for (auto t : *targets) {
+    prefill_target x;
+    x.tp_rank = t;
+    st.targets.push_back(std::move(x));
+  }
+  if (core.protocol().deciding()) {
+    std::vector<rank_id> ids;
+    for (auto& e : st.group)
+      ids.push_back(e->rank.id);
+    core.commit_also(ids);
+  }
+  if (st.targets.empty()) {
+    logger()->debug("room {} on {}: a dummy (no decode rank of TP {} needs its heads)",
+                    core.params().room, to_string(core.params().self), st.decode_tp);
+    st.queued.clear();
+    core.advance(kv_poll::waiting_for_input);
+    // A commit heard before this rank knew it is a dummy was kept by the
+    // protocol: preparing concludes the room with it.
+    core.prepare();
+  }
+  auto early = std::move(st.early);
+  st.early.clear();
+  for (auto& x : early)
+    on_dst(self, x);
+}
+
+void on_group(self_ptr self, group_reply& reply) {
+  auto& st = self->state;
+  if (!st.mapped || st.role_known)
+    return;
+  st.group = std::move(reply.ranks);
+  if (reply.decode_tp > 0 && st.decode_tp == 0)
+    st.decode_tp = reply.decode_tp;
+  resolve_role(self);
+}
+
+void on_dst(self_ptr self, dst_ready& msg) {
+  auto& st = self->state;
+  auto& core = st.core;
+  auto& me = core.params().self;
+  if (core.concluded()) {
+    // The decode rank may not have been known when this room failed: tell
+    // it now, with the original root cause.
+    // (Its manager fences the destination: this room posts nothing more.)
+    if (core.protocol().state() == kv_poll::failed && msg.peer)
+      self->send(msg.peer->manager,
+                 room_failed{core.params().room, core.protocol().failure(), true,
+                             me.id});
+    return;
+  }
+  if (!msg.peer) {
+    core.fail_local("destination from unknown decode rank "
+                    + to_string(msg.info.decode_rank));
+    return;
+  }
+  auto& d = msg.info.decode_rank;
+  if (st.mapped && !msg.peer->has_parallel) {
+    // SGLang's decode ranks declare no heads: they hold this model at their
+    // TP size (the registry checked that their pages are its pages).
+    auto implied = implied_layout(core.params().self_entry->parallel, msg.peer->rank.tp_size,
+                                  msg.peer->rank.tp_rank, msg.peer->layout.kv);
+    if (!implied) {
+      core.fail_local("decode " + to_string(d) + " declares no parallel layout: "
+                      + describe(implied.error()));
+      return;
+    }
+    auto peer = std::make_shared<rank_entry>(*msg.peer);
+    peer->parallel = *implied;
+    peer->has_parallel = true;
+    msg.peer = std::move(peer);
+  }
+  if (st.mapped) {
+    auto tp = msg.peer->parallel.tp_size;
+    if (!st.role_known) {
+      if (st.decode_tp == 0)
+        st.decode_tp = tp;
+      if (st.early.size() >= static_cast<size_t>(std::max(st.decode_tp, 1))) {
+        core.fail_local("more destinations than the decode TP size "
+                        + std::to_string(st.decode_tp));
+        return;
+      }
+      st.early.push_back(std::move(msg));
+      resolve_role(self);
+      return;
+    }
+    if (tp != st.decode_tp) {
+      core.fail_local("decode " + to_string(d) + " has TP size " + std::to_string(tp)
+                      + ", this room was mapped for " + std::to_string(st.decode_tp));
+      return;
+    }
+  } else if (!st.role_known) {
+    if (d.tp_size != me.tp_size || d.tp_rank != me.tp_rank) {
+      core.fail_local("unsupported: decode " + to_string(d) + " with tp_size "
+                      + std::to_string(d.tp_size) + " asks prefill "
+                      + to_string(me) + " with tp_size "
+                      + std::to_string(me.tp_size)
+                      + " (head-sliced transfers need parallel layouts declared on both sides)");
+      return;
+    }
+    st.role_known = true;
+    st.targets.push_back(prefill_target{});
+    st.targets.back().tp_rank = d.tp_rank;
+  }
+  auto t = std::find_if(st.targets.begin(), st.targets.end(),
+                        [&](const prefill_target& x) { return x.tp_rank == d.tp_rank; });
+  if (t == st.targets.end()) {
+    core.fail_local("decode " + to_string(d) + " sent a destination to prefill " + to_string(me)
+                    + ", which the rank mapping gives no part of its pages");
+    return;
+  }
+  if (t->has_dst) {
+    if (t->dst.decode_rank.id == d.id) {
+      logger()->debug("room {} on {}: duplicate destination ignored",
+                      core.params().room, to_string(me));
+      return;
+    }
+    core.fail_local("second decode destination " + to_string(d) + " (already serving "
+                    + to_string(t->dst.decode_rank) + ")");
+    return;
+  }
+  if (st.mapped) {
+    std::vector<parallel_layout> layouts;
+    for (auto& e : st.group)
+      layouts.push_back(e->parallel);
+    auto m = map_decode_rank(layouts, msg.peer->parallel);
+    if (!m) {
+      core.fail_local("cannot map to decode " + to_string(d) + ": " + describe(m.error()));
+      return;
+    }
+    t->sends_aux = m->aux_source == place_of(core.params().self_entry->parallel);
+    t->map = std::move(*m);
+  }
+  auto kind = [](const memory_layout& x) {
+    return kv_device_id(x) < 0 ? mem_kind::host : mem_kind::device;
+  };
+  auto ep = choose_endpoint(msg.peer->endpoints,
+                            core.params().self_entry->endpoints,
+                            core.params().transport,
+                            memory_kinds{kind(core.params().self_entry->layout),
+                                         kind(msg.peer->layout)});
+  if (!ep) {
+    core.fail_local("cannot reach decode " + to_string(d) + ": " + describe(ep.error()));
+    return;
+  }
+  t->endpoint = std::move(*ep);
+  t->has_dst = true;
+  t->dst = std::move(msg.info);
+  t->peer = std::move(msg.peer);
+  if (!check_counts(self) || !ready(st))
+    return;
+  std::vector<rank_ref> counterparts;
+  for (auto& x : st.targets) {
+    counterparts.push_back(x.dst.decode_rank);
+    // Every decode rank of the room skips the same cached prefix, or the
+    // pages it allocated mean different tokens than the others'.
+    if (x.dst.decode_prefix_len != st.targets.front().dst.decode_prefix_len) {
+      core.fail_local("decode ranks disagree on their cached prefix: "
+                      + to_string(st.targets.front().dst.decode_rank) + " holds "
+                      + std::to_string(st.targets.front().dst.decode_prefix_len) + " tokens, "
+                      + to_string(x.dst.decode_rank) + " "
+                      + std::to_string(x.dst.decode_prefix_len));
+      return;
+    }
+  }
+  if (!st.targets.empty())
+    core.set_decode_prefix_len(st.targets.front().dst.decode_prefix_len);
+  core.set_counterparts(std::move(counterparts));
+  core.advance(kv_poll::waiting_for_input);
+  send_next_chunk(self);
+}
+
+void on_result(self_ptr self, const transfer_result& res) {
+  auto& st = self->state;
+  auto& core = st.core;
+  auto job = std::find(st.jobs.begin(), st.jobs.end(), res.job_id);
+  if (job == st.jobs.end()) {
+    logger()->debug("room {}: stale transfer result {} ignored", res.room,
+                    res.job_id);
+    return;
+  }
+  auto target = st.job_targets[static_cast<size_t>(job - st.jobs.begin())];
+  st.job_targets.erase(st.job_targets.begin() + (job - st.jobs.begin()));
+  st.jobs.erase(job);
+  if (!res.ok) {
+    core.fail_local("transfer to " + to_string(st.targets[target].dst.decode_rank)
+                    + " failed: " + res.reason);
+    return;
+  }
+  st.bytes_moved += res.bytes;
+  if (!st.jobs.empty() || core.concluded())
+    return;
+  if (!st.last_in_flight) {
+    send_next_chunk(self);
+    return;
+  }
+  // Every byte landed; the protocol decides who hears of which part.
+  if (!st.targets.empty())
+    core.note_transfer(st.bytes_moved, st.targets.front().endpoint.transport);
+  std::vector<written_part> parts;
+  parts.reserve(st.targets.size());
+  for (auto& t : st.targets) {
+    core.know_room(t.dst.decode_rank.id, t.dst.decode_room);
+    parts.push_back(written_part{t.dst.decode_rank,
+                                 !st.mapped || t.map.sources.size() == 1, !st.mapped});
+  }
+  core.all_written(parts);
+}
+
+/// A part's word for decode rank `fx.rank`: this rank's last byte landed
+/// (`tell_done`), or its slot's part is done (`report_part`, to the
+/// decider, with both rooms' handles for a decider in this process: its
+/// manager drops them for one in another).
+void tell_part(self_ptr self, const room_effect& fx) {
+  auto& st = self->state;
+  auto& core = st.core;
+  auto t = std::find_if(st.targets.begin(), st.targets.end(), [&](const prefill_target& x) {
+    return x.dst.decode_rank.id == fx.rank;
+  });
+  if (t == st.targets.end())
+    return;
+  auto& me = core.params().self;
+  if (fx.what == room_effect::kind::report_part) {
+    part_done part{core.params().room, fx.slot, fx.slots, fx.rank, t->dst.decode_room, me.id,
+                   caf::actor_cast<caf::actor>(self)};
+    core.to_decider(fx.decider, caf::make_message(std::move(part)));
+    return;
+  }
+  to_decode(self, *t, transfer_done{core.params().room, me.id, st.bytes_moved,
+                                    st.planned_pages, fx.counted, fx.committed});
+}
+
+} // namespace
+
+caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
+                           room_params params) {
+  self->state.core.init(self, std::move(params));
+  self->state.core.route_parts([=](const room_effect& fx) { tell_part(self, fx); });
+  auto& p = self->state.core.params();
+  self->state.mapped = p.self_entry->has_parallel;
+  return caf::message_handler{
+    [=](sender_init& msg) {
+      auto& st = self->state;
+      auto& core = st.core;
+      if (core.concluded() || st.initialized) {
+        logger()->debug("room {}: init ignored (initialized={}, state={})",
+                        msg.room, st.initialized, to_string(core.protocol().state()));
+        return;
+      }
+      auto& aux = core.params().self_entry->layout.aux;
+      for (size_t b = 0; b < aux.size(); ++b) {
+        if (msg.aux_index < 0
+            || static_cast<uint64_t>(msg.aux_index) >= aux[b].num_pages()) {
+          core.fail_local("aux index " + std::to_string(msg.aux_index)
+                          + " out of range [0, "
+                          + std::to_string(aux[b].num_pages())
+                          + ") in aux buffer " + std::to_string(b));
+          return;
+        }
+      }
+      st.initialized = true;
+      st.declared_pages = msg.num_kv_indices;
+      st.aux_index = msg.aux_index;
+      if (check_counts(self))
+        send_next_chunk(self);
+    },
+    [=](sender_chunk& msg) { on_chunk(self, msg); },
+    [=](dst_ready& msg) { on_dst(self, msg); },
+    [=](group_reply& msg) { on_group(self, msg); },
+    [=](const transfer_result& msg) { on_result(self, msg); },
+    // From other ranks: only from members (room_core::from_member).
+    [=](const part_done& msg) {
+      if (self->state.core.from_member())
+        self->state.core.on_part(msg);
+    },
+    [=](tick_atom) { self->state.core.on_tick(); },
+  }.or_else(self->state.core.shared_handlers());
+}
+
+} // namespace kvroom

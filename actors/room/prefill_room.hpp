@@ -1,0 +1,77 @@
+#pragma once
+
+#include <deque>
+#include <memory>
+
+#include "caf/stateful_actor.hpp"
+
+#include "kvroom/actors/counted_actor.hpp"
+
+#include "kvroom/actors/room/room_core.hpp"
+#include "kvroom/transport/rank_mapping.hpp"
+
+namespace kvroom {
+
+/// One decode rank a prefill room writes.
+struct prefill_target {
+  /// Its TP rank in the decode group.
+  int32_t tp_rank = 0;
+  /// Its destination, once its manager handed it over.
+  bool has_dst = false;
+  dst_info dst;
+  std::shared_ptr<const rank_entry> peer;
+  /// How this room reaches it, chosen once per room.
+  endpoint_desc endpoint;
+  /// Declared layouts: what the rank mapping says it gets (from every
+  /// source; this room moves its own slices).
+  decode_mapping map;
+  /// This rank sends it the room's aux data.
+  bool sends_aux = true;
+};
+
+/// State of the sender side of one room on one prefill rank.
+struct prefill_room_state {
+  room_core core;
+  bool initialized = false;
+  uint64_t declared_pages = 0;
+  int64_t aux_index = 0;
+  /// Hybrid models: the request's state pages, from the last chunk.
+  std::vector<int64_t> state_indices;
+  /// Both sides declared parallel layouts: the decode ranks this rank writes
+  /// follow from the rank mapping (none: a dummy). Otherwise the one decode
+  /// rank of its own TP slot, whichever sends a destination first.
+  bool mapped = false;
+  /// `targets` is final (mapped: the group and the decode TP size known).
+  bool role_known = false;
+  std::vector<prefill_target> targets;
+  /// Mapped: this rank's prefill group, from the manager.
+  std::vector<std::shared_ptr<const rank_entry>> group;
+  int32_t decode_tp = 0;
+  /// Mapped: destinations that came before the role was known (at most one
+  /// per decode TP rank).
+  std::vector<dst_ready> early;
+  /// Chunks received and not yet handed to the worker (bounded).
+  std::deque<sender_chunk> queued;
+  uint64_t received_pages = 0;
+  uint64_t planned_pages = 0;
+  bool last_received = false;
+  /// The jobs of the chunk in flight, one per target: one chunk at a time
+  /// keeps a room's chunks in order.
+  std::vector<uint64_t> jobs;
+  /// The target of each job in `jobs` (index into `targets`).
+  std::vector<size_t> job_targets;
+  bool last_in_flight = false;
+  uint64_t next_job = 1;
+  uint64_t bytes_moved = 0;
+  bool started = false;
+
+  static inline const char* name = "kvroom.prefill_room";
+};
+
+/// The sender room actor: plans each chunk into one write batch per decode
+/// destination, hands it to the rank's transfer worker, sends aux data with
+/// the last chunk and confirms to the decode room once every byte landed.
+caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
+                           room_params params);
+
+} // namespace kvroom

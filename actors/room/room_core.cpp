@@ -1,0 +1,174 @@
+#include "kvroom/actors/room/room_core.hpp"
+
+#include "caf/all.hpp"
+
+#include "kvroom/actors/logging.hpp"
+
+namespace kvroom {
+
+void room_core::init(caf::event_based_actor* self, room_params params) {
+  self_ = self;
+  params_ = std::move(params);
+  timing_ = room_timing{params_.timeouts};
+  auto prefill_dp = params_.self.side == role::prefill ? params_.self.dp_rank
+                                                       : params_.peer_dp_rank;
+  protocol_ = std::make_unique<room_protocol>(params_.room, params_.self, prefill_dp,
+                                              timing_, timing_.now(), params_.protocol);
+  // The room dies with its rank, but not by monitoring the manager: a CAF
+  // 0.17 monitor stays on the monitored actor, with the dead room's storage,
+  // until that actor exits. The manager ends its rooms when it exits.
+  if (params_.monitor_manager) {
+    self_->monitor(params_.manager);
+    self_->set_down_handler([this](caf::down_msg&) { self_->quit(); });
+  }
+  self_->send(params_.manager,
+              room_opened{params_.room, caf::actor_cast<caf::actor>(self_),
+                          prefill_dp});
+}
+
+// -- room_port ------------------------------------------------------------------
+
+void room_core::publish(kv_poll state, kv_transfer_error error) {
+  auto room = params_.room;
+  // Decode: from here on nothing of the room may land in its pages; a data
+  // plane that checks grants refuses its writes from now.
+  if (is_terminal(state) && params_.data_plane)
+    params_.data_plane->revoke(room);
+  room_event ev{room, state, std::move(error), decode_prefix_len_};
+  if (params_.listener)
+    self_->send(params_.listener, ev);
+  if (params_.inbox)
+    self_->send(params_.inbox, std::move(ev));
+}
+
+void room_core::concluded(const room_effect& fx) {
+  // The manager hears before the scheduler: its failure record and fan-out
+  // never lag behind what the scheduler sees.
+  self_->send(params_.manager,
+              room_concluded{params_.room, fx.state, fx.error, protocol_->counterparts(),
+                             fx.fan_out, fx.requested, bytes_, transport_,
+                             transfer_from_ms_});
+}
+
+void room_core::to_decider(const decider_ref& group, caf::message msg) {
+  self_->send(params_.manager, kvroom::to_decider{group.side, group.dp_rank, std::move(msg)});
+}
+
+void room_core::to_rank(rank_id rank, caf::message msg) {
+  self_->send(params_.manager, kvroom::to_rank{rank, std::move(msg)});
+}
+
+void room_core::commit(room_id room, rank_id rank) {
+  // A participant in another process comes without a handle (no proxy per
+  // room crosses processes): its commit goes through the managers.
+  if (auto other = room_of(rank))
+    self_->send(other, room_committed{room});
+  else
+    to_rank(rank, caf::make_message(room_committed{room}));
+}
+
+void room_core::part_word(const room_effect& fx) {
+  if (part_router_)
+    part_router_(fx);
+}
+
+// -- inputs ---------------------------------------------------------------------
+
+void room_core::advance(kv_poll next) {
+  run(protocol_->advance(next, timing_.now()));
+}
+
+void room_core::fail_local(std::string reason, bool requested) {
+  if (protocol_->concluded()) {
+    logger()->debug("room {} on {}: local failure after conclusion ignored: {}",
+                    params_.room, to_string(params_.self), reason);
+    return;
+  }
+  run(protocol_->fail_local(std::move(reason), timing_.now(), requested));
+}
+
+void room_core::on_failed(const room_failed& msg) {
+  if (msg.propagated && protocol_->concluded())
+    logger()->debug("room {} on {}: failure from rank {} after conclusion "
+                    "ignored: {}",
+                    params_.room, to_string(params_.self),
+                    msg.error.origin_rank, msg.error.failure_reason);
+  run(protocol_->on_failure(msg.error, !msg.propagated, msg.from, timing_.now()));
+}
+
+void room_core::prepare() {
+  run(protocol_->prepare(timing_.now()));
+}
+
+void room_core::on_part(const part_done& part) {
+  know_room(part.decode_rank, part.decode_room);
+  know_room(part.prefill_rank, part.prefill_room);
+  run(protocol_->part_done(part.slot, part.slots, part.decode_rank,
+                           part.prefill_rank == params_.self.id ? -1 : part.prefill_rank,
+                           timing_.now()));
+}
+
+void room_core::all_written(const std::vector<written_part>& parts) {
+  run(protocol_->all_written(parts, timing_.now()));
+}
+
+void room_core::source_finished(const source_report& report) {
+  run(protocol_->source_finished(report, timing_.now()));
+}
+
+void room_core::on_committed() {
+  if (!protocol_->prepared() && !protocol_->concluded())
+    logger()->debug("room {} on {}: commit before this rank's part was done, "
+                    "kept until it is", params_.room, to_string(params_.self));
+  run(protocol_->committed(timing_.now()));
+}
+
+void room_core::on_peer_lost(const peer_lost& msg) {
+  run(protocol_->peer_lost(msg.rank, msg.reason, timing_.now()));
+}
+
+void room_core::on_tick() {
+  run(protocol_->tick(timing_.now()));
+}
+
+void room_core::dst_sent(rank_id prefill, bool reports) {
+  protocol_->dst_sent(prefill, reports);
+}
+
+void room_core::fenced(rank_id prefill) {
+  run(protocol_->fenced(prefill, timing_.now()));
+}
+
+caf::message_handler room_core::shared_handlers() {
+  auto* core = this;
+  return {
+    // From other ranks: only from members (see from_member).
+    [core](const room_failed& msg) {
+      if (core->from_member())
+        core->on_failed(msg);
+    },
+    [core](const room_committed&) {
+      if (core->from_member())
+        core->on_committed();
+    },
+    [core](const room_fenced& msg) {
+      if (core->from_member())
+        core->fenced(msg.prefill_rank);
+    },
+    [core](const room_abort& msg) {
+      auto by = "aborted by " + to_string(core->params_.self.side) + " scheduler";
+      core->fail_local(msg.reason.empty() ? by : by + ": " + msg.reason, true);
+    },
+    [core](const peer_lost& msg) { core->on_peer_lost(msg); },
+    [core](const room_clear&) { core->clear(); },
+  };
+}
+
+void room_core::clear() {
+  run(protocol_->clear(timing_.now()));
+  if (params_.data_plane)
+    params_.data_plane->revoke(params_.room);
+  self_->quit();
+}
+
+} // namespace kvroom

@@ -1,0 +1,194 @@
+#pragma once
+
+#include "kvroom/actors/control/membership.hpp"
+#include "kvroom/transport/backend.hpp"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "caf/actor.hpp"
+#include "caf/event_based_actor.hpp"
+#include "caf/message_handler.hpp"
+
+#include "kvroom/actors/inline_path.hpp"
+#include "kvroom/actors/local_messages.hpp"
+#include "kvroom/actors/room/room_port.hpp"
+#include "kvroom/actors/room/room_protocol.hpp"
+#include "kvroom/actors/room/room_timing.hpp"
+
+namespace kvroom {
+
+/// What a room actor is spawned with.
+struct room_params {
+  room_id room = 0;
+  rank_ref self;
+  caf::actor manager;
+  /// The scheduler's inbox; receives every state change.
+  caf::actor inbox;
+  /// Optional subscriber (actor-based schedulers); receives the same events.
+  caf::actor listener;
+  room_timeouts timeouts;
+  /// This rank's registry entry: its layout and data-plane endpoint.
+  std::shared_ptr<const rank_entry> self_entry;
+  /// Prefill rooms: the rank's transfer worker.
+  caf::actor worker;
+  /// Prefill rooms: small batches moved without the worker (may be null).
+  std::shared_ptr<inline_path> shortcut;
+  /// Decode rooms: the prefill data-parallel group serving this room.
+  int32_t peer_dp_rank = 0;
+  uint32_t max_queued_chunks = 1024;
+  /// Prefill rooms: the transport to reach decode with, or "auto".
+  std::string transport = "auto";
+  room_protocol::options protocol;
+  /// Sabotage only: monitor the manager, which in CAF 0.17 keeps every dead
+  /// room's storage on the manager until it exits (~1.9 KB per room).
+  bool monitor_manager = false;
+  /// Nodes whose ranks proved membership (the manager's table).
+  std::shared_ptr<const trust_table> trust;
+  /// Decode rooms: the rank's data plane, for per-room write grants.
+  std::shared_ptr<backend> data_plane;
+};
+
+/// The part every room actor shares: a shell around `room_protocol` that
+/// feeds it what arrives and carries out the effects it returns (state
+/// changes to the scheduler, conclusions to the manager, proposals, answers
+/// and commits through the managers; `carry_out` reads them). It decides
+/// nothing itself, and reads the clock only through `room_timing`.
+class room_core final : public room_port {
+public:
+  void init(caf::event_based_actor* self, room_params params);
+
+  const room_params& params() const noexcept {
+    return params_;
+  }
+
+  const room_protocol& protocol() const noexcept {
+    return *protocol_;
+  }
+
+  bool concluded() const noexcept {
+    return protocol_->concluded();
+  }
+
+  void set_counterparts(std::vector<rank_ref> xs) {
+    protocol_->set_counterparts(std::move(xs));
+  }
+
+  /// The message being handled comes from this process or from a node that
+  /// proved membership. Room actors are reachable from every node that ever
+  /// got their handle; what a stranger sends them changes nothing.
+  /// True for actors of this process: only they get a room's own handle.
+  /// A handle sent to another process makes CAF create, announce and later
+  /// kill a proxy for it there, several wire frames per room; rooms in
+  /// other processes are addressed through their manager by room id.
+  bool local(const caf::actor& other) const {
+    return other && other.node() == self_->node();
+  }
+
+  /// Peer messages always have a sender (the manager or a local room); an
+  /// anonymous one could come from anywhere (CAF 0.17 delivers a remote
+  /// anonymous message without a sender).
+  bool from_member() const {
+    auto& sender = self_->current_sender();
+    return sender && (sender->node() == self_->node()
+                      || (params_.trust && params_.trust->contains(sender->node())));
+  }
+
+  /// How a part's word (`report_part`, `tell_done`) travels: the room kind
+  /// knows its peers' handles and routes.
+  using part_router = std::function<void(const room_effect&)>;
+  void route_parts(part_router fn) {
+    part_router_ = std::move(fn);
+  }
+
+  /// The room actor of rank `rank`, in this process: a commit for that rank
+  /// goes to it directly instead of through the managers.
+  void know_room(rank_id rank, caf::actor room) {
+    if (rank >= 0 && local(room))
+      handles_[rank] = std::move(room);
+  }
+
+  /// A handle this room knows for rank `rank`'s room (null: none, or in
+  /// another process).
+  caf::actor room_of(rank_id rank) const {
+    auto i = handles_.find(rank);
+    return i == handles_.end() ? caf::actor{} : i->second;
+  }
+
+  void advance(kv_poll next);
+  void fail_local(std::string reason, bool requested = false);
+  void on_failed(const room_failed& msg);
+  void prepare();
+  /// Decider: a decode TP slot reported its part.
+  void on_part(const part_done& part);
+  /// Prefill: every byte of this rank landed (see room_protocol).
+  void all_written(const std::vector<written_part>& parts);
+  /// Decode: a source wrote its last byte (see room_protocol).
+  void source_finished(const source_report& report);
+  void on_committed();
+  void commit_also(const std::vector<rank_id>& ranks) {
+    protocol_->commit_also(ranks);
+  }
+  void on_peer_lost(const peer_lost& msg);
+  void on_tick();
+
+  /// For the rank's metrics: the transfer starts now (see room_concluded).
+  void note_transfer_start() {
+    if (transfer_from_ms_ == 0)
+      transfer_from_ms_ = timing_.now();
+  }
+  /// For the rank's metrics: the room moved `bytes` over `transport`.
+  void note_transfer(uint64_t bytes, std::string transport) {
+    bytes_ = bytes;
+    transport_ = std::move(transport);
+  }
+  /// Prefill: the tokens decode holds already, told to the scheduler with
+  /// every state from WaitingForInput on (room_event).
+  void set_decode_prefix_len(int64_t tokens) {
+    decode_prefix_len_ = tokens;
+  }
+  void dst_sent(rank_id prefill, bool reports);
+  void fenced(rank_id prefill);
+
+  /// The scheduler released the room: stop for good.
+  void clear();
+
+  /// The handlers every room kind shares, behind its own: failures,
+  /// commits and fences from members, the scheduler's abort, peer loss and
+  /// clear. The room core lives in the actor's state, so it outlives them.
+  caf::message_handler shared_handlers();
+
+  const room_timing& timing() const noexcept {
+    return timing_;
+  }
+
+  // -- room_port ----------------------------------------------------------
+  void publish(kv_poll state, kv_transfer_error error) override;
+  void concluded(const room_effect& fx) override;
+  void to_decider(const decider_ref& group, caf::message msg) override;
+  void to_rank(rank_id rank, caf::message msg) override;
+  void commit(room_id room, rank_id rank) override;
+  void part_word(const room_effect& fx) override;
+
+private:
+  void run(room_effects& effects) {
+    carry_out(params_.room, params_.self, effects, *this);
+  }
+
+  caf::event_based_actor* self_ = nullptr;
+  room_params params_;
+  room_timing timing_;
+  std::unique_ptr<room_protocol> protocol_;
+  // Room actors of other ranks in this process, by rank id.
+  std::unordered_map<rank_id, caf::actor> handles_;
+  part_router part_router_;
+  uint64_t transfer_from_ms_ = 0;
+  uint64_t bytes_ = 0;
+  std::string transport_;
+  int64_t decode_prefix_len_ = 0;
+};
+
+} // namespace kvroom
