@@ -200,7 +200,7 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
   core.route_parts([=](const room_effect& fx) { report_part(self, fx); });
   // The manager pushes the prefill group with the room's opening; a room
   // that opened before the group registered asks again on its ticks.
-  return caf::message_handler{
+  return self->state.core.behavior_with(
     [=](group_reply& reply) { on_group(self, reply); },
     [=](receiver_init& msg) {
       auto& st = self->state;
@@ -233,8 +233,7 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
     [=](tick_atom) {
       self->state.core.on_tick();
       resolve(self);
-    },
-  }.or_else(core.shared_handlers());
+    });
 }
 
 } // namespace kvroom

@@ -494,7 +494,7 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
   self->state.core.route_parts([=](const room_effect& fx) { tell_part(self, fx); });
   auto& p = self->state.core.params();
   self->state.mapped = p.self_entry->has_parallel;
-  return caf::message_handler{
+  return self->state.core.behavior_with(
     [=](sender_init& msg) {
       auto& st = self->state;
       auto& core = st.core;
@@ -529,8 +529,7 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
       if (self->state.core.from_member())
         self->state.core.on_part(msg);
     },
-    [=](tick_atom) { self->state.core.on_tick(); },
-  }.or_else(self->state.core.shared_handlers());
+    [=](tick_atom) { self->state.core.on_tick(); });
 }
 
 } // namespace kvroom

@@ -139,29 +139,9 @@ void room_core::fenced(rank_id prefill) {
   run(protocol_->fenced(prefill, timing_.now()));
 }
 
-caf::message_handler room_core::shared_handlers() {
-  auto* core = this;
-  return {
-    // From other ranks: only from members (see from_member).
-    [core](const room_failed& msg) {
-      if (core->from_member())
-        core->on_failed(msg);
-    },
-    [core](const room_committed&) {
-      if (core->from_member())
-        core->on_committed();
-    },
-    [core](const room_fenced& msg) {
-      if (core->from_member())
-        core->fenced(msg.prefill_rank);
-    },
-    [core](const room_abort& msg) {
-      auto by = "aborted by " + to_string(core->params_.self.side) + " scheduler";
-      core->fail_local(msg.reason.empty() ? by : by + ": " + msg.reason, true);
-    },
-    [core](const peer_lost& msg) { core->on_peer_lost(msg); },
-    [core](const room_clear&) { core->clear(); },
-  };
+void room_core::abort(const std::string& reason) {
+  auto by = "aborted by " + to_string(params_.self.side) + " scheduler";
+  fail_local(reason.empty() ? by : by + ": " + reason, true);
 }
 
 void room_core::clear() {

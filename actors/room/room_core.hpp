@@ -11,7 +11,7 @@
 
 #include "caf/actor.hpp"
 #include "caf/event_based_actor.hpp"
-#include "caf/message_handler.hpp"
+#include "caf/behavior.hpp"
 
 #include "kvroom/actors/inline_path.hpp"
 #include "kvroom/actors/local_messages.hpp"
@@ -156,10 +156,37 @@ public:
   /// The scheduler released the room: stop for good.
   void clear();
 
-  /// The handlers every room kind shares, behind its own: failures,
-  /// commits and fences from members, the scheduler's abort, peer loss and
-  /// clear. The room core lives in the actor's state, so it outlives them.
-  caf::message_handler shared_handlers();
+  /// A room kind's behaviour: its own handlers `fs`, then those every room
+  /// kind shares (failures, commits and fences from members, the
+  /// scheduler's abort, peer loss and clear), in one behaviour (one
+  /// allocation per room actor, as before they were shared). The room core
+  /// lives in the actor's state, so it outlives them.
+  template <class... Fs>
+  caf::behavior behavior_with(Fs... fs) {
+    auto* core = this;
+    return {
+      std::move(fs)...,
+      // From other ranks: only from members (see from_member).
+      [core](const room_failed& msg) {
+        if (core->from_member())
+          core->on_failed(msg);
+      },
+      [core](const room_committed&) {
+        if (core->from_member())
+          core->on_committed();
+      },
+      [core](const room_fenced& msg) {
+        if (core->from_member())
+          core->fenced(msg.prefill_rank);
+      },
+      [core](const room_abort& msg) { core->abort(msg.reason); },
+      [core](const peer_lost& msg) { core->on_peer_lost(msg); },
+      [core](const room_clear&) { core->clear(); },
+    };
+  }
+
+  /// The scheduler aborted the room (`reason` may be empty).
+  void abort(const std::string& reason);
 
   const room_timing& timing() const noexcept {
     return timing_;
