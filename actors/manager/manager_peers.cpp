@@ -20,7 +20,7 @@ void count_peers(manager_ptr self) {
 void peers_changed(manager_ptr self) {
   auto& st = self->state;
   count_peers(self);
-  flush_deciders(self);
+  send_parked(self);
   for (auto room : st.parked->dst_rooms())
     deliver_parked(self, room);
   // Rooms that opened before their group registered learn it now (a room

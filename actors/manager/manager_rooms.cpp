@@ -449,9 +449,28 @@ void route_to_decider(manager_ptr self, const decider_ref& group, caf::message p
                     to_string(me(self)), to_string(group.side), group.dp_rank);
 }
 
-void flush_deciders(manager_ptr self) {
-  self->state.parked->flush_deciders(
+void send_parked(manager_ptr self) {
+  auto& st = self->state;
+  st.parked->flush_deciders(
     [&](const decider_ref& to, caf::message& m) { return send_to_decider(self, to, m); });
+  st.parked->flush_ranks([&](rank_id to, caf::message& m) {
+    auto peer = st.peers->find(to);
+    if (peer)
+      send_ctrl(self, peer->manager, std::move(m));
+    // A rank lost meanwhile gets nothing: dropped here.
+    return peer != nullptr || st.peers->lost().count(to) != 0;
+  });
+}
+
+void park_for_rank(manager_ptr self, rank_id id, caf::message msg) {
+  auto& st = self->state;
+  if (id == me(self).id || st.peers->lost().count(id) != 0) {
+    logger()->debug("{}: message for rank {} dropped (lost, or this rank)", to_string(me(self)),
+                    id);
+    return;
+  }
+  if (!st.parked->park_for_rank(id, std::move(msg), now_ms()))
+    logger()->debug("{}: message for rank {} dropped (parking full)", to_string(me(self)), id);
 }
 
 void decide_unopened(manager_ptr self) {

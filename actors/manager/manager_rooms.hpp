@@ -33,8 +33,8 @@ void on_transfer_done(manager_ptr self, transfer_done& msg);
 
 /// Sends to the decider of `group`, or parks until the directory lists it.
 void route_to_decider(manager_ptr self, const decider_ref& group, caf::message payload);
-/// Sends what waited for a decider the directory now lists.
-void flush_deciders(manager_ptr self);
+/// Sends what waited for a decider or a rank the directory now lists.
+void send_parked(manager_ptr self);
 
 /// Decides the proposals parked longer than the grace (the `decide` timer).
 void decide_unopened(manager_ptr self);

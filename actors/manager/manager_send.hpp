@@ -6,9 +6,11 @@
 // API.
 
 #include <random>
+#include <type_traits>
 #include <utility>
 
 #include "caf/event_based_actor.hpp"
+#include "caf/message.hpp"
 
 #include "kvroom/actors/manager/kv_manager.hpp"
 
@@ -37,11 +39,24 @@ void send_ctrl(manager_ptr self, const caf::actor& dest, T&& msg) {
   self->send(dest, std::forward<T>(msg));
 }
 
-/// Sends `msg` to rank `id`'s manager, when the directory knows it.
+/// Keeps `msg` for rank `id` until the directory lists it as usable (a
+/// peer's message can arrive before this rank's own link to that peer is
+/// up: answering it must not be lost), bounded and expiring with the rest
+/// of the parking; a rank lost meanwhile gets nothing.
+void park_for_rank(manager_ptr self, rank_id id, caf::message msg);
+
+/// Sends `msg` to rank `id`'s manager: now when the directory lists it,
+/// else once it does (park_for_rank).
 template <class T>
 void send_to_rank(manager_ptr self, rank_id id, T&& msg) {
-  if (auto peer = self->state.peers->find(id))
+  if (auto peer = self->state.peers->find(id)) {
     send_ctrl(self, peer->manager, std::forward<T>(msg));
+    return;
+  }
+  if constexpr (std::is_same_v<std::decay_t<T>, caf::message>)
+    park_for_rank(self, id, std::forward<T>(msg));
+  else
+    park_for_rank(self, id, caf::make_message(std::forward<T>(msg)));
 }
 
 } // namespace kvroom::detail

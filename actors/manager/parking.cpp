@@ -146,6 +146,19 @@ void parking::flush_deciders(
            xs.end());
 }
 
+bool parking::park_for_rank(rank_id to, caf::message payload, uint64_t now_ms) {
+  if (full())
+    return false;
+  for_ranks_.push_back({to, std::move(payload), now_ms});
+  return true;
+}
+
+void parking::flush_ranks(const std::function<bool(rank_id, caf::message&)>& send) {
+  auto& xs = for_ranks_;
+  xs.erase(std::remove_if(xs.begin(), xs.end(), [&](auto& x) { return send(x.to, x.payload); }),
+           xs.end());
+}
+
 std::vector<dst_info> parking::expire(uint64_t now_ms) {
   auto old = [&](uint64_t since) { return now_ms - since >= max_age_ms_; };
   std::vector<dst_info> out;
@@ -169,6 +182,9 @@ std::vector<dst_info> parking::expire(uint64_t now_ms) {
   for_deciders_.erase(std::remove_if(for_deciders_.begin(), for_deciders_.end(),
                                      [&](const auto& x) { return old(x.since_ms); }),
                       for_deciders_.end());
+  for_ranks_.erase(std::remove_if(for_ranks_.begin(), for_ranks_.end(),
+                                  [&](const auto& x) { return old(x.since_ms); }),
+                   for_ranks_.end());
   return out;
 }
 

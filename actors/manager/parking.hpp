@@ -15,9 +15,11 @@ namespace kvroom {
 
 /// What arrived before the thing it is for, held until that thing exists:
 /// decode destinations and part confirmations for rooms not open here yet,
-/// failures for rooms not open here yet, and messages for a decider the
-/// directory does not list yet (ranks start in any order). One bound on all
-/// of it (a peer cannot make a rank hold more) and one expiry.
+/// failures for rooms not open here yet, and messages for a decider or a
+/// rank the directory does not list as usable yet (ranks start in any
+/// order, and a peer can reach this rank before this rank's link to it is
+/// up). One bound on all of it (a peer cannot make a rank hold more) and
+/// one expiry.
 class parking {
 public:
   parking(size_t max_items, uint64_t max_age_ms)
@@ -67,6 +69,11 @@ public:
 
   /// Offers every message for a decider to `send`; those it took go.
   void flush_deciders(const std::function<bool(const decider_ref&, caf::message&)>& send);
+  /// A message for rank `to`, which the directory does not list as usable
+  /// yet; false when full.
+  bool park_for_rank(rank_id to, caf::message payload, uint64_t now_ms);
+  /// Offers every message for a rank to `send`, in order; those it took go.
+  void flush_ranks(const std::function<bool(rank_id, caf::message&)>& send);
 
   /// Drops everything older than the bound; the destinations among it come
   /// back so their decode ranks can be told.
@@ -74,7 +81,7 @@ public:
 
   size_t size() const noexcept {
     return dsts_count_ + parts_count_ + failures_.size() + for_deciders_.size()
-           + commits_.size();
+           + for_ranks_.size() + commits_.size();
   }
 
   size_t failures() const noexcept {
@@ -92,6 +99,11 @@ private:
     caf::message payload;
     uint64_t since_ms = 0;
   };
+  struct for_rank {
+    rank_id to = -1;
+    caf::message payload;
+    uint64_t since_ms = 0;
+  };
 
   bool full() const noexcept {
     return size() >= max_items_;
@@ -106,6 +118,7 @@ private:
   std::unordered_map<room_id, item<room_failed>> failures_;
   std::unordered_map<room_id, uint64_t> commits_;
   std::vector<for_decider> for_deciders_;
+  std::vector<for_rank> for_ranks_;
 };
 
 } // namespace kvroom

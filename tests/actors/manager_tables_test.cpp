@@ -149,6 +149,29 @@ TEST_CASE("parking: decider messages go once the decider is listed, in order") {
   CHECK(p.size() == 1);
 }
 
+TEST_CASE("parking: messages for a rank not usable yet go once it is, in order, and expire") {
+  // The decider hears a decode rank's part before its own link to that
+  // rank is up: the commit it answers with must wait, not vanish.
+  parking p{3, 1000};
+  CHECK(p.park_for_rank(101, caf::make_message(1), 0));
+  CHECK(p.park_for_rank(102, caf::make_message(2), 0));
+  CHECK(p.park_for_rank(101, caf::make_message(3), 10));
+  CHECK_FALSE(p.park_for_rank(101, caf::make_message(4), 10)); // the one bound
+  std::vector<int> sent;
+  p.flush_ranks([&](rank_id to, caf::message& m) {
+    if (to != 101)
+      return false;
+    sent.push_back(m.get_as<int>(0));
+    return true;
+  });
+  CHECK(sent == std::vector<int>{1, 3});
+  CHECK(p.size() == 1);
+  p.expire(999);
+  CHECK(p.size() == 1);
+  p.expire(1000);
+  CHECK(p.size() == 0);
+}
+
 TEST_CASE("peer directory: groups, deciders, losses and their window") {
   peer_directory dir{0, 500};
   std::vector<rank_entry> ranks;
