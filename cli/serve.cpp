@@ -385,11 +385,18 @@ int run_serve(int argc, char** argv) {
                                            : static_cast<room_handle>(l.receivers[0]);
             rooms_text += " " + std::to_string(l.id) + ":" + to_string(h.poll());
           }
-          std::fprintf(stderr, "stall: no progress for 5 s; manager: %s live rooms, %s records, %s parked;"
+          // Peers too: a rank that never linked to a peer waits for it.
+          auto m = r.metrics();
+          std::fprintf(stderr, "stall: no progress for 5 s; manager: %s live rooms, %s records, %s parked,"
+                       " %s strangers' messages dropped; peers: %llu usable, %llu listed, %llu lost;"
                        " rooms:%s\n",
                        st ? std::to_string(st->live_rooms).c_str() : "?",
                        st ? std::to_string(st->failure_records).c_str() : "?",
-                       st ? std::to_string(st->parked).c_str() : "?", rooms_text.c_str());
+                       st ? std::to_string(st->parked).c_str() : "?",
+                       st ? std::to_string(st->stranger_messages).c_str() : "?",
+                       static_cast<unsigned long long>(m.peers_usable),
+                       static_cast<unsigned long long>(m.peers_listed),
+                       static_cast<unsigned long long>(m.peers_lost), rooms_text.c_str());
           last_progress = clock_type::now();
         }
         if (!progressed) {
