@@ -136,7 +136,11 @@ void remove_control_door(caf::actor_system& sys, control_door& door) {
     return;
   door.gate->stop();
   sys.registry().erase(door_name);
-  caf::anon_send_exit(door.actor, caf::exit_reason::user_shutdown);
+  // Kill, not user_shutdown: CAF 0.17's middleman_actor_impl ignores every
+  // other exit (measured), so the door lived on while anyone still held its
+  // handle, and the actor system's destructor waited for its thread forever
+  // (one `kvroom serve` in a few, under load, never exited after its report).
+  caf::anon_send_exit(door.actor, caf::exit_reason::kill);
   door = {};
 }
 

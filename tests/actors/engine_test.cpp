@@ -17,6 +17,7 @@
 #include "caf/io/all.hpp"
 
 #include "kvroom/kit/testkit.hpp"
+#include "kvroom/actors/control/control_door.hpp"
 #include "kvroom/actors/local_messages.hpp"
 
 using namespace kvroom;
@@ -793,6 +794,30 @@ TEST_CASE("declared parallel layouts: fitting ranks move rooms byte-exact, a mis
   INFO(why);
   (void) s->clear();
   (void) r->clear();
+}
+
+TEST_CASE("the control door ends with its runtime even while someone holds its handle") {
+  // CAF 0.17's middleman actor ignores every exit but kill: a door told to
+  // shut down lived on while a handle to it remained, and the actor system's
+  // destructor waited for its thread forever.
+  runtime_options opts;
+  opts.network = true;
+  opts.log_level = "off";
+  caf::actor_system_config cfg;
+  prepare_config(cfg, opts);
+  caf::actor_system sys{cfg};
+  caf::io::middleman_actor held;
+  {
+    runtime rt{sys, 16, deployment_secret{"a secret of a test deployment"}};
+    held = detail::find_control_door(sys);
+    REQUIRE(held);
+  }
+  caf::scoped_actor self{sys};
+  self->monitor(held);
+  bool down = false;
+  self->receive([&](caf::down_msg&) { down = true; },
+                caf::after(std::chrono::seconds(5)) >> [] {});
+  CHECK(down);
 }
 
 TEST_CASE("a networked rank publishes its control endpoint and closes it when it goes") {
