@@ -44,7 +44,7 @@ void on_link_reply(manager_ptr self, link_reply& msg);
 void on_link_finish(manager_ptr self, link_finish& msg);
 void on_link_ack(manager_ptr self, link_ack& msg);
 
-/// Defined by kv_manager.cpp: a peer became usable (linked, or listed in
+/// Defined by manager_peers.cpp: a peer became usable (linked, or listed in
 /// this process); monitor it and hand it to what waits for it.
 void on_peer_usable(manager_ptr self, const std::shared_ptr<const rank_entry>& peer);
 
