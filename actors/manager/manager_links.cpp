@@ -1,5 +1,4 @@
 #include "kvroom/actors/manager/manager_links.hpp"
-#include "kvroom/actors/room/room_timing.hpp"
 
 #include <algorithm>
 
@@ -8,16 +7,13 @@
 
 #include "kvroom/actors/control/control_endpoint.hpp"
 #include "kvroom/actors/logging.hpp"
-#include "kvroom/actors/room/room_core.hpp"
+#include "kvroom/actors/manager/manager_send.hpp"
+#include "kvroom/actors/room/room_timing.hpp"
 #include "kvroom/messages/error.hpp"
 
 namespace kvroom::detail {
 
 namespace {
-
-const rank_ref& me(manager_ptr self) {
-  return self->state.self_entry->rank;
-}
 
 uint64_t now_ms() {
   return monotonic_ms();
