@@ -116,6 +116,20 @@ caf::error validate(const rank_config& cfg) {
   if (cfg.chaos.delay_probability < 0.0 || cfg.chaos.delay_probability > 1.0)
     return make_error(errc::invalid_config,
                       "chaos delay probability must lie in [0, 1]");
+  if (cfg.network) {
+    auto hosts = split_hosts(cfg.tcp_host);
+    if (hosts.empty() || hosts.size() > 8)
+      return make_error(errc::invalid_config, "tcp_host must name 1 to 8 addresses, not '"
+                                                + cfg.tcp_host + "'");
+  }
+  if (cfg.data_timeout_ms == 0)
+    return make_error(errc::invalid_config, "data_timeout_ms must be positive");
+  auto& r = cfg.paths.rules;
+  if (r.errors_to_rest == 0 || r.error_window_ms == 0 || r.first_rest_ms == 0
+      || r.max_rest_ms < r.first_rest_ms || cfg.paths.max_paths == 0)
+    return make_error(errc::invalid_config,
+                      "path rules: errors to rest, error window, first rest and remembered "
+                      "paths must be positive, and the longest rest at least the first");
   auto& l = cfg.limits;
   if (l.max_rooms == 0 || l.max_parked == 0 || l.max_queued_chunks == 0
       || l.max_queued_jobs == 0 || l.query_timeout_ms == 0)

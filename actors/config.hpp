@@ -13,6 +13,7 @@
 #include "kvroom/messages/parallel_layout.hpp"
 #include "kvroom/transport/factory.hpp"
 #include "kvroom/transport/fault_plan.hpp"
+#include "kvroom/transport/paths/path_options.hpp"
 #include "kvroom/actors/room_fsm.hpp"
 
 namespace kvroom {
@@ -77,8 +78,16 @@ struct rank_config {
   std::string transport = "local";
   /// Offer endpoints other processes and hosts reach (tcp listener).
   bool network = false;
-  /// IPv4 address the tcp listener binds and advertises.
+  /// IPv4 addresses the tcp listeners bind and advertise, comma-separated:
+  /// one data path per address (each of a host's NICs); peers spread their
+  /// batches over them and move a failed one to another.
   std::string tcp_host = "127.0.0.1";
+  /// Bound on one batch's socket I/O and its acknowledgement on one path:
+  /// a path silent for longer fails its batches, which move to another path.
+  uint32_t data_timeout_ms = 30'000;
+  /// How batches spread over several paths to a peer, and when a failing
+  /// path rests (transport/paths/path_options.hpp).
+  path_options paths;
   /// With `network`: the address and port (0: any) the rank's manager is
   /// published on, for peers' direct links; advertised in the directory.
   std::string control_host = "127.0.0.1";

@@ -14,6 +14,7 @@
 #include "kvroom/actors/manager/transfer_worker.hpp"
 #include "kvroom/messages/error.hpp"
 #include "kvroom/transport/factory.hpp"
+#include "kvroom/transport/paths/multipath_backend.hpp"
 
 namespace kvroom {
 
@@ -40,10 +41,14 @@ caf::error rank::start() {
   bc.network = cfg_.network;
   bc.tcp_host = cfg_.tcp_host;
   bc.secret = rt_.members()->secret();
+  bc.io_timeout_ms = cfg_.data_timeout_ms;
   auto made = cfg_.data_plane ? cfg_.data_plane(bc) : make_backend(bc);
   if (!made)
     return std::move(made.error());
-  data_plane_ = std::shared_ptr<backend>{std::move(*made)};
+  // The path layer outermost: it sees every backend's (and the fault
+  // injector's) failures per path, an embedder's data plane included.
+  paths_ = std::make_shared<multipath_backend>(std::move(*made), cfg_.paths);
+  data_plane_ = paths_;
   shortcut_ = std::make_shared<inline_path>(data_plane_, cfg_.limits.inline_copy_bytes);
   metrics_ = std::make_shared<rank_metrics>(ref_);
   for (auto* buffers : {&cfg_.memory.kv, &cfg_.memory.aux, &cfg_.memory.state})
@@ -262,6 +267,17 @@ std::string rank::control_address() const {
   if (!entry_ || entry_->control_port == 0)
     return {};
   return entry_->control_host + ":" + std::to_string(entry_->control_port);
+}
+
+metrics_snapshot rank::metrics() const {
+  auto out = metrics_ ? metrics_->snapshot() : metrics_snapshot{};
+  if (paths_)
+    out.paths = paths_->counters();
+  return out;
+}
+
+std::vector<path_report> rank::paths() const {
+  return paths_ ? paths_->paths() : std::vector<path_report>{};
 }
 
 std::string rank::data_plane_address(const std::string& transport) const {

@@ -15,6 +15,8 @@
 
 namespace kvroom {
 
+class multipath_backend;
+
 class runtime;
 class backend;
 class trust_table;
@@ -83,9 +85,10 @@ public:
   /// What the rank counts for operators (rooms, failures by cause and
   /// origin, bytes, latency histograms, peers, refusals): read without a
   /// message or a lock, from any thread (`prometheus_text` renders it).
-  metrics_snapshot metrics() const {
-    return metrics_ ? metrics_->snapshot() : metrics_snapshot{};
-  }
+  metrics_snapshot metrics() const;
+
+  /// Every data path this rank has sent on, with its health (any thread).
+  std::vector<path_report> paths() const;
 
   /// Where this rank's manager is published for peers' direct links
   /// ("host:port"; "" without `network`).
@@ -127,6 +130,8 @@ private:
   rank_config cfg_;
   rank_ref ref_;
   std::shared_ptr<backend> data_plane_;
+  /// The same backend as its path layer (data_plane_ is this).
+  std::shared_ptr<multipath_backend> paths_;
   std::shared_ptr<const rank_entry> entry_;
   std::shared_ptr<trust_table> trust_;
   caf::actor manager_;

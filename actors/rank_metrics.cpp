@@ -182,6 +182,19 @@ void histogram(exposition& e, const char* name, const char* help,
   }
 }
 
+/// A counter family with one sample per rank and transport of the table.
+void by_transport(exposition& e, const char* name, const char* help,
+                  const std::vector<metrics_snapshot>& ranks,
+                  std::array<uint64_t, max_path_transports> path_counters::*which) {
+  e.family(name, "counter", help);
+  for (auto& r : ranks)
+    for (auto* row : transport_table())
+      if (auto i = transport_position(row->name);
+          i >= 0 && static_cast<size_t>(i) < max_path_transports)
+        e.sample(name, with(of(r), "transport", row->name),
+                 static_cast<double>((r.paths.*which)[static_cast<size_t>(i)]));
+}
+
 } // namespace
 
 std::string prometheus_text(const std::vector<metrics_snapshot>& ranks,
@@ -246,6 +259,28 @@ std::string prometheus_text(const std::vector<metrics_snapshot>& ranks,
   e.family("kvroom_tombstones", "gauge", "Cleared room ids remembered (bounded)");
   for (auto& r : ranks)
     e.sample("kvroom_tombstones", of(r), static_cast<double>(r.tombstones));
+  e.family("kvroom_paths", "gauge",
+           "Data paths to peers this rank sent on, by state (healthy; resting after repeated "
+           "errors; probing: rested, carrying one batch until it succeeds)");
+  for (auto& r : ranks)
+    for (size_t i = 0; i < r.paths.paths.size(); ++i)
+      e.sample("kvroom_paths", with(of(r), "state", to_string(static_cast<path_state>(i))),
+               static_cast<double>(r.paths.paths[i]));
+  by_transport(e, "kvroom_path_retries_total",
+               "Batches (or slices) moved to another path after theirs failed, by the failed "
+               "path's transport",
+               ranks, &path_counters::retries);
+  by_transport(e, "kvroom_path_fallbacks_total",
+               "Batches sent on a farther transport because every nearer path rested or "
+               "failed them, by the transport taken",
+               ranks, &path_counters::fallbacks);
+  e.family("kvroom_path_rests_total", "counter", "Times a data path was sent to rest");
+  for (auto& r : ranks)
+    e.sample("kvroom_path_rests_total", of(r), static_cast<double>(r.paths.rests));
+  e.family("kvroom_path_exhausted_total", "counter",
+           "Batches that failed because every path to their peer failed them");
+  for (auto& r : ranks)
+    e.sample("kvroom_path_exhausted_total", of(r), static_cast<double>(r.paths.exhausted));
   return e.str();
 }
 

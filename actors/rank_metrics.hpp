@@ -15,6 +15,7 @@
 
 #include "kvroom/messages/failure_cause.hpp"
 #include "kvroom/messages/ids.hpp"
+#include "kvroom/transport/paths/path_options.hpp"
 
 namespace kvroom {
 
@@ -74,6 +75,8 @@ struct metrics_snapshot {
   uint64_t refused_messages = 0;
   uint64_t parked = 0;
   uint64_t tombstones = 0;
+  /// The data paths: by state, retries and fallbacks by transport, rests.
+  path_counters paths;
 };
 
 class rank_metrics {

@@ -79,6 +79,9 @@ public:
   std::string log_format = "text";
   int64_t fault_seed = 0;
   double p_transfer = 0.0;
+  std::string fault_path;
+  int64_t data_timeout_ms = 30'000;
+  int64_t path_rest_ms = 30'000;
 
   serve_config() {
     opt_group group{custom_options_, "global"};
@@ -93,7 +96,12 @@ public:
       .add(bootstrap_port, "bootstrap-port", "port of the bootstrap registry")
       .add(publish_registry, "publish-registry", "host the registry here (one prefill rank)")
       .add(transport, "transport", "auto (nearest of local, shm, tcp), shm, tcp")
-      .add(tcp_host, "tcp-host", "IPv4 address the tcp data plane binds and advertises")
+      .add(tcp_host, "tcp-host", "IPv4 addresses the tcp data plane binds and advertises, "
+                                 "comma-separated: one data path each (a host's NICs)")
+      .add(data_timeout_ms, "data-timeout-ms", "a data path silent this long fails its "
+                                               "batches, which move to another path")
+      .add(path_rest_ms, "path-rest-ms", "a path with 3 errors in 10 s rests this long "
+                                         "(doubling while it keeps failing, up to 10x)")
       .add(control_host, "control-host", "IPv4 address of this rank's control endpoint (default: --tcp-host)")
       .add(control_port, "control-port", "port of this rank's control endpoint (0: any)")
       .add(metrics_port, "metrics-port", "serve Prometheus /metrics and /health here (0: any "
@@ -124,6 +132,9 @@ public:
       .add(report, "report", "write a JSON report of every room here")
       .add(fault_seed, "fault-seed", "stress: seed of the data-plane fault schedule")
       .add(p_transfer, "p-transfer", "stress: probability a room gets a data-plane fault")
+      .add(fault_path, "fault-path", "stress: every batch this rank sends on these paths "
+                                     "fails (comma-separated transports or address "
+                                     "prefixes, e.g. 127.0.0.2:)")
       .add(log_level, "log-level", "trace, debug, info, warn, error, off")
       .add(log_format, "log-format", "text, or json: one JSON object per line (a failed "
                                      "room's room, rank, origin_rank, propagated, cause, reason)");
@@ -252,7 +263,15 @@ int run_serve(int argc, char** argv) {
     rc.transport = cfg.transport;
     rc.network = true;
     rc.tcp_host = cfg.tcp_host;
-    rc.control_host = cfg.control_host.empty() ? cfg.tcp_host : cfg.control_host;
+    auto first_host = split_hosts(cfg.tcp_host).empty() ? std::string{"127.0.0.1"}
+                                                        : split_hosts(cfg.tcp_host).front();
+    rc.control_host = cfg.control_host.empty() ? first_host : cfg.control_host;
+    if (cfg.data_timeout_ms <= 0 || cfg.path_rest_ms <= 0)
+      return bad("--data-timeout-ms and --path-rest-ms must be positive");
+    rc.data_timeout_ms = static_cast<uint32_t>(cfg.data_timeout_ms);
+    rc.paths.rules.first_rest_ms = static_cast<uint32_t>(cfg.path_rest_ms);
+    rc.paths.rules.max_rest_ms = static_cast<uint32_t>(std::min<int64_t>(10 * cfg.path_rest_ms,
+                                                                         UINT32_MAX));
     rc.control_port = static_cast<uint16_t>(cfg.control_port);
     auto ms = static_cast<uint32_t>(cfg.timeout_ms);
     rc.timeouts = side == role::prefill ? room_timeouts{ms, ms, ms}
@@ -263,6 +282,7 @@ int run_serve(int argc, char** argv) {
                                           static_cast<int>(cfg.tp_size), static_cast<int>(cfg.tp),
                                           static_cast<room_id>(cfg.first_room),
                                           static_cast<uint64_t>(cfg.rooms + cfg.then_rooms));
+    rc.faults.paths = split_hosts(cfg.fault_path);
     auto made = rt.add_rank(rc);
     if (!made)
       return bad("cannot start rank: " + describe(made.error()));
@@ -271,7 +291,7 @@ int run_serve(int argc, char** argv) {
     std::unique_ptr<metrics_http> metrics;
     std::string metrics_at;
     if (cfg.metrics_port >= 0) {
-      auto host = cfg.metrics_host.empty() ? cfg.tcp_host : cfg.metrics_host;
+      auto host = cfg.metrics_host.empty() ? first_host : cfg.metrics_host;
       auto started = metrics_http::start(host, static_cast<uint16_t>(cfg.metrics_port),
                                          [&r] { return std::vector<metrics_snapshot>{r.metrics()}; });
       if (!started)

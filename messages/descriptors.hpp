@@ -174,6 +174,14 @@ typename Inspector::result_type inspect(Inspector& f, write_op& x) {
 struct write_batch {
   room_id tag = 0;
   endpoint_desc peer;
+  /// Other paths to the same peer, after `peer` in the sender's preference
+  /// (the nearest transport first): the rank's path layer spreads the batch
+  /// over them and moves it to another when one fails. Empty: one path.
+  std::vector<endpoint_desc> alternates = {};
+  /// Names this batch (or slice of one) among its sender's for the
+  /// receiver, which applies a keyed batch of a room at most once however
+  /// many paths carried it; 0: unkeyed.
+  uint64_t key = 0;
   std::vector<write_op> ops;
   /// Device of the source memory (-1: host); one kind per batch.
   int32_t src_device_id = -1;
@@ -187,8 +195,8 @@ struct write_batch {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, write_batch& x) {
-  return f(caf::meta::type_name("kvroom.write_batch"), x.tag, x.peer, x.ops,
-           x.src_device_id, x.dst_device_id, x.aux_ops);
+  return f(caf::meta::type_name("kvroom.write_batch"), x.tag, x.peer, x.alternates, x.key,
+           x.ops, x.src_device_id, x.dst_device_id, x.aux_ops);
 }
 
 } // namespace kvroom

@@ -247,7 +247,9 @@ PYBIND11_MODULE(_core, m) {
            cfg.transport = transport;
            cfg.network = network;
            cfg.tcp_host = host;
-           cfg.control_host = host;
+           // Several data paths: "10.0.0.1,10.0.1.1"; control on the first.
+           auto hosts = split_hosts(host);
+           cfg.control_host = hosts.empty() ? host : hosts.front();
            // Test-only: this rank's data plane fails these rooms' transfers.
            cfg.faults.rooms.assign(fail_rooms.begin(), fail_rooms.end());
            auto out = std::make_unique<py_rank>();

@@ -123,6 +123,16 @@ public:
     static_cast<void>(id);
   }
 
+  /// True when the batch `id`, whose `poll` answered `failed`, was refused
+  /// by its receiver (outside what it granted, its room concluded there):
+  /// the batch is at fault, not the path, and another path would be
+  /// refused too. Asked before `release`. (A `post` that fails says so by
+  /// its error's code: see `is_path_fault`.)
+  virtual bool refused(xfer_id id) const {
+    static_cast<void>(id);
+    return false;
+  }
+
   /// True when posting `batch` completes inside the call (done or failed)
   /// and may happen on any thread at once (its copies touch only tables it
   /// locks itself): a room then posts a small batch itself instead of a
@@ -180,5 +190,11 @@ public:
 };
 
 using backend_ptr = std::unique_ptr<backend>;
+
+/// True when a failed `post` blames the path (a connection, a device, an
+/// injected fault: another path may carry the batch), false when it
+/// blames the batch (a range outside registered memory, an unsupported
+/// kind of memory: every path would refuse it).
+bool is_path_fault(const caf::error& err);
 
 } // namespace kvroom

@@ -19,6 +19,22 @@ caf::error backend::on_control(const transport_control& msg) {
                                          + std::to_string(msg.from) + ")");
 }
 
+bool is_path_fault(const caf::error& err) {
+  if (err.category() != kvroom_error_atom::value)
+    return true;
+  switch (static_cast<errc>(err.code())) {
+    case errc::invalid_argument:
+    case errc::invalid_config:
+    case errc::out_of_range:
+    case errc::not_registered:
+    case errc::unsupported:
+    case errc::limit_reached:
+      return false;
+    default:
+      return true;
+  }
+}
+
 std::string to_string(xfer_status x) {
   switch (x) {
     case xfer_status::done: return "done";
@@ -87,6 +103,23 @@ caf::expected<backend_ptr> make_auto(const backend_config& cfg) {
 }
 
 } // namespace
+
+std::vector<std::string> split_hosts(const std::string& list) {
+  std::vector<std::string> out;
+  size_t from = 0;
+  while (from <= list.size()) {
+    auto to = list.find(',', from);
+    if (to == std::string::npos)
+      to = list.size();
+    auto item = list.substr(from, to - from);
+    auto first = item.find_first_not_of(" \t");
+    auto last = item.find_last_not_of(" \t");
+    if (first != std::string::npos)
+      out.push_back(item.substr(first, last - first + 1));
+    from = to + 1;
+  }
+  return out;
+}
 
 caf::expected<backend_ptr> make_backend(const backend_config& cfg) {
   backend_ptr result;

@@ -25,7 +25,8 @@ struct backend_config {
   fault_plan faults;
   /// With "auto": also offer endpoints other processes and hosts can reach.
   bool network = false;
-  /// IPv4 address the tcp listener binds and advertises.
+  /// IPv4 addresses the tcp listeners bind and advertise, comma-separated:
+  /// one data path per address (a host's several NICs).
   std::string tcp_host = "127.0.0.1";
   /// Bound on one tcp batch's socket I/O.
   uint32_t io_timeout_ms = 30'000;
@@ -35,6 +36,10 @@ struct backend_config {
   /// as a batch (empty: the insecure deployment's public key).
   deployment_secret secret = {};
 };
+
+/// The addresses of a comma-separated list ("10.0.0.1,10.0.1.1"), blanks
+/// trimmed, empty items dropped.
+std::vector<std::string> split_hosts(const std::string& list);
 
 /// Builds the backend named in `cfg` from its row of the transport table
 /// (or the router over every row for "auto"), wrapped in the fault

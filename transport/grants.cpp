@@ -102,6 +102,28 @@ void grant_table::permit::release() noexcept {
   table_ = nullptr;
 }
 
+bool grant_table::applied_before(room_id room, rank_id sender, uint64_t key) const {
+  if (key == 0)
+    return false;
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto i = rooms_.find(room);
+  if (i == rooms_.end())
+    return false;
+  auto s = i->second.applied.find(sender);
+  return s != i->second.applied.end() && s->second.count(key) > 0;
+}
+
+void grant_table::mark_applied(room_id room, rank_id sender, uint64_t key) {
+  if (key == 0)
+    return;
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto i = rooms_.find(room);
+  if (i == rooms_.end() || i->second.applied_count >= max_keys_per_room)
+    return;
+  if (i->second.applied[sender].insert(key).second)
+    ++i->second.applied_count;
+}
+
 size_t grant_table::size() const {
   std::lock_guard<std::mutex> guard{mtx_};
   return rooms_.size();

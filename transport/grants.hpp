@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -85,11 +86,25 @@ public:
   permit admit(room_id room, rank_id sender,
                const std::vector<std::pair<uint64_t, uint64_t>>& ops, std::string& why);
 
+  /// True when `sender` already landed the batch keyed `key` (nonzero) of
+  /// `room`: a copy that came over another path is read and dropped.
+  bool applied_before(room_id room, rank_id sender, uint64_t key) const;
+
+  /// Every byte of `sender`'s batch `key` of `room` landed. At most
+  /// `max_keys_per_room` keys are kept per room (beyond them a copy would
+  /// be applied again: the same bytes into the same pages).
+  void mark_applied(room_id room, rank_id sender, uint64_t key);
+
+  static constexpr size_t max_keys_per_room = 1u << 16;
+
   size_t size() const;
 
 private:
   struct entry {
     std::unordered_map<rank_id, std::vector<byte_range>> by_sender;
+    /// Keys of batches that landed, per sender (gone with the grant).
+    std::unordered_map<rank_id, std::unordered_set<uint64_t>> applied;
+    size_t applied_count = 0;
     uint32_t active = 0;
     bool revoked = false;
   };

@@ -80,4 +80,39 @@ caf::expected<endpoint_desc> choose_endpoint(const std::vector<endpoint_desc>& p
                                          + ", this rank has " + offered(mine) + ")");
 }
 
+caf::expected<std::vector<endpoint_desc>> choose_paths(const std::vector<endpoint_desc>& peer,
+                                                       const std::vector<endpoint_desc>& mine,
+                                                       const std::string& forced,
+                                                       memory_kinds kinds) {
+  auto first = choose_endpoint(peer, mine, forced, kinds);
+  if (!first)
+    return first.error();
+  std::vector<endpoint_desc> out{*first};
+  auto same_transport = [&](const std::string& name) {
+    for (auto& x : peer)
+      if (x.transport == name && x.address != first->address)
+        out.push_back(x);
+  };
+  same_transport(first->transport);
+  auto* row = find_transport(first->transport);
+  if (forced != "auto" || row == nullptr || row->domain_bound)
+    return out;
+  auto nearness = [&](const transport_row* r) {
+    return kinds.any_device() ? r->device_nearness : r->host_nearness;
+  };
+  std::vector<const transport_row*> farther;
+  for (auto* r : transport_table())
+    if (!r->domain_bound && r != row && nearness(r) > nearness(row) && find(mine, r->name))
+      farther.push_back(r);
+  std::stable_sort(farther.begin(), farther.end(), [&](const transport_row* a,
+                                                       const transport_row* b) {
+    return nearness(a) < nearness(b);
+  });
+  for (auto* r : farther)
+    for (auto& x : peer)
+      if (x.transport == r->name)
+        out.push_back(x);
+  return out;
+}
+
 } // namespace kvroom

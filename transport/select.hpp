@@ -37,4 +37,16 @@ caf::expected<endpoint_desc> choose_endpoint(const std::vector<endpoint_desc>& p
                                              const std::string& forced,
                                              memory_kinds kinds = {});
 
+/// Every path to a peer, the nearest first: the endpoint `choose_endpoint`
+/// picks, then the peer's other endpoints of that transport (its other
+/// addresses: other NICs), then, with "auto" and a transport that crosses
+/// hosts, the endpoints of farther such transports that move `kinds` too
+/// (the fallback while every nearer path rests: verbs, then tcp). A
+/// same-process or same-host transport gets no fallback: it has nothing to
+/// fail over from, and its batches stay on the room's inline shortcut.
+caf::expected<std::vector<endpoint_desc>> choose_paths(const std::vector<endpoint_desc>& peer,
+                                                       const std::vector<endpoint_desc>& mine,
+                                                       const std::string& forced,
+                                                       memory_kinds kinds = {});
+
 } // namespace kvroom

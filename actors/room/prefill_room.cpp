@@ -1,6 +1,7 @@
 #include "kvroom/actors/room/prefill_room.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 #include "caf/all.hpp"
 
@@ -76,6 +77,7 @@ caf::expected<write_batch> plan_for(self_ptr self, const prefill_target& t,
   write_batch batch;
   batch.tag = core.params().room;
   batch.peer = t.endpoint;
+  batch.alternates = t.alternates;
   batch.ops = std::move(*ops);
   batch.src_device_id = kv_device_id(src_layout);
   batch.dst_device_id = kv_device_id(dst_layout);
@@ -390,16 +392,17 @@ void on_dst(self_ptr self, dst_ready& msg) {
   auto kind = [](const memory_layout& x) {
     return kv_device_id(x) < 0 ? mem_kind::host : mem_kind::device;
   };
-  auto ep = choose_endpoint(msg.peer->endpoints,
-                            core.params().self_entry->endpoints,
+  auto paths = choose_paths(msg.peer->endpoints, core.params().self_entry->endpoints,
                             core.params().transport,
                             memory_kinds{kind(core.params().self_entry->layout),
                                          kind(msg.peer->layout)});
-  if (!ep) {
-    core.fail_local("cannot reach decode " + to_string(d) + ": " + describe(ep.error()));
+  if (!paths) {
+    core.fail_local("cannot reach decode " + to_string(d) + ": " + describe(paths.error()));
     return;
   }
-  t->endpoint = std::move(*ep);
+  t->endpoint = std::move(paths->front());
+  t->alternates.assign(std::make_move_iterator(paths->begin() + 1),
+                       std::make_move_iterator(paths->end()));
   t->has_dst = true;
   t->dst = std::move(msg.info);
   t->peer = std::move(msg.peer);

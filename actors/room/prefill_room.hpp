@@ -20,8 +20,10 @@ struct prefill_target {
   bool has_dst = false;
   dst_info dst;
   std::shared_ptr<const rank_entry> peer;
-  /// How this room reaches it, chosen once per room.
+  /// How this room reaches it, chosen once per room: the nearest path, and
+  /// the other paths to the same rank (the path layer's to use).
   endpoint_desc endpoint;
+  std::vector<endpoint_desc> alternates;
   /// Declared layouts: what the rank mapping says it gets (from every
   /// source; this room moves its own slices).
   decode_mapping map;

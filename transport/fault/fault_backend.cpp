@@ -64,12 +64,26 @@ caf::error fault_backend::deregister_memory(region_id id) {
   return inner_->deregister_memory(id);
 }
 
+bool fault_backend::on_faulty_path(const endpoint_desc& peer) const {
+  if (plan_.paths.empty())
+    return true;
+  for (auto& p : plan_.paths)
+    if (peer.transport == p || peer.address.compare(0, p.size(), p) == 0)
+      return true;
+  return false;
+}
+
 std::optional<fault_point> fault_backend::selects(const write_batch& batch) {
+  if (!on_faulty_path(batch.peer))
+    return std::nullopt;
   auto i = rooms_.find(batch.tag);
   auto point = i != rooms_.end() ? i->second : plan_.point;
   if (point == fault_point::on_aux && batch.aux_ops == 0)
     return std::nullopt;
   if (i != rooms_.end())
+    return point;
+  // A broken path: every batch on it.
+  if (!plan_.paths.empty() && rooms_.empty() && plan_.probability <= 0.0)
     return point;
   if (plan_.probability <= 0.0)
     return std::nullopt;
@@ -84,7 +98,7 @@ post_result fault_backend::post(const write_batch& batch) {
   auto point = selects(batch);
   if (!point)
     return inner_->post(batch);
-  auto room = std::to_string(batch.tag);
+  auto room = std::to_string(batch.tag) + (plan_.paths.empty() ? "" : " on " + batch.peer.address);
   switch (*point) {
     case fault_point::before_post:
       return post_result::failed(
@@ -156,6 +170,14 @@ xfer_status fault_backend::poll(xfer_id id, std::string& reason) {
       break;
   }
   return xfer_status::failed;
+}
+
+bool fault_backend::refused(xfer_id id) const {
+  if (auto d = delayed_.find(id); d != delayed_.end())
+    return d->second.inner && inner_->refused(*d->second.inner);
+  if (auto d = doomed_.find(id); d != doomed_.end())
+    return false; // an injected fault is the path's
+  return inner_->refused(id);
 }
 
 void fault_backend::release(xfer_id id) {

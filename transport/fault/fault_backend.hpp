@@ -25,6 +25,7 @@ public:
   post_result post(const write_batch& batch) override;
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
+  bool refused(xfer_id id) const override;
   std::vector<transport_control> take_control() override;
   caf::error on_control(const transport_control& msg) override;
   void set_notifier(std::function<void()> notify) override;
@@ -39,6 +40,9 @@ public:
   }
 
 private:
+  /// True when the plan breaks the path to `peer` (every path without
+  /// `paths`).
+  bool on_faulty_path(const endpoint_desc& peer) const;
   /// The point at which `batch` fails, if the plan selects it.
   std::optional<fault_point> selects(const write_batch& batch);
 

@@ -113,6 +113,11 @@ xfer_status router_backend::poll(xfer_id id, std::string& reason) {
   return parts_[i]->poll(id & ((xfer_id{1} << shift) - 1), reason);
 }
 
+bool router_backend::refused(xfer_id id) const {
+  auto i = static_cast<size_t>(id >> shift);
+  return i < parts_.size() && parts_[i]->refused(id & ((xfer_id{1} << shift) - 1));
+}
+
 void router_backend::release(xfer_id id) {
   auto i = static_cast<size_t>(id >> shift);
   if (i < parts_.size())

@@ -25,6 +25,7 @@ public:
   post_result post(const write_batch& batch) override;
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
+  bool refused(xfer_id id) const override;
   bool completes_inline(const write_batch& batch) const override;
   bool enforces_grants() const override {
     for (auto& p : parts_)

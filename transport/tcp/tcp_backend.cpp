@@ -23,7 +23,9 @@ namespace kvroom::detail {
 namespace {
 
 constexpr uint32_t wire_magic = 0x4b56524d; // "KVRM"
-constexpr uint16_t wire_version = 1;
+/// Version 2 appends the batch's key to version 1's header; a receiver
+/// reads both (a version-1 batch is unkeyed).
+constexpr uint16_t wire_version = 2;
 constexpr uint32_t max_reason = 4096;
 
 struct wire_header {
@@ -37,6 +39,10 @@ struct wire_header {
   uint64_t total_bytes;
 };
 
+struct wire_key {
+  uint64_t key;
+};
+
 struct wire_op {
   uint64_t dst_addr;
   uint64_t size_bytes;
@@ -44,7 +50,7 @@ struct wire_op {
 
 struct wire_ack {
   uint32_t magic;
-  uint32_t status; // 0: written, 1: refused
+  uint32_t status; // 0: written, 1: refused (the receiver closes), 2: refused (it reads on)
   uint64_t xfer;
   uint32_t reason_len;
   uint32_t reserved;
@@ -89,8 +95,10 @@ void set_timeouts(int fd, uint32_t ms) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-void send_ack(int fd, uint64_t xfer, bool ok, const std::string& reason) {
-  wire_ack ack{wire_magic, ok ? 0u : 1u, xfer,
+enum : uint32_t { ack_written = 0, ack_refused_closing = 1, ack_refused = 2 };
+
+void send_ack(int fd, uint64_t xfer, uint32_t status, const std::string& reason) {
+  wire_ack ack{wire_magic, status, xfer,
                static_cast<uint32_t>(std::min<size_t>(reason.size(), max_reason)), 0};
   if (send_all(fd, &ack, sizeof(ack)) && ack.reason_len > 0)
     send_all(fd, reason.data(), ack.reason_len);
@@ -98,41 +106,54 @@ void send_ack(int fd, uint64_t xfer, bool ok, const std::string& reason) {
 
 } // namespace
 
-tcp_backend::tcp_backend(rank_id owner, std::string host, uint32_t io_timeout_ms,
-                         deployment_secret secret)
-  : owner_(owner), secret_(std::move(secret)), host_(std::move(host)),
-    io_timeout_ms_(io_timeout_ms) {
-  // nop
+tcp_backend::tcp_backend(rank_id owner, std::vector<std::string> hosts,
+                         uint32_t io_timeout_ms, deployment_secret secret)
+  : owner_(owner), secret_(std::move(secret)), io_timeout_ms_(io_timeout_ms) {
+  for (auto& h : hosts)
+    listeners_.push_back(listener{std::move(h), 0, -1, nullptr});
 }
 
 caf::error tcp_backend::start() {
-  listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (listener_ < 0)
+  if (listeners_.empty())
+    return make_error(errc::invalid_config, "tcp: no address to listen on");
+  if (listeners_.size() > max_hosts)
+    return make_error(errc::invalid_config, "tcp: " + std::to_string(listeners_.size())
+                                              + " addresses (at most "
+                                              + std::to_string(max_hosts) + ")");
+  for (auto& l : listeners_)
+    if (auto err = start(l))
+      return err;
+  return caf::none;
+}
+
+caf::error tcp_backend::start(listener& l) {
+  l.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (l.fd < 0)
     return make_error(errc::unavailable, sys_error("tcp: socket"));
   int one = 1;
-  ::setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  ::setsockopt(l.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  if (::inet_pton(AF_INET, host_.c_str(), &addr.sin_addr) != 1)
+  if (::inet_pton(AF_INET, l.host.c_str(), &addr.sin_addr) != 1)
     return make_error(errc::invalid_config,
-                      "tcp: '" + host_ + "' is not an IPv4 address");
-  if (::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-    return make_error(errc::unavailable, sys_error(("tcp: bind " + host_).c_str()));
+                      "tcp: '" + l.host + "' is not an IPv4 address");
+  if (::bind(l.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    return make_error(errc::unavailable, sys_error(("tcp: bind " + l.host).c_str()));
   // The kernel's queue as deep as it allows: with a shallow one, a burst of
   // connects overflows it and each dropped SYN stalls its client a second.
-  if (::listen(listener_, SOMAXCONN) != 0)
+  if (::listen(l.fd, SOMAXCONN) != 0)
     return make_error(errc::unavailable, sys_error("tcp: listen"));
   socklen_t len = sizeof(addr);
-  ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
-  port_ = ntohs(addr.sin_port);
+  ::getsockname(l.fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  l.port = ntohs(addr.sin_port);
   auto label = "tcp: rank " + std::to_string(owner_);
-  gate_ = std::make_unique<membership_gate>(
+  l.gate = std::make_unique<membership_gate>(
     [secret = secret_, owner = owner_] {
       return std::make_unique<tcp_door>(secret, owner, make_nonce());
     },
     membership_gate::limits{max_handshakes, max_handshakes, handshake_ms},
     membership_gate::naming{label, "tcp-refused-connection", "tcp-unauthenticated"});
-  gate_->listen(listener_, [this](int fd, door_handshake& proven) {
+  l.gate->listen(l.fd, [this](int fd, door_handshake& proven) {
     on_member(fd, static_cast<tcp_door&>(proven).sender());
   });
   return caf::none;
@@ -141,10 +162,12 @@ caf::error tcp_backend::start() {
 tcp_backend::~tcp_backend() {
   stopping_ = true;
   // No member is passed on after this.
-  if (gate_)
-    gate_->stop();
-  if (listener_ >= 0)
-    ::close(listener_);
+  for (auto& l : listeners_) {
+    if (l.gate)
+      l.gate->stop();
+    if (l.fd >= 0)
+      ::close(l.fd);
+  }
   {
     std::lock_guard<std::mutex> guard{conns_mtx_};
     // Unblocks every connection thread stuck in recv.
@@ -179,7 +202,7 @@ void tcp_backend::on_member(int fd, rank_id sender) {
   std::string why;
   if (inbound_.size() >= max_connections)
     why = std::to_string(max_connections) + " peers connected already";
-  else if (same >= max_per_peer)
+  else if (same >= max_per_peer * listeners_.size())
     why = "rank " + std::to_string(sender) + " holds " + std::to_string(same) + " already";
   if (why.empty()) {
     set_timeouts(fd, io_timeout_ms_);
@@ -205,11 +228,11 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
   std::vector<wire_op> ops;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   std::vector<char> scratch;
-  auto refuse = [&](uint64_t xfer, const std::string& bad) {
+  auto refuse = [&](uint64_t xfer, const std::string& bad, uint32_t status) {
     transport_warning_limited("tcp-refused-batch",
                               "tcp: rank " + std::to_string(owner_) + " refuses a batch: "
                                 + bad);
-    send_ack(fd, xfer, false, bad);
+    send_ack(fd, xfer, status, bad);
   };
   while (!stopping_) {
     wire_header h{};
@@ -225,13 +248,16 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
     if (!recv_by(fd, first + 1, sizeof(h) - 1, deadline))
       break;
     std::string bad;
-    if (h.magic != wire_magic || h.version != wire_version)
+    wire_key key{0};
+    if (h.magic != wire_magic || (h.version != 1 && h.version != wire_version))
       bad = "malformed batch header (magic or version)";
+    else if (h.version == wire_version && !recv_by(fd, &key, sizeof(key), deadline))
+      break;
     else if (h.nops == 0 || h.nops > max_ops)
       bad = "batch with " + std::to_string(h.nops) + " writes (limit "
             + std::to_string(max_ops) + ")";
     if (!bad.empty()) {
-      refuse(h.xfer, bad);
+      refuse(h.xfer, bad, ack_refused_closing);
       break;
     }
     // Descriptors are read as they arrive: memory follows the bytes a peer
@@ -266,7 +292,7 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
     // Registered is not enough: the pages must be this sender's, for a live
     // room (the batch's tag).
     if (!bad.empty()) {
-      refuse(h.xfer, bad);
+      refuse(h.xfer, bad, ack_refused_closing);
       break; // the unread payload makes the stream unusable: drop it
     }
     grant_table::permit permit;
@@ -276,9 +302,11 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
     permit = grants_.admit(h.tag, sender, ranges, bad);
     // Not granted (most often: a late batch of a room that concluded here):
     // its payload is read and dropped below, and the connection stays up
-    // for the sender's other rooms.
+    // for the sender's other rooms. A copy of a batch that already landed
+    // over another path is read and dropped too, and acknowledged.
     bool ok = true;
-    bool revoked = !permit;
+    bool again = permit && grants_.applied_before(h.tag, sender, key.key);
+    bool revoked = !permit || again;
     for (auto& op : ops) {
       // The room concluded mid-batch: the rest is read and dropped, so
       // nothing lands once poll() said Success or Failed.
@@ -298,15 +326,21 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
     }
     if (!ok)
       break; // short or late payload: the sender sees its connection fail
+    if (!revoked && !permit.revoked())
+      grants_.mark_applied(h.tag, sender, key.key);
     permit = grant_table::permit{};
+    // Refused for its room's sake: the stream is intact and the sender's
+    // other rooms go on on it.
     if (!bad.empty())
-      refuse(h.xfer, bad);
+      refuse(h.xfer, bad, ack_refused);
+    else if (again)
+      send_ack(fd, h.xfer, ack_written, {});
     else if (revoked)
-      send_ack(fd, h.xfer, false,
+      send_ack(fd, h.xfer, ack_refused,
                "room " + std::to_string(h.tag) + " concluded while this batch arrived: the "
                  + "rest was dropped");
     else
-      send_ack(fd, h.xfer, true, {});
+      send_ack(fd, h.xfer, ack_written, {});
     if (ops.capacity() > chunk)
       std::vector<wire_op>{}.swap(ops); // a large batch's descriptors go
   }
@@ -332,7 +366,14 @@ backend_caps tcp_backend::caps() const {
 }
 
 endpoint_desc tcp_backend::endpoint() const {
-  return endpoint_desc{"tcp", host_ + ":" + std::to_string(port_), 0, owner_, {}, {}};
+  return endpoints().front();
+}
+
+std::vector<endpoint_desc> tcp_backend::endpoints() const {
+  std::vector<endpoint_desc> out;
+  for (auto& l : listeners_)
+    out.push_back(endpoint_desc{"tcp", l.host + ":" + std::to_string(l.port), 0, owner_, {}, {}});
+  return out;
 }
 
 caf::expected<region_id> tcp_backend::register_memory(const mem_desc& mem) {
@@ -419,15 +460,18 @@ bool tcp_backend::apply_acks(connection& c, const std::string& address, std::str
     auto id = c.unacked.front();
     c.unacked.pop_front();
     auto r = posted_.find(id);
-    if (ack.status == 0) {
+    if (ack.status == ack_written) {
       if (r != posted_.end())
         r->second = result{xfer_status::done, {}, address, 0};
       continue;
     }
     auto refused = "refused by rank " + std::to_string(c.peer) + ": " + reason;
     if (r != posted_.end())
-      r->second = result{xfer_status::failed, "tcp to " + address + ": " + refused, address, 0};
-    // The receiver closes after a refusal: what followed is lost too.
+      r->second = result{xfer_status::failed, "tcp to " + address + ": " + refused, address, 0,
+                         true};
+    if (ack.status == ack_refused)
+      continue;
+    // The receiver closes after this refusal: what followed is lost too.
     why = "rank " + std::to_string(c.peer) + " refused an earlier batch (" + reason + ")";
     return false;
   }
@@ -510,13 +554,14 @@ post_result tcp_backend::post(const write_batch& batch) {
   }
   wire_header h{wire_magic, wire_version, 0, id, batch.tag,
                 static_cast<uint32_t>(batch.ops.size()), 0, batch.total_bytes()};
+  wire_key key{batch.key};
   std::vector<wire_op> ops;
   ops.reserve(batch.ops.size());
   for (auto& op : batch.ops)
     ops.push_back(wire_op{op.dst_addr, op.size_bytes});
   c->unacked.push_back(id);
   posted_[id] = result{xfer_status::in_progress, {}, peer, now_ms() + io_timeout_ms_};
-  bool sent = send_all(c->fd, &h, sizeof(h), true)
+  bool sent = send_all(c->fd, &h, sizeof(h), true) && send_all(c->fd, &key, sizeof(key), true)
               && send_all(c->fd, ops.data(), ops.size() * sizeof(wire_op), true);
   for (size_t i = 0; sent && i < batch.ops.size(); ++i)
     sent = send_all(c->fd, reinterpret_cast<const void*>(batch.ops[i].src_addr),
@@ -549,6 +594,11 @@ xfer_status tcp_backend::poll(xfer_id id, std::string& reason) {
   }
   reason = i->second.reason;
   return i->second.status;
+}
+
+bool tcp_backend::refused(xfer_id id) const {
+  auto i = posted_.find(id);
+  return i != posted_.end() && i->second.refused;
 }
 
 void tcp_backend::release(xfer_id id) {

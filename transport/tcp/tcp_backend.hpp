@@ -35,23 +35,30 @@ namespace kvroom::detail {
 /// come, so a header announcing many writes costs nothing until they
 /// arrive; refusals are logged at most once a second, with a count.
 ///
-/// Sending: one connection per peer; `post` writes the whole batch (on the
+/// Several addresses (`hosts`) are several paths: each has its listener
+/// and gate, and all share one table of registered memory and grants, so a
+/// batch may arrive on any of them.
+///
+/// Sending: one connection per peer address; `post` writes the whole batch (on the
 /// worker's dedicated thread) and returns; acks are read, without blocking,
 /// by `poll`, so up to `max_unacked` batches per peer are in flight and the
 /// round trip of one ack does not idle the stream. A batch unacked after
 /// `io_timeout_ms` fails, and with it its connection.
 class tcp_backend final : public backend {
 public:
-  tcp_backend(rank_id owner, std::string host, uint32_t io_timeout_ms,
+  /// Listens on each of `hosts` (IPv4 addresses: one path per network
+  /// interface); a peer reaches it on any of them.
+  tcp_backend(rank_id owner, std::vector<std::string> hosts, uint32_t io_timeout_ms,
               deployment_secret secret = {});
   ~tcp_backend() override;
 
-  /// Binds the listener; the backend is unusable when this fails.
+  /// Binds the listeners; the backend is unusable when this fails.
   caf::error start();
 
   std::string name() const override;
   backend_caps caps() const override;
   endpoint_desc endpoint() const override;
+  std::vector<endpoint_desc> endpoints() const override;
   caf::expected<region_id> register_memory(const mem_desc& mem) override;
   caf::error deregister_memory(region_id id) override;
   post_result post(const write_batch& batch) override;
@@ -66,6 +73,7 @@ public:
   }
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
+  bool refused(xfer_id id) const override;
 
   /// Most writes in one batch, and connections of proven members.
   static constexpr uint32_t max_ops = 1u << 20;
@@ -73,14 +81,25 @@ public:
   /// Connections still in their handshake, beside those: what strangers
   /// can hold (each for at most `handshake_ms`).
   static constexpr size_t max_handshakes = 64;
-  /// Connections per authenticated sender (it uses one; more while an old
-  /// one winds down): a member cannot take the others' slots either.
+  /// Connections per authenticated sender and address (it uses one; more
+  /// while an old one winds down): a member cannot take the others' slots.
   static constexpr size_t max_per_peer = 4;
+  /// Addresses one rank listens on.
+  static constexpr size_t max_hosts = 8;
   static constexpr size_t max_unacked = 16;
   /// A connection that has not proven membership by then is closed.
   static constexpr uint32_t handshake_ms = 1000;
 
 private:
+  /// One address this rank listens on, with its membership gate.
+  struct listener {
+    std::string host;
+    uint16_t port = 0;
+    int fd = -1;
+    std::unique_ptr<membership_gate> gate;
+  };
+  caf::error start(listener& l);
+
   /// One member's inbound connection and the thread serving it; reaped once
   /// done, so connections that come and go cost nothing that lasts.
   struct inbound {
@@ -110,12 +129,9 @@ private:
 
   rank_id owner_;
   deployment_secret secret_;
-  std::string host_;
   uint32_t io_timeout_ms_;
-  uint16_t port_ = 0;
-  int listener_ = -1;
+  std::vector<listener> listeners_;
   std::atomic<bool> stopping_{false};
-  std::unique_ptr<membership_gate> gate_;
   // Members' inbound connections (stable addresses: each thread holds its
   // own), for the per-peer bound, reaping and shutdown.
   std::mutex conns_mtx_;
@@ -129,6 +145,7 @@ private:
     std::string reason;
     std::string address;
     uint64_t deadline_ms = 0;
+    bool refused = false;  ///< the receiver refused the batch, not the path
   };
   std::unordered_map<xfer_id, result> posted_;
   xfer_id next_xfer_ = 1;

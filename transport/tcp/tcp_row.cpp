@@ -11,7 +11,7 @@ const transport_row& tcp_transport() {
     r.host_nearness = 3; // reaches anyone, slowest
     r.needs_network = true;
     r.make = [](const backend_config& cfg) -> caf::expected<backend_ptr> {
-      auto tcp = std::make_unique<detail::tcp_backend>(cfg.owner, cfg.tcp_host,
+      auto tcp = std::make_unique<detail::tcp_backend>(cfg.owner, split_hosts(cfg.tcp_host),
                                                        cfg.io_timeout_ms, cfg.secret);
       if (auto err = tcp->start())
         return err;

@@ -1,0 +1,420 @@
+// The path layer without sockets: path health (rest, probe, doubling),
+// slicing, and the multipath backend over a scripted inner backend whose
+// paths fail as a test says.
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+
+#include "kvroom/messages/error.hpp"
+#include "kvroom/transport/paths/multipath_backend.hpp"
+#include "kvroom/transport/select.hpp"
+
+using namespace kvroom;
+
+namespace {
+
+path_rules rules() {
+  path_rules r;
+  r.errors_to_rest = 3;
+  r.error_window_ms = 1000;
+  r.first_rest_ms = 100;
+  r.max_rest_ms = 400;
+  return r;
+}
+
+} // namespace
+
+TEST_CASE("a path rests after repeated errors, then carries one probe before more") {
+  path_health h;
+  auto r = rules();
+  CHECK(h.state(0) == path_state::healthy);
+  CHECK_FALSE(h.failed(10, r, "reset"));
+  CHECK_FALSE(h.failed(20, r, "reset"));
+  CHECK(h.available(20));
+  CHECK(h.failed(30, r, "reset")); // the third within the window
+  CHECK(h.state(31) == path_state::resting);
+  CHECK_FALSE(h.available(129));
+  CHECK(h.last_error() == "reset");
+  // The rest ends: one probe at a time.
+  CHECK(h.state(130) == path_state::probing);
+  CHECK(h.available(130));
+  h.take(130);
+  CHECK_FALSE(h.available(131));
+  h.succeeded(140);
+  CHECK(h.state(140) == path_state::healthy);
+  CHECK(h.available(141));
+}
+
+TEST_CASE("errors spread wider than the window never rest a path") {
+  path_health h;
+  auto r = rules();
+  for (uint64_t t = 0; t < 10'000; t += 600)
+    CHECK_FALSE(h.failed(t, r, "flaky"));
+  CHECK(h.state(10'000) == path_state::healthy);
+}
+
+TEST_CASE("a failed probe rests the path twice as long, up to the longest rest") {
+  path_health h;
+  auto r = rules();
+  for (uint64_t t = 0; t < 3; ++t)
+    h.failed(t, r, "down");
+  CHECK(h.rest_ms() == 100);
+  h.take(h.rest_until());
+  CHECK(h.failed(h.rest_until(), r, "still down"));
+  CHECK(h.rest_ms() == 200);
+  h.take(h.rest_until());
+  CHECK(h.failed(h.rest_until(), r, "still down"));
+  CHECK(h.rest_ms() == 400);
+  h.take(h.rest_until());
+  CHECK(h.failed(h.rest_until(), r, "still down"));
+  CHECK(h.rest_ms() == 400); // bounded
+  // Proven, and healthy for longer than the longest rest: the next rest is
+  // the first again.
+  auto back = h.rest_until();
+  h.take(back);
+  h.succeeded(back);
+  auto later = back + 1000;
+  for (uint64_t t = 0; t < 3; ++t)
+    h.failed(later + t, r, "down again");
+  CHECK(h.rest_ms() == 100);
+}
+
+TEST_CASE("a batch sent to a resting path as the last resort does not extend its rest") {
+  path_health h;
+  auto r = rules();
+  for (uint64_t t = 0; t < 3; ++t)
+    h.failed(t, r, "down");
+  auto until = h.rest_until();
+  CHECK_FALSE(h.failed(50, r, "down"));
+  CHECK(h.rest_until() == until);
+}
+
+TEST_CASE("slice_batch cuts a batch into equal byte shares, aux writes last in each") {
+  write_batch b;
+  b.tag = 7;
+  b.ops = {{0x1000, 0x9000, 300}, {0x2000, 0xa000, 300}, {0x3000, 0xb000, 100}};
+  b.aux_ops = 1;
+  auto xs = slice_batch(b, 2, 40);
+  REQUIRE(xs.size() == 2);
+  CHECK(xs[0].total_bytes() == 350);
+  CHECK(xs[1].total_bytes() == 350);
+  CHECK(xs[0].key == 40);
+  CHECK(xs[1].key == 41);
+  // The second op is split at its 50th byte.
+  REQUIRE(xs[0].ops.size() == 2);
+  CHECK(xs[0].ops[1].src_addr == 0x2000);
+  CHECK(xs[0].ops[1].size_bytes == 50);
+  REQUIRE(xs[1].ops.size() == 2);
+  CHECK(xs[1].ops[0].src_addr == 0x2000 + 50);
+  CHECK(xs[1].ops[0].dst_addr == 0xa000 + 50);
+  CHECK(xs[1].ops[0].size_bytes == 250);
+  CHECK(xs[0].aux_ops == 0);
+  CHECK(xs[1].aux_ops == 1);
+  CHECK(xs[1].ops.back().src_addr == 0x3000);
+  // Every byte once, in order.
+  uint64_t next = 0;
+  for (auto& x : xs)
+    for (auto& op : x.ops) {
+      CHECK(x.tag == 7);
+      next += op.size_bytes;
+    }
+  CHECK(next == 700);
+  // Never more slices than bytes.
+  write_batch tiny;
+  tiny.ops = {{1, 2, 2}};
+  CHECK(slice_batch(tiny, 5, 1).size() == 2);
+}
+
+namespace {
+
+/// An inner backend whose paths (endpoint addresses) do as the test says:
+/// "up" completes batches (at once or on the next poll), "down" fails them
+/// on poll, "dead" refuses the post, "refuse" has the receiver refuse.
+class scripted_backend final : public backend {
+public:
+  std::map<std::string, std::string> mode;  // address -> up, down, dead, refuse
+  bool async = true;
+  std::vector<std::pair<std::string, write_batch>> posted;
+  std::set<xfer_id> released;
+
+  std::string name() const override {
+    return "tcp";
+  }
+  backend_caps caps() const override {
+    return {};
+  }
+  endpoint_desc endpoint() const override {
+    return {"tcp", "me", 0, 1};
+  }
+  caf::expected<region_id> register_memory(const mem_desc&) override {
+    return region_id{1};
+  }
+  caf::error deregister_memory(region_id) override {
+    return caf::none;
+  }
+  post_result post(const write_batch& batch) override {
+    auto& m = mode[batch.peer.address];
+    posted.emplace_back(batch.peer.address, batch);
+    if (m == "dead")
+      return post_result::failed(make_error(errc::transport_error, "connect refused"));
+    if (m == "bad")
+      return post_result::failed(make_error(errc::not_registered, "outside memory"));
+    if (!async && (m.empty() || m == "up"))
+      return post_result::done();
+    auto id = next_++;
+    flight_[id] = batch.peer.address;
+    return post_result::in_progress(id);
+  }
+  xfer_status poll(xfer_id id, std::string& reason) override {
+    auto& m = mode[flight_[id]];
+    if (m == "stall")
+      return xfer_status::in_progress;
+    if (m == "down" || m == "refuse") {
+      reason = m == "down" ? "connection reset" : "refused by rank 2: not granted";
+      return xfer_status::failed;
+    }
+    return xfer_status::done;
+  }
+  bool refused(xfer_id id) const override {
+    auto i = flight_.find(id);
+    return i != flight_.end() && mode.count(i->second) && mode.at(i->second) == "refuse";
+  }
+  void release(xfer_id id) override {
+    released.insert(id);
+  }
+
+private:
+  xfer_id next_ = 1;
+  std::map<xfer_id, std::string> flight_;
+};
+
+struct rig {
+  scripted_backend* inner;
+  multipath_backend paths;
+
+  explicit rig(path_options opts = {})
+    : inner(new scripted_backend), paths(backend_ptr{inner}, opts) {
+    // nop
+  }
+
+  static write_batch batch(uint64_t bytes, std::vector<std::string> addresses) {
+    write_batch b;
+    b.tag = 9;
+    b.peer = endpoint_desc{"tcp", addresses.front(), 0, 2};
+    for (size_t i = 1; i < addresses.size(); ++i)
+      b.alternates.push_back(endpoint_desc{"tcp", addresses[i], 0, 2});
+    b.ops = {{0x10000, 0x20000, bytes}};
+    return b;
+  }
+
+  /// Posts and polls until done or failed.
+  xfer_status run(const write_batch& b, std::string& reason) {
+    auto res = paths.post(b);
+    if (res.status != xfer_status::in_progress) {
+      reason = res.error ? describe(res.error) : "";
+      return res.status;
+    }
+    for (int i = 0; i < 100; ++i) {
+      auto st = paths.poll(res.id, reason);
+      if (st != xfer_status::in_progress) {
+        paths.release(res.id);
+        return st;
+      }
+    }
+    paths.release(res.id);
+    return xfer_status::in_progress;
+  }
+};
+
+} // namespace
+
+TEST_CASE("a batch whose path fails moves to another path and succeeds") {
+  rig r;
+  r.inner->mode["a:1"] = "down";
+  std::string why;
+  CHECK(r.run(rig::batch(4096, {"a:1", "b:1"}), why) == xfer_status::done);
+  REQUIRE(r.inner->posted.size() == 2);
+  CHECK(r.inner->posted[0].first == "a:1");
+  CHECK(r.inner->posted[1].first == "b:1");
+  // The retry carries the same key: the receiver applies it at most once.
+  CHECK(r.inner->posted[0].second.key != 0);
+  CHECK(r.inner->posted[0].second.key == r.inner->posted[1].second.key);
+  uint64_t retries = 0;
+  for (auto x : r.paths.counters().retries)
+    retries += x;
+  CHECK(retries == 1);
+}
+
+TEST_CASE("a post refused by a dead path is retried at once on the next") {
+  rig r;
+  r.inner->mode["a:1"] = "dead";
+  r.inner->async = false;
+  std::string why;
+  CHECK(r.run(rig::batch(4096, {"a:1", "b:1"}), why) == xfer_status::done);
+  CHECK(r.inner->posted.size() == 2);
+}
+
+TEST_CASE("with every path failing, the batch fails naming each path and its reason") {
+  rig r;
+  r.inner->mode["a:1"] = "down";
+  r.inner->mode["b:1"] = "dead";
+  std::string why;
+  CHECK(r.run(rig::batch(4096, {"a:1", "b:1"}), why) == xfer_status::failed);
+  CHECK(why.find("no path left to rank 2") != std::string::npos);
+  CHECK(why.find("tcp a:1: connection reset") != std::string::npos);
+  CHECK(why.find("tcp b:1:") != std::string::npos);
+  CHECK(why.find("connect refused") != std::string::npos);
+  CHECK(r.paths.counters().exhausted == 1);
+}
+
+TEST_CASE("a batch the receiver refuses fails at once: no other path would take it") {
+  rig r;
+  r.inner->mode["a:1"] = "refuse";
+  std::string why;
+  CHECK(r.run(rig::batch(4096, {"a:1", "b:1"}), why) == xfer_status::failed);
+  CHECK(r.inner->posted.size() == 1);
+  CHECK(why.find("not granted") != std::string::npos);
+  // The path is not blamed.
+  for (auto& p : r.paths.paths())
+    CHECK(p.errors == 0);
+}
+
+TEST_CASE("a batch outside registered memory fails at once on its first path") {
+  rig r;
+  r.inner->mode["a:1"] = "bad";
+  std::string why;
+  CHECK(r.run(rig::batch(4096, {"a:1", "b:1"}), why) == xfer_status::failed);
+  CHECK(r.inner->posted.size() == 1);
+}
+
+TEST_CASE("a large batch is sliced over the healthy paths, each slice keyed") {
+  path_options opts;
+  opts.slice_bytes = 1024;
+  rig r{opts};
+  std::string why;
+  CHECK(r.run(rig::batch(8192, {"a:1", "b:1"}), why) == xfer_status::done);
+  REQUIRE(r.inner->posted.size() == 2);
+  std::set<std::string> used;
+  std::set<uint64_t> keys;
+  for (auto& [addr, b] : r.inner->posted) {
+    used.insert(addr);
+    keys.insert(b.key);
+    CHECK(b.total_bytes() == 4096);
+    CHECK(b.alternates.empty());
+  }
+  CHECK(used.size() == 2);
+  CHECK(keys.size() == 2);
+  CHECK(r.paths.counters().sliced == 1);
+}
+
+TEST_CASE("a failed batch reports only once none of its slices moves (the fence holds)") {
+  path_options opts;
+  opts.slice_bytes = 1024;
+  rig r{opts};
+  r.inner->mode["a:1"] = "refuse";
+  r.inner->mode["b:1"] = "stall";
+  auto res = r.paths.post(rig::batch(8192, {"a:1", "b:1"}));
+  REQUIRE(res.status == xfer_status::in_progress);
+  std::string why;
+  // a's slice was refused: the batch has failed, but b's slice still moves.
+  for (int i = 0; i < 3; ++i)
+    CHECK(r.paths.poll(res.id, why) == xfer_status::in_progress);
+  r.inner->mode["b:1"] = "up";
+  CHECK(r.paths.poll(res.id, why) == xfer_status::failed);
+  CHECK(why.find("not granted") != std::string::npos);
+  CHECK(r.paths.refused(res.id));
+  r.paths.release(res.id);
+  // Nothing was sent again after the refusal.
+  CHECK(r.inner->posted.size() == 2);
+}
+
+TEST_CASE("a resting path is skipped while another is healthy, and probed when its rest ends") {
+  path_options opts;
+  opts.rules = rules();
+  opts.rules.first_rest_ms = 60'000; // rests for the whole test
+  rig r{opts};
+  r.inner->mode["a:1"] = "down";
+  std::string why;
+  for (int i = 0; i < 3; ++i)
+    CHECK(r.run(rig::batch(64, {"a:1", "b:1"}), why) == xfer_status::done);
+  // Three errors: a rests, and the next batches go to b first.
+  bool resting = false;
+  for (auto& p : r.paths.paths())
+    resting = resting || (p.address == "a:1" && p.state == path_state::resting);
+  CHECK(resting);
+  r.inner->posted.clear();
+  CHECK(r.run(rig::batch(64, {"a:1", "b:1"}), why) == xfer_status::done);
+  REQUIRE(r.inner->posted.size() == 1);
+  CHECK(r.inner->posted[0].first == "b:1");
+  CHECK(r.paths.counters().rests == 1);
+}
+
+TEST_CASE("the last path carries batches even while it rests") {
+  path_options opts;
+  opts.rules = rules();
+  opts.rules.first_rest_ms = 60'000;
+  rig r{opts};
+  r.inner->mode["a:1"] = "down";
+  std::string why;
+  for (int i = 0; i < 3; ++i)
+    CHECK(r.run(rig::batch(64, {"a:1"}), why) == xfer_status::failed);
+  r.inner->mode["a:1"] = "up";
+  CHECK(r.run(rig::batch(64, {"a:1"}), why) == xfer_status::done);
+}
+
+TEST_CASE("a farther transport carries the batch when every nearer path failed it") {
+  rig r;
+  r.inner->mode["v:1"] = "down";
+  auto b = rig::batch(64, {"v:1"});
+  b.peer.transport = "verbs";
+  b.alternates.push_back(endpoint_desc{"tcp", "t:1", 0, 2});
+  std::string why;
+  CHECK(r.run(b, why) == xfer_status::done);
+  uint64_t fallbacks = 0;
+  for (auto x : r.paths.counters().fallbacks)
+    fallbacks += x;
+  CHECK(fallbacks == 1);
+}
+
+TEST_CASE("releasing a transfer early releases what still moves") {
+  rig r;
+  r.inner->mode["a:1"] = "stall";
+  auto res = r.paths.post(rig::batch(64, {"a:1", "b:1"}));
+  REQUIRE(res.status == xfer_status::in_progress);
+  r.paths.release(res.id);
+  CHECK(r.inner->released.size() == 1);
+}
+
+TEST_CASE("choose_paths lists the peer's other addresses, then farther network transports") {
+  std::vector<endpoint_desc> mine{{"local", "1", 7, 1}, {"tcp", "10.0.0.1:1", 0, 1},
+                                  {"tcp", "10.0.1.1:1", 0, 1}};
+  std::vector<endpoint_desc> peer{{"local", "2", 8, 2}, {"tcp", "10.0.0.2:5", 0, 2},
+                                  {"tcp", "10.0.1.2:5", 0, 2}};
+  auto ps = choose_paths(peer, mine, "auto");
+  REQUIRE(ps);
+  REQUIRE(ps->size() == 2);
+  CHECK((*ps)[0].address == "10.0.0.2:5");
+  CHECK((*ps)[1].address == "10.0.1.2:5");
+  // A same-process peer: local, with no fallback (its batches stay inline).
+  std::vector<endpoint_desc> near{{"local", "2", 7, 2}, {"tcp", "10.0.0.2:5", 0, 2}};
+  auto local = choose_paths(near, mine, "auto");
+  REQUIRE(local);
+  CHECK(local->size() == 1);
+  CHECK(local->front().transport == "local");
+  // verbs first, tcp behind it.
+  std::vector<endpoint_desc> mine_v{{"verbs", "mlx5_0", 0, 1}, {"tcp", "10.0.0.1:1", 0, 1}};
+  std::vector<endpoint_desc> peer_v{{"verbs", "mlx5_0", 0, 2}, {"verbs", "mlx5_1", 0, 2},
+                                    {"tcp", "10.0.0.2:5", 0, 2}};
+  auto v = choose_paths(peer_v, mine_v, "auto");
+  REQUIRE(v);
+  REQUIRE(v->size() == 3);
+  CHECK((*v)[0].transport == "verbs");
+  CHECK((*v)[1].address == "mlx5_1");
+  CHECK((*v)[2].transport == "tcp");
+  // Forced: that transport's paths only.
+  auto forced = choose_paths(peer_v, mine_v, "tcp");
+  REQUIRE(forced);
+  CHECK(forced->size() == 1);
+}
