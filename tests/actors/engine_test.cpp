@@ -62,6 +62,9 @@ struct group {
     std::function<caf::expected<backend_ptr>(const backend_config&)> data_plane;
     /// "local", or "shm" / "tcp" forced between ranks of this process.
     std::string transport = "local";
+    /// With a network transport: the tcp addresses (one path each).
+    std::string tcp_host = "127.0.0.1";
+    path_options paths;
     control_chaos chaos;
   };
 
@@ -87,8 +90,9 @@ struct group {
         if (opt.transport != "local") {
           cfg.transport = opt.transport;
           cfg.network = true;
-          cfg.tcp_host = "127.0.0.1";
+          cfg.tcp_host = opt.tcp_host;
         }
+        cfg.paths = opt.paths;
         auto r = rt.add_rank(cfg);
         REQUIRE(r);
         (side == role::prefill ? prefill : decode).push_back(std::move(*r));
@@ -1024,4 +1028,105 @@ TEST_CASE("a page reused after Failed never changes again, on every transport") 
   // The check can fail: without the fence room 7's late bytes overwrite the
   // reused pages.
   CHECK_FALSE(reused_pages_stay_intact("local", false));
+}
+
+namespace {
+
+/// Runs `rooms` one-TP rooms from prefill to decode over tcp on two
+/// loopback addresses; returns each room's decode state and checks the
+/// bytes of those that succeeded.
+std::vector<kv_poll> over_two_paths(group& g, room_id first, int rooms) {
+  std::vector<kv_poll> out;
+  for (room_id room = first; room < first + static_cast<room_id>(rooms); ++room) {
+    auto h = open_room(g, room);
+    std::vector<int64_t> src{0, 1, 2, 3}, dst{7, 5, 6, 4};
+    drive_room(g, h, room, src, dst, 1, 2);
+    REQUIRE(concludes(h.receivers[0]));
+    REQUIRE(concludes(h.senders[0]));
+    auto st = h.receivers[0].poll();
+    if (st == kv_poll::success) {
+      std::string why;
+      CHECK(g.decode_cache(0).check_room(key(room, 0), dst, 2, &why));
+      INFO(why);
+    }
+    out.push_back(st);
+    REQUIRE_FALSE(h.receivers[0].clear());
+    REQUIRE_FALSE(h.senders[0].clear());
+  }
+  return out;
+}
+
+group::options two_paths() {
+  group::options opt;
+  opt.tp = 1;
+  opt.transport = "tcp";
+  opt.tcp_host = "127.0.0.1,127.0.0.2";
+  // Small slices, so a room's batch spreads over both paths.
+  opt.paths.slice_bytes = 512;
+  return opt;
+}
+
+} // namespace
+
+TEST_CASE("a rank on two tcp addresses offers both, and a room's batch spreads over them") {
+  group g{two_paths()};
+  auto eps = g.decode[0]->data_plane_address("tcp");
+  CHECK(eps.rfind("127.0.0.1:", 0) == 0);
+  for (auto st : over_two_paths(g, 1, 5))
+    CHECK(st == kv_poll::success);
+  auto paths = g.prefill[0]->paths();
+  REQUIRE(paths.size() == 2);
+  CHECK(paths[0].address.rfind("127.0.0.1:", 0) == 0);
+  CHECK(paths[1].address.rfind("127.0.0.2:", 0) == 0);
+  CHECK(g.prefill[0]->metrics().paths.sliced > 0);
+}
+
+TEST_CASE("a broken path costs no room: its batches move to the other path, byte-exact") {
+  auto opt = two_paths();
+  // Every batch on 127.0.0.2 lands, then reports failure (the worst case
+  // for a retry: the copy on the other path must not matter).
+  opt.prefill0_faults.paths = {"127.0.0.2:"};
+  opt.prefill0_faults.point = fault_point::after_post;
+  group g{opt};
+  for (auto st : over_two_paths(g, 1, 12))
+    CHECK(st == kv_poll::success);
+  auto m = g.prefill[0]->metrics();
+  uint64_t retries = 0;
+  for (auto x : m.paths.retries)
+    retries += x;
+  CHECK(retries > 0);
+  CHECK(m.paths.rests >= 1);
+  bool broken_rests = false;
+  for (auto& p : g.prefill[0]->paths())
+    if (p.address.rfind("127.0.0.2:", 0) == 0)
+      broken_rests = p.state != path_state::healthy && p.errors >= 3
+                     && p.last_error.find("injected") != std::string::npos;
+  CHECK(broken_rests);
+  CHECK(all_quiet(g));
+}
+
+TEST_CASE("with every path broken a room fails once, naming both paths, with one origin") {
+  auto opt = two_paths();
+  opt.prefill0_faults.paths = {"tcp"};
+  group g{opt};
+  auto h = open_room(g, 2);
+  drive_room(g, h, 2, {0, 1}, {3, 4}, 1, 2);
+  REQUIRE(concludes(h.receivers[0]));
+  REQUIRE(concludes(h.senders[0]));
+  CHECK(h.receivers[0].poll() == kv_poll::failed);
+  auto s = h.senders[0].failure();
+  auto r = h.receivers[0].failure();
+  REQUIRE(s);
+  REQUIRE(r);
+  CHECK(s->origin_rank == g.prefill[0]->ref().id);
+  CHECK(r->origin_rank == g.prefill[0]->ref().id);
+  CHECK_FALSE(s->is_from_another_rank);
+  CHECK(r->is_from_another_rank);
+  CHECK(s->failure_reason.find("no path left") != std::string::npos);
+  CHECK(s->failure_reason.find("127.0.0.1:") != std::string::npos);
+  CHECK(s->failure_reason.find("127.0.0.2:") != std::string::npos);
+  CHECK(r->failure_reason == s->failure_reason);
+  REQUIRE_FALSE(h.receivers[0].clear());
+  REQUIRE_FALSE(h.senders[0].clear());
+  CHECK(all_quiet(g));
 }
