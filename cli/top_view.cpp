@@ -114,6 +114,10 @@ std::vector<top_row> top_rows(const std::vector<prom_sample>& now,
     r.latency_p99_s = histogram_quantile(now, "kvroom_transfer_latency_seconds", rank, 0.99);
     r.peers_usable = sum_of(now, "kvroom_peers", rank, {{"state", "usable"}});
     r.peers_lost = sum_of(now, "kvroom_peers", rank, {{"state", "lost"}});
+    r.paths_healthy = sum_of(now, "kvroom_paths", rank, {{"state", "healthy"}});
+    r.paths_resting = sum_of(now, "kvroom_paths", rank, {{"state", "resting"}});
+    r.paths_probing = sum_of(now, "kvroom_paths", rank, {{"state", "probing"}});
+    r.path_retries = sum_of(now, "kvroom_path_retries_total", rank);
     out.push_back(std::move(r));
   }
   return out;
@@ -134,21 +138,28 @@ std::string ms(double seconds) {
 std::string render(const std::string& endpoint, const std::vector<top_row>& rows) {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof(line), "%-22s %-8s %-7s %3s %9s %9s %8s %9s %15s %15s %6s  %s\n",
-                "endpoint", "rank", "role", "up", "rooms/s", "success", "failed", "in flight",
-                "life p50/p99 ms", "xfer p50/p99 ms", "peers", "failures");
+  std::snprintf(line, sizeof(line),
+                "%-22s %-8s %-7s %3s %9s %9s %8s %9s %15s %15s %6s %9s %7s  %s\n", "endpoint",
+                "rank", "role", "up", "rooms/s", "success", "failed", "in flight",
+                "life p50/p99 ms", "xfer p50/p99 ms", "peers", "paths h/r/p", "retries",
+                "failures");
   out += line;
   for (auto& r : rows) {
     std::string failures;
     for (auto& [k, v] : r.failures)
       failures += (failures.empty() ? "" : ", ") + k + " " + std::to_string(static_cast<long long>(v));
+    auto count = [](double x) { return std::to_string(static_cast<long long>(x)); };
+    auto paths = count(r.paths_healthy) + "/" + count(r.paths_resting) + "/"
+                 + count(r.paths_probing);
     std::snprintf(line, sizeof(line),
-                  "%-22s %-8s %-7s %3s %9.0f %9.0f %8.0f %9.0f %15s %15s %3.0f/%-2.0f  %s\n",
+                  "%-22s %-8s %-7s %3s %9.0f %9.0f %8.0f %9.0f %15s %15s %3.0f/%-2.0f %9s %7.0f  "
+                  "%s\n",
                   endpoint.c_str(), r.rank.c_str(), r.role.c_str(), r.up ? "yes" : "no",
                   r.rooms_per_s, r.succeeded, r.failed, r.in_flight,
                   (ms(r.lifetime_p50_s) + "/" + ms(r.lifetime_p99_s)).c_str(),
                   (ms(r.latency_p50_s) + "/" + ms(r.latency_p99_s)).c_str(), r.peers_usable,
-                  r.peers_lost, failures.empty() ? "-" : failures.c_str());
+                  r.peers_lost, paths.c_str(), r.path_retries,
+                  failures.empty() ? "-" : failures.c_str());
     out += line;
   }
   return out;

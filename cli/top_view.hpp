@@ -38,6 +38,11 @@ struct top_row {
   double latency_p99_s = 0;
   double peers_usable = 0;
   double peers_lost = 0;
+  /// Data paths by state, and batches moved to another path (all time).
+  double paths_healthy = 0;
+  double paths_resting = 0;
+  double paths_probing = 0;
+  double path_retries = 0;
 };
 
 /// The quantile `q` of histogram `name` for rank `rank`: the upper bound of

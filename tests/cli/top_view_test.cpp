@@ -51,3 +51,20 @@ TEST_CASE("kvroom top: rates, percentiles and failures from two scrapes") {
   CHECK(table.find("local/fault 25") != std::string::npos);
   CHECK(table.find("prefill") != std::string::npos);
 }
+
+TEST_CASE("kvroom top: a rank's data paths by state and their retries") {
+  std::string text = "kvroom_up{rank=\"4\",role=\"prefill\"} 1\n"
+                     "kvroom_paths{rank=\"4\",role=\"prefill\",state=\"healthy\"} 3\n"
+                     "kvroom_paths{rank=\"4\",role=\"prefill\",state=\"resting\"} 1\n"
+                     "kvroom_paths{rank=\"4\",role=\"prefill\",state=\"probing\"} 0\n"
+                     "kvroom_path_retries_total{rank=\"4\",role=\"prefill\",transport=\"tcp\"} 7\n"
+                     "kvroom_path_retries_total{rank=\"4\",role=\"prefill\",transport=\"verbs\"} 2\n";
+  auto rows = top_rows(parse_exposition(text), {}, 0);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].paths_healthy == 3);
+  CHECK(rows[0].paths_resting == 1);
+  CHECK(rows[0].path_retries == 9);
+  auto table = render("x", rows);
+  CHECK(table.find("paths h/r/p") != std::string::npos);
+  CHECK(table.find("3/1/0") != std::string::npos);
+}

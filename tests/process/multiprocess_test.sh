@@ -3,7 +3,7 @@
 #   multiprocess_test.sh KVROOM_BINARY SCENARIO WORKDIR [KVROOM_STRANGER]
 # Scenarios: transfer (auto: shm on one host), transfer_shm, transfer_tcp,
 # sigkill, sigstop, malformed, netns, registry_restart, dp_groups, auth, tls,
-# parallel, metrics.
+# parallel, metrics, paths, netns_paths.
 # Every process it starts is killed on exit; every wait is bounded. Exit 0
 # passes, 1 fails, 77 skips (with the reason on stdout).
 set -u
@@ -348,6 +348,148 @@ netns)
   for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 90" || fail "$r did not finish"; done
   check_all_ok 200
   echo "ok: prefill in $np ($pa) and decode in $nd ($da), joined by a veth pair: 200 rooms byte-exact over tcp"
+  ;;
+
+paths)
+  # One prefill and one decode process, each on two loopback addresses (two
+  # data paths). Every batch prefill sends on 127.0.0.2 fails: every room
+  # still succeeds byte-exact, and prefill's metrics show that path resting
+  # and the batches it moved. Then every path broken: every room fails,
+  # naming both paths, with prefill as the one origin on both ranks.
+  run_pair() { # run_pair NAME FAULT_PATH ROOMS
+    local name=$1 fault=$2 n=$3 p; p=$(port)
+    local common=(--bootstrap-port="$p" --transport=tcp --tcp-host=127.0.0.1,127.0.0.2
+                  --rooms="$n" --metrics-port=0 --timeout-ms=3000 --then-rooms=1
+                  --then-wait-file="$WORK/go_$name")
+    start "${name}_p" "$K" serve "$SECRET" --role=prefill --publish-registry \
+      --report="${name}_p.json" --fault-path="$fault" "${common[@]}"
+    wait_for '"ready"' "${name}_p.log" 20 || fail "${name}_p not ready"
+    start "${name}_d" "$K" serve "$SECRET" --role=decode --report="${name}_d.json" "${common[@]}"
+    for r in "${name}_p" "${name}_d"; do wait_for batch_done $r.log 90 || fail "$r did not finish its rooms"; done
+    local m; m=$(sed -n 's/.*"metrics": "\([0-9.]*:[0-9]*\)".*/\1/p' "${name}_p.log" | head -n 1)
+    curl -sf "http://$m/metrics" > "${name}_p.txt" || fail "no prefill /metrics"
+    python3 "$HERE/metrics_check.py" "${name}_p.txt" || fail "bad exposition"
+    touch "$WORK/go_$name"
+    for r in "${name}_p" "${name}_d"; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
+  }
+  value() { # value FILE SAMPLE-PREFIX: the sample's value (0 when absent)
+    awk -v s="$2" 'index($0, s) == 1 { print int($NF); found = 1 } END { if (!found) print 0 }' "$1" | head -n 1
+  }
+  run_pair one 127.0.0.2: 200
+  for r in one_p one_d; do
+    [ "$(rooms $r.json success)" = 201 ] || fail "$r: $(rooms $r.json success) of 201 rooms succeeded with one path broken"
+    grep -q data_error $r.json && fail "$r: data mismatch"
+  done
+  retries=$(value one_p.txt 'kvroom_path_retries_total{rank="0",role="prefill",transport="tcp"}')
+  resting=$(( $(value one_p.txt 'kvroom_paths{rank="0",role="prefill",state="resting"}') \
+            + $(value one_p.txt 'kvroom_paths{rank="0",role="prefill",state="probing"}') ))
+  healthy=$(value one_p.txt 'kvroom_paths{rank="0",role="prefill",state="healthy"}')
+  [ "$retries" -gt 0 ] || fail "no batch moved to another path: $(grep path one_p.txt)"
+  [ "$resting" -ge 1 ] && [ "$healthy" -ge 1 ] || fail "paths not as expected: $(grep kvroom_paths one_p.txt)"
+  run_pair both tcp 20
+  for r in both_p both_d; do
+    [ "$(rooms $r.json failed)" = 21 ] || fail "$r: $(rooms $r.json failed) of 21 rooms failed with both paths broken"
+  done
+  python3 - both_p.json both_d.json <<'PY' || fail "failures with both paths broken"
+import json, sys
+p = json.load(open(sys.argv[1])); d = json.load(open(sys.argv[2]))
+pid = p["rank_id"]
+for rep, propagated in ((p, False), (d, True)):
+    for r in rep["rooms"]:
+        assert r["origin_rank"] == pid, r
+        assert r["from_another_rank"] == propagated, r
+        assert "no path left" in r["reason"] and "127.0.0.1:" in r["reason"] and "127.0.0.2:" in r["reason"], r
+PY
+  echo "ok: one of two paths broken: 201 rooms byte-exact, $retries batches moved, the broken path rests; both broken: 21 rooms failed naming both paths, one origin"
+  ;;
+
+netns_paths)
+  # Prefill in one namespace, decode in another, joined by three veth pairs:
+  # one for the control plane, two for data (two paths). One data link is
+  # taken down mid-run and brought back: every room succeeds, the path
+  # rests and returns. Then both data links go down: the next rooms fail
+  # within their deadline, naming both paths.
+  [ "$(id -u)" = 0 ] || { echo "skipped: network namespaces need root"; exit 77; }
+  command -v ip >/dev/null || { echo "skipped: iproute2 (ip) is not installed"; exit 77; }
+  np=kvpp$$; nd=kvpd$$
+  if ! ip netns add $np 2>/dev/null; then echo "skipped: this machine does not allow network namespaces (ip netns add failed)"; exit 77; fi
+  NETNS+=($np)
+  if ! why=$(ip netns exec $np true 2>&1); then echo "skipped: this machine does not allow entering network namespaces (ip netns exec: $why)"; exit 77; fi
+  ip netns add $nd || fail "ip netns add $nd"
+  NETNS+=($nd)
+  ip -n $np link set lo up && ip -n $nd link set lo up || fail "loopback up"
+  net=$(( $$ % 250 ))
+  link() { # link NAME SUBNET: a veth pair NAME between the namespaces, SUBNET.1 and SUBNET.2
+    ip link add p$1$$ type veth peer name d$1$$ || { echo "skipped: no veth support"; exit 77; }
+    ip link set p$1$$ netns $np && ip link set d$1$$ netns $nd || fail "moving veth $1"
+    ip -n $np addr add $2.1/24 dev p$1$$ && ip -n $np link set p$1$$ up || fail "veth $1 up"
+    ip -n $nd addr add $2.2/24 dev d$1$$ && ip -n $nd link set d$1$$ up || fail "veth $1 up"
+  }
+  link c 10.211.$net; link a 10.212.$net; link b 10.213.$net
+  pc=10.211.$net.1; dc=10.211.$net.2
+  pdata=10.212.$net.1,10.213.$net.1; ddata=10.212.$net.2,10.213.$net.2
+  p=$(port)
+  common=(--bootstrap-host=$pc --bootstrap-port=$p --transport=tcp --rooms=2500 --pace-us=4000
+          --timeout-ms=5000 --data-timeout-ms=1000 --path-rest-ms=1000 --then-rooms=20
+          --then-wait-file="$WORK/go")
+  start p0 ip netns exec $np "$K" serve "$SECRET" --role=prefill --publish-registry --tcp-host=$pdata \
+    --control-host=$pc --metrics-host=$pc --metrics-port=0 --report=p0.json "${common[@]}"
+  wait_for '"ready"' p0.log 20 || fail "p0 not ready"
+  start d0 ip netns exec $nd "$K" serve "$SECRET" --role=decode --tcp-host=$ddata --control-host=$dc \
+    --report=d0.json "${common[@]}"
+  wait_for '"ready"' d0.log 20 || fail "d0 not ready"
+  m=$(sed -n 's/.*"metrics": "\([0-9.]*:[0-9]*\)".*/\1/p' p0.log | head -n 1)
+  scrape() { ip netns exec $np curl -sf "http://$m/metrics"; }
+  paths_in() { scrape | awk -v s="kvroom_paths{rank=\"0\",role=\"prefill\",state=\"$1\"}" 'index($0, s) == 1 { print int($NF) }'; }
+  sleep 2
+  down_at=$(now_ms)
+  ip -n $np link set pb$$ down || fail "link b down"
+  rested=0
+  for _ in $(seq 1 40); do
+    [ "$(( $(paths_in resting) + $(paths_in probing) ))" -ge 1 ] && { rested=1; break; }
+    sleep 0.1
+  done
+  sleep 2
+  ip -n $np link set pb$$ up || fail "link b up"
+  up_at=$(now_ms)
+  back=0
+  for _ in $(seq 1 100); do
+    [ "$(paths_in healthy)" = 2 ] && { back=1; break; }
+    sleep 0.1
+  done
+  [ "$rested" = 1 ] || fail "the path on the downed link never rested"
+  [ "$back" = 1 ] || fail "the path did not return after its link came back: $(scrape | grep kvroom_paths)"
+  for r in p0 d0; do wait_for batch_done $r.log 90 || fail "$r did not finish its rooms"; done
+  ip -n $np link set pa$$ down && ip -n $np link set pb$$ down || fail "links down"
+  t0=$(now_ms)
+  touch "$WORK/go"
+  for r in p0 d0; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
+  took=$(( $(now_ms) - t0 ))
+  # The reports hold both phases: rooms 1-2500 with one link down for a
+  # while, then 20 with both down.
+  python3 - p0.json d0.json "$down_at" "$up_at" <<'PY' || fail "the rooms' outcomes"
+import json, sys
+p = json.load(open(sys.argv[1])); d = json.load(open(sys.argv[2]))
+down, up = int(sys.argv[3]), int(sys.argv[4])
+pid = p["rank_id"]
+for rep in (p, d):
+    first = [r for r in rep["rooms"] if r["room"] <= 2500]
+    bad = [r for r in first if r["state"] != "success" or "data_error" in r]
+    assert len(first) == 2500 and not bad, f"{rep['rank']}: {len(bad)} of {len(first)} rooms not byte-exact: {bad[:3]}"
+def rate(a, b):
+    n = sum(1 for r in p["rooms"] if a <= r["at_ms"] < b)
+    return n * 1000.0 / max(b - a, 1)
+print(f"rooms/s: before {rate(down - 1500, down):.0f}, first 500 ms down {rate(down, down + 500):.0f}, "
+      f"rest of down {rate(down + 500, up):.0f}, after {rate(up + 1000, up + 2500):.0f}")
+for rep, propagated in ((p, False), (d, True)):
+    late = [r for r in rep["rooms"] if r["room"] > 2500]
+    assert len(late) == 20, len(late)
+    for r in late:
+        assert r["state"] == "failed", r
+        assert r["origin_rank"] == pid and r["from_another_rank"] == propagated, r
+        assert "no path left" in r["reason"] and "10.212." in r["reason"] and "10.213." in r["reason"], r
+PY
+  echo "ok: one of two data links down for 2 s: 2500 rooms byte-exact, the path rested and came back; both down: 20 rooms failed naming both paths (${took} ms with the hold)"
   ;;
 
 registry_restart)

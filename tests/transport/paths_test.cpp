@@ -418,3 +418,15 @@ TEST_CASE("choose_paths lists the peer's other addresses, then farther network t
   REQUIRE(forced);
   CHECK(forced->size() == 1);
 }
+
+TEST_CASE("small batches take turns over the healthy paths") {
+  rig r;
+  std::string why;
+  for (int i = 0; i < 4; ++i)
+    CHECK(r.run(rig::batch(64, {"a:1", "b:1"}), why) == xfer_status::done);
+  std::map<std::string, int> used;
+  for (auto& [addr, b] : r.inner->posted)
+    ++used[addr];
+  CHECK(used["a:1"] == 2);
+  CHECK(used["b:1"] == 2);
+}

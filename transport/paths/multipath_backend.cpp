@@ -407,6 +407,8 @@ post_result multipath_backend::post(const write_batch& batch) {
                             : t.tier.back()
                                 + (t.paths[i].transport != t.paths[i - 1].transport ? 1 : 0));
   t.why.resize(t.paths.size());
+  // Batches take turns: each starts its round robin one path further.
+  t.cursor = static_cast<size_t>(turn_.fetch_add(1, std::memory_order_relaxed) % t.paths.size());
   size_t ready = 0;
   for (size_t i = 0; i < t.paths.size(); ++i)
     ready += t.tier[i] == 0 && available(t.paths[i], now) ? 1 : 0;

@@ -118,6 +118,7 @@ private:
   std::unordered_map<xfer_id, transfer> transfers_;
   std::atomic<xfer_id> next_id_{1};
   std::atomic<uint64_t> next_key_{1};
+  std::atomic<uint64_t> turn_{0};
   std::array<std::atomic<uint64_t>, max_path_transports> retries_{}, fallbacks_{};
   std::atomic<uint64_t> rests_{0}, sliced_{0}, exhausted_{0};
 };

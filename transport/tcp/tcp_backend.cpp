@@ -1,5 +1,6 @@
 #include "kvroom/transport/tcp/tcp_backend.hpp"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <chrono>
@@ -96,6 +97,14 @@ void set_timeouts(int fd, uint32_t ms) {
 }
 
 enum : uint32_t { ack_written = 0, ack_refused_closing = 1, ack_refused = 2 };
+
+/// True when the peer closed `fd` (nothing is expected from it: no batch
+/// of ours is unacknowledged).
+bool closed_by_peer(int fd) {
+  char byte;
+  auto n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
 
 void send_ack(int fd, uint64_t xfer, uint32_t status, const std::string& reason) {
   wire_ack ack{wire_magic, status, xfer,
@@ -205,7 +214,9 @@ void tcp_backend::on_member(int fd, rank_id sender) {
   else if (same >= max_per_peer * listeners_.size())
     why = "rank " + std::to_string(sender) + " holds " + std::to_string(same) + " already";
   if (why.empty()) {
-    set_timeouts(fd, io_timeout_ms_);
+    // Idle between batches for longer than a batch may take: a sender whose
+    // other path stalled it for a while keeps this connection.
+    set_timeouts(fd, std::max(io_timeout_ms_, idle_ms));
     auto& conn = inbound_.emplace_back();
     conn.fd = fd;
     conn.sender = sender;
@@ -500,7 +511,9 @@ bool tcp_backend::pump_acks(const std::string& address, bool block) {
     if (n < 0 && !block && (errno == EAGAIN || errno == EWOULDBLOCK))
       return true;
     fail_connection(address, n == 0 ? "connection closed by rank " + std::to_string(c.peer)
-                                     : sys_error("waiting for acks"));
+                             : n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
+                               ? "no ack within " + std::to_string(io_timeout_ms_) + " ms"
+                               : sys_error("waiting for acks"));
     return false;
   }
   return true;
@@ -538,6 +551,16 @@ post_result tcp_backend::post(const write_batch& batch) {
     return post_result::in_progress(id);
   }
   c->peer = batch.peer.owner;
+  if (c->unacked.empty() && closed_by_peer(c->fd)) {
+    // The receiver closed it while it was idle: start over on a fresh one.
+    fail_connection(peer, "closed while idle");
+    c = connection_to(peer, batch.peer.owner, reason);
+    if (c == nullptr) {
+      posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + reason, peer, 0};
+      return post_result::in_progress(id);
+    }
+    c->peer = batch.peer.owner;
+  }
   // Bounded pipelining: a peer that acks slowly pushes back.
   if (c->unacked.size() >= max_unacked && pump_acks(peer, false)
       && c->unacked.size() >= max_unacked) {

@@ -31,7 +31,7 @@ namespace kvroom::detail {
 /// and acks. A bad batch is refused with a reason and the connection closed.
 /// Once a batch's first byte arrived, all of it must arrive within
 /// `io_timeout_ms` (a trickling peer cannot hold a slot); an idle
-/// connection is closed after `io_timeout_ms`; descriptors are read as they
+/// connection is closed after `idle_ms` (or `io_timeout_ms`, if longer); descriptors are read as they
 /// come, so a header announcing many writes costs nothing until they
 /// arrive; refusals are logged at most once a second, with a count.
 ///
@@ -87,6 +87,9 @@ public:
   /// Addresses one rank listens on.
   static constexpr size_t max_hosts = 8;
   static constexpr size_t max_unacked = 16;
+  /// A member's connection idle this long (or `io_timeout_ms`, if longer)
+  /// is closed.
+  static constexpr uint32_t idle_ms = 30'000;
   /// A connection that has not proven membership by then is closed.
   static constexpr uint32_t handshake_ms = 1000;
 
