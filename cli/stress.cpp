@@ -67,6 +67,12 @@ public:
   // A declared parallel layout (--kv-heads or --mla): any two TP sizes.
   layout_options parallel;
   std::string state = "none";
+  // The data plane between the ranks: local, or tcp on --tcp-host's
+  // addresses (one path each), some of them broken by --fault-path.
+  std::string transport = "local";
+  std::string tcp_host = "127.0.0.1";
+  std::string fault_path;
+  double p_path = 1.0;
 
   stress_config() {
     opt_group group{custom_options_, "global"};
@@ -101,6 +107,14 @@ public:
       .add(max_delay_ms, "max-delay-ms", "longest control-message delay")
       .add(timeout_ms, "timeout-ms", "prefill room timeouts (decode: twice that)")
       .add(max_seconds, "max-seconds", "bound on the whole run")
+      .add(transport, "transport", "local, or shm / tcp between the ranks of this process")
+      .add(tcp_host, "tcp-host", "with tcp: the addresses each rank listens on, "
+                                 "comma-separated (one data path each)")
+      .add(fault_path, "fault-path", "prefill's batches on these paths fail (transports or "
+                                     "address prefixes, comma-separated); rooms must still "
+                                     "succeed while another path works")
+      .add(p_path, "p-path", "with --fault-path: probability a batch on it fails (after "
+                             "its bytes moved)")
       .add(json, "json", "write the summary as JSON to this file")
       .add(sabotage, "sabotage", "none, drop-fan-out, no-fence, local-decisions or "
                                  "keep-monitors (each proves a check can fail)")
@@ -351,6 +365,7 @@ int run_stress(int argc, char** argv) {
   double secs = 0;
   uint64_t rss_start = 0, rss_early = 0, rss_end = 0, rooms_early = 0;
   double bytes_per_room = 0;
+  uint64_t path_retries = 0, path_rests = 0;
   {
     runtime rt{sys};
     // Kills a room as an actor: kvroom's actors drop exits that do not come
@@ -373,6 +388,18 @@ int run_stress(int argc, char** argv) {
       rc.chaos.local_decisions = cfg.sabotage == "local-decisions";
       rc.chaos.keep_room_monitors = cfg.sabotage == "keep-monitors";
       rc.limits.max_tombstones = static_cast<uint32_t>(cfg.max_tombstones);
+      if (cfg.transport != "local") {
+        rc.transport = cfg.transport;
+        rc.network = true;
+        rc.tcp_host = cfg.tcp_host;
+      }
+      if (rc.side == role::prefill && !cfg.fault_path.empty()) {
+        rc.faults.paths = split_hosts(cfg.fault_path);
+        rc.faults.path_probability = cfg.p_path;
+        // The bytes land, then the completion fails: the retry's copy, the
+        // fence and the freed-page canaries all see the worst case.
+        rc.faults.path_point = fault_point::after_post;
+      }
     };
     auto group = *model ? local_group::start(rt, ptp, dtp, **model, shape, customize, ppp)
                         : local_group::start(rt, tp, shape, customize);
@@ -660,6 +687,17 @@ int run_stress(int argc, char** argv) {
       violations.push_back({0, -1, "managers counted " + std::to_string(origin_failures)
                                      + " origin failures for "
                                      + std::to_string(failed_rooms) + " failed rooms"});
+    // Broken paths: their batches moved to other paths (so the fault was
+    // real), and no room was lost to them (the fault table above).
+    for (auto* r : all) {
+      auto m = r->metrics().paths;
+      for (auto x : m.retries)
+        path_retries += x;
+      path_rests += m.rests;
+    }
+    if (!cfg.fault_path.empty() && path_retries == 0)
+      violations.push_back({0, -1, "--fault-path " + cfg.fault_path
+                                     + " moved no batch to another path: the fault never fired"});
     // Late writes that land after the last room: every free page and slot.
     for (auto p : free_pages)
       check_free(p, -1, "by the end of the run");
@@ -692,6 +730,11 @@ int run_stress(int argc, char** argv) {
               static_cast<unsigned long long>(concluded), secs, concluded / secs,
               rss_start / 1048576.0, rss_end / 1048576.0, bytes_per_room,
               static_cast<unsigned long long>(seed));
+  if (cfg.transport != "local")
+    std::printf("data paths (%s over %s): %llu batches moved to another path, %llu rests\n",
+                cfg.transport.c_str(), cfg.tcp_host.c_str(),
+                static_cast<unsigned long long>(path_retries),
+                static_cast<unsigned long long>(path_rests));
   for (size_t i = 0; i < violations.size() && i < 20; ++i)
     std::printf("invariant violated: %s\n", to_string(violations[i]).c_str());
   if (violations.size() > 20)
@@ -718,6 +761,9 @@ int run_stress(int argc, char** argv) {
     j["rss_start_bytes"] = rss_start;
     j["rss_end_bytes"] = rss_end;
     j["bytes_per_room"] = bytes_per_room;
+    j["transport"] = cfg.transport;
+    j["path_retries"] = path_retries;
+    j["path_rests"] = path_rests;
     j["by_fault"] = nlohmann::ordered_json::object();
     for (auto& kvp : by_fault)
       j["by_fault"][kvp.first] = {{"ok", kvp.second.first}, {"failed", kvp.second.second}};

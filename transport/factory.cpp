@@ -137,6 +137,8 @@ caf::expected<backend_ptr> make_backend(const backend_config& cfg) {
     return make_error(errc::unavailable, "unknown transport '" + cfg.name + "' (kvroom knows "
                                            + transport_names_text() + " and auto)");
   }
+  if (cfg.faults.path_probability < 0.0 || cfg.faults.path_probability > 1.0)
+    return make_error(errc::invalid_argument, "path fault probability must lie in [0, 1]");
   if (cfg.faults.probability < 0.0 || cfg.faults.probability > 1.0)
     return make_error(errc::invalid_argument,
                       "fault probability must lie in [0, 1]");

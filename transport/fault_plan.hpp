@@ -31,8 +31,8 @@ struct room_fault {
 /// Which batches the fault-injecting backend fails: those tagged with one of
 /// `rooms` (at `point`) or named in `targeted` (at their own point), plus
 /// each other batch with `probability` (at `point`), drawn from `seed` so
-/// the same seed reproduces the same faults; with `paths`, only batches on
-/// those paths.
+/// the same seed reproduces the same faults; and batches on broken
+/// `paths`.
 struct fault_plan {
   std::vector<room_id> rooms;
   std::vector<room_fault> targeted;
@@ -41,11 +41,14 @@ struct fault_plan {
   fault_point point = fault_point::before_post;
   /// How long a `slow` batch waits before its bytes move.
   uint32_t slow_ms = 30;
-  /// Only batches on these paths fail: an entry is a transport name or the
-  /// start of an endpoint address ("127.0.0.2:" is every port of that
-  /// host). With no rooms and no probability, every batch on them fails (a
-  /// broken link); empty: every path.
+  /// Broken paths: a batch sent on one of these fails at `path_point`
+  /// with `path_probability` (1: the link is down), whatever room it
+  /// carries. An entry is a transport name or the start of an endpoint
+  /// address ("127.0.0.2:" is every port of that host). The faults above
+  /// apply on every path.
   std::vector<std::string> paths;
+  double path_probability = 1.0;
+  fault_point path_point = fault_point::before_post;
 
   bool empty() const noexcept {
     return rooms.empty() && targeted.empty() && probability <= 0.0 && paths.empty();

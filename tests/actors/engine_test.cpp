@@ -1086,7 +1086,7 @@ TEST_CASE("a broken path costs no room: its batches move to the other path, byte
   // Every batch on 127.0.0.2 lands, then reports failure (the worst case
   // for a retry: the copy on the other path must not matter).
   opt.prefill0_faults.paths = {"127.0.0.2:"};
-  opt.prefill0_faults.point = fault_point::after_post;
+  opt.prefill0_faults.path_point = fault_point::after_post;
   group g{opt};
   for (auto st : over_two_paths(g, 1, 12))
     CHECK(st == kv_poll::success);

@@ -65,8 +65,6 @@ caf::error fault_backend::deregister_memory(region_id id) {
 }
 
 bool fault_backend::on_faulty_path(const endpoint_desc& peer) const {
-  if (plan_.paths.empty())
-    return true;
   for (auto& p : plan_.paths)
     if (peer.transport == p || peer.address.compare(0, p.size(), p) == 0)
       return true;
@@ -74,16 +72,16 @@ bool fault_backend::on_faulty_path(const endpoint_desc& peer) const {
 }
 
 std::optional<fault_point> fault_backend::selects(const write_batch& batch) {
-  if (!on_faulty_path(batch.peer))
-    return std::nullopt;
+  if (on_faulty_path(batch.peer)) {
+    std::uniform_real_distribution<double> dist{0.0, 1.0};
+    if (plan_.path_probability >= 1.0 || dist(rng_) < plan_.path_probability)
+      return plan_.path_point;
+  }
   auto i = rooms_.find(batch.tag);
   auto point = i != rooms_.end() ? i->second : plan_.point;
   if (point == fault_point::on_aux && batch.aux_ops == 0)
     return std::nullopt;
   if (i != rooms_.end())
-    return point;
-  // A broken path: every batch on it.
-  if (!plan_.paths.empty() && rooms_.empty() && plan_.probability <= 0.0)
     return point;
   if (plan_.probability <= 0.0)
     return std::nullopt;

@@ -40,8 +40,7 @@ public:
   }
 
 private:
-  /// True when the plan breaks the path to `peer` (every path without
-  /// `paths`).
+  /// True when the plan breaks the path to `peer`.
   bool on_faulty_path(const endpoint_desc& peer) const;
   /// The point at which `batch` fails, if the plan selects it.
   std::optional<fault_point> selects(const write_batch& batch);
