@@ -122,6 +122,10 @@ caf::error validate(const rank_config& cfg) {
       return make_error(errc::invalid_config, "tcp_host must name 1 to 8 addresses, not '"
                                                 + cfg.tcp_host + "'");
   }
+  if (cfg.integrity != integrity_mode::off && kv_device_id(cfg.memory) >= 0)
+    return make_error(errc::unsupported, "integrity " + to_string(cfg.integrity)
+                                           + " hashes host memory; this rank's KV cache is on GPU "
+                                           + std::to_string(kv_device_id(cfg.memory)));
   if (cfg.data_timeout_ms == 0)
     return make_error(errc::invalid_config, "data_timeout_ms must be positive");
   auto& r = cfg.paths.rules;

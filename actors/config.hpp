@@ -13,6 +13,7 @@
 #include "kvroom/messages/parallel_layout.hpp"
 #include "kvroom/transport/factory.hpp"
 #include "kvroom/transport/fault_plan.hpp"
+#include "kvroom/transport/part_digest.hpp"
 #include "kvroom/transport/paths/path_options.hpp"
 #include "kvroom/actors/room_fsm.hpp"
 
@@ -88,6 +89,12 @@ struct rank_config {
   /// How batches spread over several paths to a peer, and when a failing
   /// path rests (transport/paths/path_options.hpp).
   path_options paths;
+  /// End-to-end integrity check: with xxh3, prefill hashes each part it
+  /// writes (in the room's logical order) and decode hashes what landed
+  /// before it counts the part; a mismatch fails the room (cause
+  /// `integrity`, the decode rank that found it the origin). Every rank of
+  /// a deployment the same; host memory only.
+  integrity_mode integrity = integrity_mode::off;
   /// With `network`: the address and port (0: any) the rank's manager is
   /// published on, for peers' direct links; advertised in the directory.
   std::string control_host = "127.0.0.1";

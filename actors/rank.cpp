@@ -69,7 +69,7 @@ caf::error rank::start() {
                        inbox,         cfg_.chaos,  worker_,   rt_.members(), trust_,
                        rt_.registry(), rt_.registry_host_, rt_.registry_port_,
                        ref_.side == role::decode ? data_plane_ : nullptr, cfg_.parallel,
-                       metrics_};
+                       metrics_,      to_string(cfg_.integrity)};
   manager_ = sys.spawn(kv_manager, std::move(mp));
   // Peers link to the manager directly on its own control endpoint; the
   // registry only says where it is.
@@ -95,6 +95,7 @@ caf::error rank::start() {
   entry.control_host = control_host;
   entry.control_port = control_port;
   entry.has_parallel = cfg_.parallel.has_value();
+  entry.integrity = to_string(cfg_.integrity);
   if (cfg_.parallel)
     entry.parallel = *cfg_.parallel;
   entry_ = std::make_shared<const rank_entry>(std::move(entry));

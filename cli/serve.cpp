@@ -82,6 +82,7 @@ public:
   std::string fault_path;
   int64_t data_timeout_ms = 30'000;
   int64_t path_rest_ms = 30'000;
+  std::string integrity = "off";
 
   serve_config() {
     opt_group group{custom_options_, "global"};
@@ -102,6 +103,8 @@ public:
                                                "batches, which move to another path")
       .add(path_rest_ms, "path-rest-ms", "a path with 3 errors in 10 s rests this long "
                                          "(doubling while it keeps failing, up to 10x)")
+      .add(integrity, "integrity", "off, or xxh3: prefill hashes every part, decode checks "
+                                   "what landed (every rank of a deployment the same)")
       .add(control_host, "control-host", "IPv4 address of this rank's control endpoint (default: --tcp-host)")
       .add(control_port, "control-port", "port of this rank's control endpoint (0: any)")
       .add(metrics_port, "metrics-port", "serve Prometheus /metrics and /health here (0: any "
@@ -269,6 +272,8 @@ int run_serve(int argc, char** argv) {
     if (cfg.data_timeout_ms <= 0 || cfg.path_rest_ms <= 0)
       return bad("--data-timeout-ms and --path-rest-ms must be positive");
     rc.data_timeout_ms = static_cast<uint32_t>(cfg.data_timeout_ms);
+    if (!from_string(cfg.integrity, rc.integrity))
+      return bad("--integrity must be off or xxh3, not '" + cfg.integrity + "'");
     rc.paths.rules.first_rest_ms = static_cast<uint32_t>(cfg.path_rest_ms);
     rc.paths.rules.max_rest_ms = static_cast<uint32_t>(std::min<int64_t>(10 * cfg.path_rest_ms,
                                                                          UINT32_MAX));

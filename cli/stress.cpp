@@ -21,6 +21,7 @@
 #include "caf/all.hpp"
 
 #include "kvroom/kit/testkit.hpp"
+#include "kvroom/messages/failure_cause.hpp"
 #include "kvroom/transport/rank_mapping.hpp"
 
 #include "commands.hpp"
@@ -73,6 +74,8 @@ public:
   std::string tcp_host = "127.0.0.1";
   std::string fault_path;
   double p_path = 1.0;
+  std::string integrity = "off";
+  double p_flip = 0.0;
 
   stress_config() {
     opt_group group{custom_options_, "global"};
@@ -115,6 +118,10 @@ public:
                                      "succeed while another path works")
       .add(p_path, "p-path", "with --fault-path: probability a batch on it fails (after "
                              "its bytes moved)")
+      .add(integrity, "integrity", "off, or xxh3: every part hashed on both sides")
+      .add(p_flip, "p-flip", "probability a room gets one byte flipped on its way (with "
+                             "--integrity the room must fail; without, the checker must "
+                             "catch the wrong bytes)")
       .add(json, "json", "write the summary as JSON to this file")
       .add(sabotage, "sabotage", "none, drop-fan-out, no-fence, local-decisions or "
                                  "keep-monitors (each proves a check can fail)")
@@ -317,7 +324,10 @@ int run_stress(int argc, char** argv) {
   }
   std::vector<room_plan> plans(static_cast<size_t>(cfg.rooms) + 1);
   std::vector<fault_plan> prefill_faults(static_cast<size_t>(np));
-  fault_odds odds{cfg.p_transfer, cfg.p_abort, cfg.p_kill, cfg.p_multi, cfg.p_late};
+  fault_odds odds{cfg.p_transfer, cfg.p_abort, cfg.p_kill, cfg.p_multi, cfg.p_late, cfg.p_flip};
+  integrity_mode integrity = integrity_mode::off;
+  if (!from_string(cfg.integrity, integrity))
+    return bad("--integrity must be off or xxh3, not '" + cfg.integrity + "'");
   // A data-plane fault needs a rank that moves the room's bytes and aux
   // (an MLA dummy moves nothing): the aux sources of the decode ranks.
   std::vector<bool> moves_aux(static_cast<size_t>(np), true);
@@ -348,9 +358,10 @@ int run_stress(int argc, char** argv) {
   for (room_id r = 1; r <= static_cast<room_id>(cfg.rooms); ++r) {
     plans[r] = plan_for(seed, r, odds, std::max(ptp, dtp));
     plans[r].tp %= size_of(plans[r].side);
-    if (plans[r].kind == fault_kind::transfer && !moves_aux[static_cast<size_t>(plans[r].tp)])
+    bool data_fault = plans[r].kind == fault_kind::transfer || plans[r].kind == fault_kind::flip;
+    if (data_fault && !moves_aux[static_cast<size_t>(plans[r].tp)])
       plans[r].tp = 0;
-    if (plans[r].kind == fault_kind::transfer)
+    if (data_fault)
       prefill_faults[static_cast<size_t>(plans[r].tp)].targeted.push_back(
         {r, plans[r].point});
     if (plans[r].kind == fault_kind::stall_all || plans[r].kind == fault_kind::late_write)
@@ -388,6 +399,7 @@ int run_stress(int argc, char** argv) {
       rc.chaos.local_decisions = cfg.sabotage == "local-decisions";
       rc.chaos.keep_room_monitors = cfg.sabotage == "keep-monitors";
       rc.limits.max_tombstones = static_cast<uint32_t>(cfg.max_tombstones);
+      rc.integrity = integrity;
       if (cfg.transport != "local") {
         rc.transport = cfg.transport;
         rc.network = true;
@@ -478,9 +490,9 @@ int run_stress(int argc, char** argv) {
       r.plan = plans[lr.id];
       r.fault.kind = r.plan.kind;
       r.fault.rank = rank_of(r.plan.side, r.plan.tp).ref().id;
-      r.fault.fired = r.plan.kind == fault_kind::transfer;
-      r.fault.detail = r.plan.kind == fault_kind::transfer ? to_string(r.plan.point)
-                                                           : "in " + to_string(r.plan.at);
+      bool data_fault = r.plan.kind == fault_kind::transfer || r.plan.kind == fault_kind::flip;
+      r.fault.fired = data_fault;
+      r.fault.detail = data_fault ? to_string(r.plan.point) : "in " + to_string(r.plan.at);
       r.deadline = clock_type::now() + room_bound;
       for (int64_t i = 0; i < cfg.pages_per_room; ++i) {
         r.dst_pages.push_back(free_pages.front());
@@ -597,6 +609,21 @@ int run_stress(int argc, char** argv) {
         violations.push_back({lr.id, rec.fault.rank,
                               "Success reported over an injected transfer fault ("
                                 + rec.fault.detail + ")"});
+      // A flipped byte with the integrity check on: the room fails, and
+      // every rank names the check as the cause. (With broken paths a flip
+      // may never land: its batch's copy on another path came first, and
+      // the receiver drops the flipped one as a duplicate; the pages are
+      // then right, which the byte-exact check sees.)
+      if (rec.fault.kind == fault_kind::flip && integrity != integrity_mode::off) {
+        if (!any_failed && cfg.fault_path.empty())
+          violations.push_back({lr.id, rec.fault.rank,
+                                "Success reported over a flipped byte with integrity on"});
+        for (auto& o : rec.outcomes)
+          if (o.error && classify(*o.error) != failure_cause::integrity)
+            violations.push_back({lr.id, o.rank.id,
+                                  "a flipped byte failed the room with another cause: "
+                                    + o.error->failure_reason});
+      }
       for (auto& v : check_room(rec)) {
         v.what += " [fault: " + to_string(rec.fault.kind) + " " + rec.fault.detail
                   + " on rank " + std::to_string(rec.fault.rank)

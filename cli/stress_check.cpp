@@ -8,6 +8,7 @@ std::string to_string(fault_kind x) {
   switch (x) {
     case fault_kind::none: return "none";
     case fault_kind::transfer: return "transfer";
+    case fault_kind::flip: return "flip";
     case fault_kind::abort: return "abort";
     case fault_kind::kill_room: return "kill_room";
     case fault_kind::outage: return "outage";
@@ -117,7 +118,16 @@ std::vector<violation> check_room(const room_record& rec) {
   if (!rec.fault.fired)
     add(first.origin_rank, "failed without an injected fault: "
                              + first.failure_reason);
-  else if (rec.fault.rank >= 0 && first.origin_rank != rec.fault.rank)
+  else if (rec.fault.kind == fault_kind::flip) {
+    // Damage is found where it landed: the origin is a decode rank.
+    auto found = std::any_of(rec.outcomes.begin(), rec.outcomes.end(), [&](auto& o) {
+      return o.rank.id == first.origin_rank && o.rank.side == role::decode;
+    });
+    if (!found)
+      add(first.origin_rank, "a flipped byte from rank " + std::to_string(rec.fault.rank)
+                               + " has origin rank " + std::to_string(first.origin_rank)
+                               + ", not a decode rank of the room: " + first.failure_reason);
+  } else if (rec.fault.rank >= 0 && first.origin_rank != rec.fault.rank)
     add(first.origin_rank, "origin is rank " + std::to_string(first.origin_rank)
                              + " but the " + to_string(rec.fault.kind)
                              + " fault was injected on rank "

@@ -24,6 +24,10 @@ enum class fault_kind : uint8_t {
   /// Slow batches on every prefill rank and a decode abort while they move:
   /// the fence must keep the late bytes out of pages reused after Failed.
   late_write,
+  /// One byte of a prefill slot's batch changed on its way (silent
+  /// corruption): the integrity check fails the room, or without it the
+  /// decode pages are wrong.
+  flip,
 };
 
 std::string to_string(fault_kind x);

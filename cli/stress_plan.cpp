@@ -60,6 +60,11 @@ room_plan plan_for(uint64_t seed, room_id room, const fault_odds& odds, int tp) 
     p.side = role::decode;
     p.at = kv_poll::transferring;
     p.point = fault_point::slow;
+  } else if (u < odds.transfer + odds.abort + odds.kill_room + odds.multi + odds.late_write
+                   + odds.flip) {
+    p.kind = fault_kind::flip;
+    p.side = role::prefill;
+    p.point = fault_point::flip;
   }
   return p;
 }
@@ -69,7 +74,7 @@ fault_plan transfer_faults(uint64_t seed, const fault_odds& odds, int tp_size, i
   fault_plan out;
   for (room_id r = first; r < first + count; ++r) {
     auto p = plan_for(seed, r, odds, tp_size);
-    if ((p.kind == fault_kind::transfer && p.tp == tp)
+    if (((p.kind == fault_kind::transfer || p.kind == fault_kind::flip) && p.tp == tp)
         || p.kind == fault_kind::stall_all || p.kind == fault_kind::late_write)
       out.targeted.push_back({r, p.point});
   }

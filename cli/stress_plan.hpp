@@ -21,6 +21,7 @@ struct fault_odds {
   /// Split evenly among the same-fault-on-every-rank kinds.
   double multi = 0.0;
   double late_write = 0.0;
+  double flip = 0.0;
 };
 
 /// What the schedule does to one room: the kind, where (side, TP slot), in

@@ -13,7 +13,8 @@ bool has(const std::string& text, const char* what) {
 std::string to_string(failure_cause x) {
   static const char* names[] = {"timeout_bootstrapping", "timeout_waiting", "timeout_transferring",
                                 "peer_lost",             "transport",       "bad_input",
-                                "abort",                 "fault",           "other"};
+                                "abort",                 "fault",           "integrity",
+                                "other"};
   auto i = static_cast<size_t>(x);
   return i < failure_cause_count ? names[i] : "other";
 }
@@ -22,6 +23,9 @@ failure_cause classify(const kv_transfer_error& err) {
   auto& r = err.failure_reason;
   // First what the others may quote: an injected fault reads like a
   // transport failure, a timeout may carry the decider's silence.
+  // A check that caught damage is the cause, whatever did the damage.
+  if (has(r, "integrity check failed"))
+    return failure_cause::integrity;
   if (has(r, "injected "))
     return failure_cause::fault;
   if (has(r, "timed out in Bootstrapping"))

@@ -20,10 +20,12 @@ enum class failure_cause : uint8_t {
   bad_input,
   abort,
   fault,
+  /// The integrity check found a part that is not what its source sent.
+  integrity,
   other,
 };
 
-constexpr size_t failure_cause_count = 9;
+constexpr size_t failure_cause_count = 10;
 
 /// Prometheus label value: "timeout_bootstrapping", "peer_lost", ...
 std::string to_string(failure_cause x);

@@ -161,12 +161,17 @@ struct transfer_done {
   uint64_t pages = 0;
   bool counted = false;
   bool committed = false;
+  /// The deployment checks integrity: `digest` is the part's (see
+  /// transport/part_digest.hpp), which the decode rank checks against what
+  /// landed before it counts the part.
+  bool has_digest = false;
+  uint64_t digest = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_done& x) {
   return f(caf::meta::type_name("kvroom.transfer_done"), x.room, x.src_rank,
-           x.bytes, x.pages, x.counted, x.committed);
+           x.bytes, x.pages, x.counted, x.committed, x.has_digest, x.digest);
 }
 
 // -- agreement: one decider per room -------------------------------------------
@@ -360,13 +365,16 @@ struct rank_entry {
   /// (rank_config::parallel): checked against its peers' at registration.
   bool has_parallel = false;
   parallel_layout parallel;
+  /// Its end-to-end integrity check ("off", "xxh3"): every rank of a
+  /// deployment the same (refused at registration otherwise).
+  std::string integrity = "off";
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_entry& x) {
   return f(caf::meta::type_name("kvroom.rank_entry"), x.rank, x.manager,
            x.layout, x.endpoints, x.control_host, x.control_port, x.incarnation,
-           x.has_parallel, x.parallel);
+           x.has_parallel, x.parallel, x.integrity);
 }
 
 // Membership handshakes. Every proof is an HMAC keyed by the deployment

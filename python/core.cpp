@@ -230,7 +230,8 @@ PYBIND11_MODULE(_core, m) {
             int32_t dp_rank, int64_t id, const std::vector<buffer_spec>& kv,
             const std::vector<buffer_spec>& aux, int32_t device_id, const std::string& transport,
             bool network, const std::string& host, const std::vector<uint64_t>& fail_rooms,
-            const std::vector<buffer_spec>& state, const py::object& layout) {
+            const std::vector<buffer_spec>& state, const py::object& layout,
+            const std::string& integrity) {
            rank_config cfg;
            if (side == "prefill")
              cfg.side = role::prefill;
@@ -246,6 +247,8 @@ PYBIND11_MODULE(_core, m) {
            cfg.parallel = layout_from(layout, tp_size, tp_rank);
            cfg.transport = transport;
            cfg.network = network;
+           if (!from_string(integrity, cfg.integrity))
+             throw py::value_error("integrity must be 'off' or 'xxh3', got '" + integrity + "'");
            cfg.tcp_host = host;
            // Several data paths: "10.0.0.1,10.0.1.1"; control on the first.
            auto hosts = split_hosts(host);
@@ -271,6 +274,7 @@ PYBIND11_MODULE(_core, m) {
          py::arg("transport") = "local", py::arg("network") = false,
          py::arg("host") = "127.0.0.1", py::arg("fail_rooms") = std::vector<uint64_t>{},
          py::arg("state") = std::vector<buffer_spec>{}, py::arg("layout") = py::none(),
+         py::arg("integrity") = "off",
          py::keep_alive<0, 1>());
 
   py::class_<py_rank>(m, "Rank")

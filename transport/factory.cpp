@@ -49,8 +49,8 @@ namespace {
 
 constexpr const char* fault_point_names[] = {"before_post", "after_post",
                                              "on_aux", "bad_completion",
-                                             "stall", "slow"};
-constexpr size_t num_fault_points = 6;
+                                             "stall", "slow", "flip"};
+constexpr size_t num_fault_points = 7;
 
 } // namespace
 

@@ -17,6 +17,11 @@ enum class fault_point : uint8_t {
   stall,        ///< the batch never completes (a hung NIC or peer)
   slow,         ///< no failure: the bytes move only `slow_ms` after post, then
                 ///< the batch completes (a slow link; exercises the fence)
+  flip,         ///< no failure reported: one byte arrives changed (silent
+                ///< corruption on the way; the integrity check's prey). The
+                ///< source byte is changed while the batch is posted and
+                ///< restored after: transports that read the source inside
+                ///< `post` (local, shm, tcp) carry the change
 };
 
 std::string to_string(fault_point x);

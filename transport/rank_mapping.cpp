@@ -364,4 +364,34 @@ plan_mapped_writes(const decode_mapping& m, const prefill_place& src,
   return ops;
 }
 
+caf::expected<std::vector<write_op>>
+plan_part(const part_spec& part, const std::vector<int64_t>& src_pages,
+          const std::vector<int64_t>& dst_pages, bool tail, int64_t src_aux, int64_t dst_aux,
+          const std::vector<int64_t>& src_state, const std::vector<int64_t>& dst_state,
+          uint32_t& aux_ops) {
+  aux_ops = 0;
+  auto& src = *part.src_mem;
+  auto& dst = *part.dst_mem;
+  auto ops = part.mapping ? plan_mapped_writes(*part.mapping, part.src_place, *part.src_parallel,
+                                               *part.dst_parallel, src, dst, src_pages, dst_pages)
+                          : plan_writes(src, dst, src_pages, dst_pages);
+  if (!ops || !tail || !part.sends_aux())
+    return ops;
+  // A hybrid model's state, then the aux slot, which stays last.
+  if (!src.state.empty()) {
+    auto state = plan_state_writes(src, dst, src_state, dst_state);
+    if (!state)
+      return make_error(errc::invalid_argument, "state: " + describe(state.error()));
+    ops->insert(ops->end(), state->begin(), state->end());
+  }
+  if (!src.aux.empty()) {
+    auto aux = plan_aux_writes(src, dst, src_aux, dst_aux);
+    if (!aux)
+      return make_error(errc::invalid_argument, "aux: " + describe(aux.error()));
+    aux_ops = static_cast<uint32_t>(aux->size());
+    ops->insert(ops->end(), aux->begin(), aux->end());
+  }
+  return ops;
+}
+
 } // namespace kvroom

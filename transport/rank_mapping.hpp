@@ -31,6 +31,11 @@ struct prefill_place {
   }
 };
 
+/// The place of the prefill rank whose layout is `x`.
+inline prefill_place place_of(const parallel_layout& x) noexcept {
+  return prefill_place{x.tp_rank, x.pp_rank};
+}
+
 /// One write of the page template: bytes [src_offset, +length) of page i of
 /// the source's KV buffer `src_buffer` go to [dst_offset, +length) of page i
 /// of the decode rank's buffer `dst_buffer`, for every page pair of a room.
@@ -124,5 +129,37 @@ plan_mapped_writes(const decode_mapping& m, const prefill_place& src,
                    const parallel_layout& src_layout, const parallel_layout& dst_layout,
                    const memory_layout& src_mem, const memory_layout& dst_mem,
                    const std::vector<int64_t>& src_pages, const std::vector<int64_t>& dst_pages);
+
+/// One part of a room: what one prefill rank writes into one decode rank.
+/// Prefill plans each chunk's batch with it; decode plans the whole part
+/// with it to hash what landed (any valid source pages will do: where the
+/// bytes land depends on the decode side alone).
+struct part_spec {
+  const memory_layout* src_mem = nullptr;
+  const memory_layout* dst_mem = nullptr;
+  /// Declared layouts on both sides: the decode rank's mapping, the
+  /// source's place in it and both layouts. Null: the one source of the
+  /// decode rank's TP slot writes whole pages.
+  const decode_mapping* mapping = nullptr;
+  prefill_place src_place;
+  const parallel_layout* src_parallel = nullptr;
+  const parallel_layout* dst_parallel = nullptr;
+  /// The source writes the room's aux slot and state pages (the mapping's
+  /// aux source; always without a mapping).
+  bool sends_aux() const noexcept {
+    return mapping == nullptr || mapping->aux_source == src_place;
+  }
+};
+
+/// The writes of `part` for the KV page pairs src_pages[i] -> dst_pages[i]
+/// and, with `tail` (the last chunk) and when the source sends them, its
+/// state pages (src_state[i] -> dst_state[i]) and aux slot (src_aux ->
+/// dst_aux), which stay last: `aux_ops` says how many of the last writes
+/// carry aux data. Nothing is planned partially; the error names the input.
+caf::expected<std::vector<write_op>>
+plan_part(const part_spec& part, const std::vector<int64_t>& src_pages,
+          const std::vector<int64_t>& dst_pages, bool tail, int64_t src_aux, int64_t dst_aux,
+          const std::vector<int64_t>& src_state, const std::vector<int64_t>& dst_state,
+          uint32_t& aux_ops);
 
 } // namespace kvroom

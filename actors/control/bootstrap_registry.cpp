@@ -67,6 +67,10 @@ std::string layout_conflict(const std::vector<rank_entry>& ranks, const rank_ent
     if (e.rank.id == candidate.rank.id)
       continue;
     auto who = to_string(e.rank);
+    // Both sides of every part hash it, or neither does.
+    if (e.integrity != candidate.integrity)
+      return to_string(candidate.rank) + " checks integrity '" + candidate.integrity + "', "
+             + who + " '" + e.integrity + "' (every rank of a deployment the same)";
     // Ranks that said what they hold: checked by what the mapping needs
     // (page sizes may differ legitimately, with the heads per rank).
     if (e.has_parallel && candidate.has_parallel) {

@@ -61,6 +61,7 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
     e.has_parallel = params.parallel.has_value();
     if (params.parallel)
       e.parallel = *params.parallel;
+    e.integrity = params.integrity;
     // Random per process start: peers tell a replaced rank from the old one.
     auto n = make_nonce();
     std::memcpy(&e.incarnation, n.data(), sizeof(e.incarnation));

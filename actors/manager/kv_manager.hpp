@@ -112,6 +112,8 @@ struct kv_manager_params {
   std::optional<parallel_layout> parallel;
   /// What the rank counts for operators (this manager is its only writer).
   std::shared_ptr<rank_metrics> metrics;
+  /// The rank's integrity check ("off", "xxh3"), as its entry says.
+  std::string integrity = "off";
 };
 
 /// One rank's KV manager: routes destinations, parts and failures to room

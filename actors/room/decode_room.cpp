@@ -1,11 +1,13 @@
 #include "kvroom/actors/room/decode_room.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "caf/all.hpp"
 
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/messages/error.hpp"
+#include "kvroom/transport/part_digest.hpp"
 #include "kvroom/transport/rank_mapping.hpp"
 #include "kvroom/transport/transfer_plan.hpp"
 
@@ -39,8 +41,11 @@ void maybe_send_dst(self_ptr self) {
     // done, fenced or lost: the protocol holds a terminal state until then.
     // Its part reaches the decider without us when it is the decider or,
     // without declared layouts, the one source of this slot.
-    bool reports = !core.params().self_entry->has_parallel
-                   || is_decider(s->rank, core.protocol().decider());
+    // With the integrity check on, this rank checks every part itself and
+    // reports its slot: no source's part reaches the decider without it.
+    bool reports = !st.hashing
+                   && (!core.params().self_entry->has_parallel
+                       || is_decider(s->rank, core.protocol().decider()));
     core.dst_sent(s->rank.id, reports);
     dst_info info;
     info.room = core.params().room;
@@ -99,6 +104,8 @@ pick_sources(self_ptr self, const std::vector<std::shared_ptr<const rank_entry>>
     core.fail_local(describe(m.error()));
     return {};
   }
+  self->state.mapping = *m;
+  self->state.mapped = true;
   for (auto& place : m->sources)
     for (auto& entry : group)
       if (entry->parallel.tp_rank == place.tp_rank && entry->parallel.pp_rank == place.pp_rank)
@@ -164,6 +171,50 @@ void report_part(self_ptr self, const room_effect& fx) {
     core.to_decider(fx.decider, caf::make_message(std::move(part)));
 }
 
+/// With the integrity check on: empty when what landed from prefill rank
+/// `msg.src_rank` hashes to the digest it sent, else why not. The part's
+/// writes come from the same plan the sender used, over this rank's pages.
+std::string check_part(self_ptr self, const transfer_done& msg) {
+  auto& st = self->state;
+  auto& me = *st.core.params().self_entry;
+  auto src = std::find_if(st.sources.begin(), st.sources.end(),
+                          [&](const auto& e) { return e->rank.id == msg.src_rank; });
+  auto who = "prefill rank " + std::to_string(msg.src_rank);
+  if (src == st.sources.end())
+    return {}; // not a source: the protocol refuses it
+  if (!msg.has_digest)
+    return who + " sent no digest";
+  part_spec part;
+  part.src_mem = &(*src)->layout;
+  part.dst_mem = &me.layout;
+  if (st.mapped) {
+    part.mapping = &st.mapping;
+    part.src_place = place_of((*src)->parallel);
+    part.src_parallel = &(*src)->parallel;
+    part.dst_parallel = &me.parallel;
+  }
+  // Any valid source pages: where bytes land depends on this side alone.
+  auto& init = st.init;
+  std::vector<int64_t> any_pages(init.kv_indices.size(), 0);
+  std::vector<int64_t> any_state(init.state_indices.size(), 0);
+  uint32_t aux_ops = 0;
+  auto ops = plan_part(part, any_pages, init.kv_indices, true, 0, init.aux_index, any_state,
+                       init.state_indices, aux_ops);
+  if (!ops)
+    return "cannot plan the part of " + who + ": " + describe(ops.error());
+  uint64_t bytes = 0;
+  for (auto& op : *ops)
+    bytes += op.size_bytes;
+  auto landed = digest_destinations(std::move(*ops));
+  if (landed == msg.digest)
+    return {};
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), " (%llu bytes): xxh3 %016llx here, %016llx at the source",
+                static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(landed),
+                static_cast<unsigned long long>(msg.digest));
+  return "the part from " + who + " does not match" + buf;
+}
+
 /// Empty when `msg` fits this rank's registered memory, else the reason.
 std::string check_init(const memory_layout& layout, const receiver_init& msg) {
   for (size_t b = 0; b < layout.kv.size(); ++b) {
@@ -198,6 +249,7 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
   group.id = -1;
   core.set_counterparts({group});
   core.route_parts([=](const room_effect& fx) { report_part(self, fx); });
+  self->state.hashing = p.self_entry->integrity != "off";
   // The manager pushes the prefill group with the room's opening; a room
   // that opened before the group registered asks again on its ticks.
   return self->state.core.behavior_with(
@@ -225,10 +277,14 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
     },
     [=](const transfer_done& msg) {
       auto& st = self->state;
-      if (st.core.from_member())
-        st.core.source_finished(source_report{msg.src_rank, msg.pages,
-                                              st.init.kv_indices.size(), msg.counted,
-                                              msg.committed});
+      if (!st.core.from_member())
+        return;
+      source_report report{msg.src_rank, msg.pages, st.init.kv_indices.size(), msg.counted,
+                           msg.committed};
+      // Its writes are over: what landed now is what stays (the fence).
+      if (st.hashing && !st.core.concluded())
+        report.damage = check_part(self, msg);
+      st.core.source_finished(report);
     },
     [=](tick_atom) {
       self->state.core.on_tick();

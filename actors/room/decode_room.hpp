@@ -8,6 +8,7 @@
 #include "kvroom/actors/counted_actor.hpp"
 
 #include "kvroom/actors/room/room_core.hpp"
+#include "kvroom/transport/rank_mapping.hpp"
 
 namespace kvroom {
 
@@ -26,6 +27,11 @@ struct decode_room_state {
   receiver_init init;
   bool dst_sent = false;
   bool started = false;
+  /// Declared layouts on both sides: what each source writes here.
+  bool mapped = false;
+  decode_mapping mapping;
+  /// The deployment checks integrity: each part is hashed as it completes.
+  bool hashing = false;
 
   bool is_source(rank_id id) const {
     for (auto& s : sources)

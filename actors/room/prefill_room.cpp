@@ -7,6 +7,7 @@
 
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/messages/error.hpp"
+#include "kvroom/transport/part_digest.hpp"
 #include "kvroom/transport/select.hpp"
 #include "kvroom/transport/transfer_plan.hpp"
 
@@ -32,10 +33,6 @@ bool ready(const prefill_room_state& st) {
                         [](const prefill_target& t) { return t.has_dst; });
 }
 
-prefill_place place_of(const parallel_layout& x) {
-  return prefill_place{x.tp_rank, x.pp_rank};
-}
-
 /// Checks that the declared pages and every decode allocation agree; fails
 /// the room otherwise (a decode rank with fewer pages would read garbage).
 bool check_counts(self_ptr self) {
@@ -55,54 +52,47 @@ bool check_counts(self_ptr self) {
 
 void on_result(self_ptr self, const transfer_result& res);
 
-/// The batch of one chunk for target `t`, or why it cannot be planned.
-caf::expected<write_batch> plan_for(self_ptr self, const prefill_target& t,
+/// The part of this room that target `t` receives from this rank.
+part_spec part_of(self_ptr self, const prefill_target& t) {
+  auto& st = self->state;
+  auto& me = *st.core.params().self_entry;
+  part_spec part;
+  part.src_mem = &me.layout;
+  part.dst_mem = &t.peer->layout;
+  if (st.mapped) {
+    part.mapping = &t.map;
+    part.src_place = place_of(me.parallel);
+    part.src_parallel = &me.parallel;
+    part.dst_parallel = &t.peer->parallel;
+  }
+  return part;
+}
+
+/// The batch of one chunk for target `t`, or why it cannot be planned. With
+/// the integrity check on, its writes are kept for the part's digest.
+caf::expected<write_batch> plan_for(self_ptr self, prefill_target& t,
                                     const sender_chunk& chunk) {
   auto& st = self->state;
   auto& core = st.core;
   auto n = chunk.kv_indices.size();
   std::vector<int64_t> dst_pages(t.dst.kv_indices.begin() + st.planned_pages,
                                  t.dst.kv_indices.begin() + st.planned_pages + n);
-  auto& me = *core.params().self_entry;
-  auto& src_layout = me.layout;
-  auto& dst_layout = t.peer->layout;
-  auto ops = st.mapped
-               ? plan_mapped_writes(t.map, place_of(me.parallel), me.parallel, t.peer->parallel,
-                                    src_layout, dst_layout, chunk.kv_indices, dst_pages)
-               : plan_writes(src_layout, dst_layout, chunk.kv_indices, dst_pages);
+  write_batch batch;
+  auto ops = plan_part(part_of(self, t), chunk.kv_indices, dst_pages, chunk.is_last,
+                       st.aux_index, t.dst.aux_index, st.state_indices, t.dst.state_indices,
+                       batch.aux_ops);
   if (!ops)
     return make_error(errc::invalid_argument, "cannot plan transfer to "
                                                 + to_string(t.dst.decode_rank) + ": "
                                                 + describe(ops.error()));
-  write_batch batch;
+  if (st.hashing)
+    t.written.insert(t.written.end(), ops->begin(), ops->end());
   batch.tag = core.params().room;
   batch.peer = t.endpoint;
   batch.alternates = t.alternates;
   batch.ops = std::move(*ops);
-  batch.src_device_id = kv_device_id(src_layout);
-  batch.dst_device_id = kv_device_id(dst_layout);
-  if (chunk.is_last && t.sends_aux && !src_layout.aux.empty()) {
-    auto aux = plan_aux_writes(src_layout, dst_layout, st.aux_index, t.dst.aux_index);
-    if (!aux)
-      return make_error(errc::invalid_argument, "cannot plan aux transfer to "
-                                                  + to_string(t.dst.decode_rank) + ": "
-                                                  + describe(aux.error()));
-    batch.aux_ops = static_cast<uint32_t>(aux->size());
-    batch.ops.insert(batch.ops.end(), aux->begin(), aux->end());
-  }
-  // A hybrid model's state goes with the last chunk, from the rank that
-  // sends aux (state buffers need equal TP sizes: registration), before the
-  // aux writes (which stay last in the batch).
-  if (chunk.is_last && t.sends_aux && !src_layout.state.empty()) {
-    auto state = plan_state_writes(src_layout, dst_layout, st.state_indices,
-                                   t.dst.state_indices);
-    if (!state)
-      return make_error(errc::invalid_argument, "cannot plan state transfer to "
-                                                  + to_string(t.dst.decode_rank) + ": "
-                                                  + describe(state.error()));
-    auto at = batch.ops.end() - static_cast<std::ptrdiff_t>(batch.aux_ops);
-    batch.ops.insert(at, state->begin(), state->end());
-  }
+  batch.src_device_id = kv_device_id(core.params().self_entry->layout);
+  batch.dst_device_id = kv_device_id(t.peer->layout);
   return batch;
 }
 
@@ -386,7 +376,6 @@ void on_dst(self_ptr self, dst_ready& msg) {
       core.fail_local("cannot map to decode " + to_string(d) + ": " + describe(m.error()));
       return;
     }
-    t->sends_aux = m->aux_source == place_of(core.params().self_entry->parallel);
     t->map = std::move(*m);
   }
   auto kind = [](const memory_layout& x) {
@@ -460,6 +449,15 @@ void on_result(self_ptr self, const transfer_result& res) {
   parts.reserve(st.targets.size());
   for (auto& t : st.targets) {
     core.know_room(t.dst.decode_rank.id, t.dst.decode_room);
+    if (st.hashing) {
+      // The part's bytes in the room's logical order, before anyone may
+      // count it; every decode rank then checks its parts itself and
+      // reports its slot (no source counts or reports one for it).
+      t.digest = digest_sources(std::move(t.written));
+      t.written = {};
+      parts.push_back(written_part{t.dst.decode_rank, false, false});
+      continue;
+    }
     parts.push_back(written_part{t.dst.decode_rank,
                                  !st.mapped || t.map.sources.size() == 1, !st.mapped});
   }
@@ -486,7 +484,8 @@ void tell_part(self_ptr self, const room_effect& fx) {
     return;
   }
   to_decode(self, *t, transfer_done{core.params().room, me.id, st.bytes_moved,
-                                    st.planned_pages, fx.counted, fx.committed});
+                                    st.planned_pages, fx.counted, fx.committed, st.hashing,
+                                    t->digest});
 }
 
 } // namespace
@@ -497,6 +496,7 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
   self->state.core.route_parts([=](const room_effect& fx) { tell_part(self, fx); });
   auto& p = self->state.core.params();
   self->state.mapped = p.self_entry->has_parallel;
+  self->state.hashing = p.self_entry->integrity != "off";
   return self->state.core.behavior_with(
     [=](sender_init& msg) {
       auto& st = self->state;

@@ -27,8 +27,10 @@ struct prefill_target {
   /// Declared layouts: what the rank mapping says it gets (from every
   /// source; this room moves its own slices).
   decode_mapping map;
-  /// This rank sends it the room's aux data.
-  bool sends_aux = true;
+  /// With the integrity check on: every write of its part so far, and the
+  /// part's digest once all of it landed.
+  std::vector<write_op> written;
+  uint64_t digest = 0;
 };
 
 /// State of the sender side of one room on one prefill rank.
@@ -66,6 +68,8 @@ struct prefill_room_state {
   uint64_t next_job = 1;
   uint64_t bytes_moved = 0;
   bool started = false;
+  /// The deployment checks integrity: each part is hashed once it landed.
+  bool hashing = false;
 
   static inline const char* name = "kvroom.prefill_room";
 };

@@ -333,6 +333,10 @@ room_effects& room_protocol::source_finished(const source_report& r, uint64_t no
     fail("unexpected transfer confirmation from rank " + std::to_string(r.source));
     return out;
   }
+  if (!r.damage.empty()) {
+    fail("integrity check failed: " + r.damage);
+    return out;
+  }
   if (r.pages != r.expected_pages) {
     fail("prefill rank " + std::to_string(r.source) + " confirmed " + std::to_string(r.pages)
          + " pages, expected " + std::to_string(r.expected_pages));

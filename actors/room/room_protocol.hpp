@@ -83,6 +83,9 @@ struct source_report {
   bool counted = false;
   /// And that committed the room.
   bool committed = false;
+  /// With the integrity check on: why what landed from it is not what it
+  /// sent (empty: it is, or nothing was checked).
+  std::string damage = {};
 };
 
 /// Prefill: one decode rank this rank wrote its whole share to.
@@ -282,7 +285,9 @@ public:
 
   /// Decode: a source wrote its last byte (`transfer_done`). Once every
   /// source did, this rank's part is done: the decider hears of it (unless
-  /// it counted the part itself) and this rank is prepared.
+  /// it counted the part itself) and this rank is prepared. A part that
+  /// arrived damaged (`report.damage`) fails the room here, with this rank
+  /// its origin, once that source's writes are over.
   room_effects& source_finished(const source_report& report, uint64_t now_ms);
 
   /// The decider committed the room. On decode it also confirms the rank's

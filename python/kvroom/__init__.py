@@ -207,7 +207,7 @@ class Runtime:
 
     def add_rank(self, side, tp_rank=0, tp_size=1, dp_rank=0, id=-1, kv=(), aux=(),
                  device_id=-1, transport="local", network=False, host="127.0.0.1",
-                 keep=(), fail_rooms=(), state=(), layout=None):
+                 keep=(), fail_rooms=(), state=(), layout=None, integrity="off"):
         """Starts a rank. ``kv``/``aux``/``state``: (address, size, page
         bytes) per buffer (``buffer_of(array, page_bytes)``, or SGLang's
         ``data_ptr()``s; ``state``: a hybrid model's state buffers, whose
@@ -219,8 +219,11 @@ class Runtime:
         ``device_id``: -1 host memory, a GPU's id, or
         ``Runtime.DEVICE_FROM_POINTER`` to tell each buffer by its pointer;
         ``keep``: objects (arrays) to keep alive with it; ``fail_rooms``
-        (tests): rooms whose transfers this rank's data plane fails."""
+        (tests): rooms whose transfers this rank's data plane fails;
+        ``host``: the tcp addresses, comma-separated (one data path each);
+        ``integrity``: 'off' or 'xxh3' (every rank of a deployment the
+        same): decode checks each part against prefill's digest."""
         impl = self._impl.add_rank(side, tp_rank, tp_size, dp_rank, id, list(kv), list(aux),
                                    device_id, transport, network, host, list(fail_rooms),
-                                   list(state), layout)
+                                   list(state), layout, integrity)
         return Rank(impl, tuple(keep))

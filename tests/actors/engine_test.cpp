@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include "kvroom/kit/testkit.hpp"
 #include "kvroom/actors/control/control_door.hpp"
 #include "kvroom/actors/local_messages.hpp"
+#include "kvroom/messages/failure_cause.hpp"
 
 using namespace kvroom;
 using namespace std::chrono_literals;
@@ -65,6 +67,7 @@ struct group {
     /// With a network transport: the tcp addresses (one path each).
     std::string tcp_host = "127.0.0.1";
     path_options paths;
+    integrity_mode integrity = integrity_mode::off;
     control_chaos chaos;
   };
 
@@ -93,6 +96,7 @@ struct group {
           cfg.tcp_host = opt.tcp_host;
         }
         cfg.paths = opt.paths;
+        cfg.integrity = opt.integrity;
         auto r = rt.add_rank(cfg);
         REQUIRE(r);
         (side == role::prefill ? prefill : decode).push_back(std::move(*r));
@@ -1129,4 +1133,123 @@ TEST_CASE("with every path broken a room fails once, naming both paths, with one
   REQUIRE_FALSE(h.receivers[0].clear());
   REQUIRE_FALSE(h.senders[0].clear());
   CHECK(all_quiet(g));
+}
+
+TEST_CASE("with the integrity check on, every part is hashed on both sides and rooms succeed") {
+  for (auto transport : {"local", "tcp"}) {
+    INFO(transport);
+    group::options opt;
+    opt.transport = transport;
+    opt.integrity = integrity_mode::xxh3;
+    group g{opt};
+    for (room_id room = 1; room <= 6; ++room) {
+      auto h = open_room(g, room);
+      drive_room(g, h, room, {0, 1, 2}, {5, 3, 4}, 1, 2, room % 2 + 1);
+      for (auto& r : h.receivers)
+        REQUIRE(concludes(r));
+      for (auto& s : h.senders)
+        REQUIRE(concludes(s));
+      for (int t = 0; t < 2; ++t) {
+        CHECK(h.receivers[static_cast<size_t>(t)].poll() == kv_poll::success);
+        std::string why;
+        CHECK(g.decode_cache(t).check_room(key(room, t), {5, 3, 4}, 2, &why));
+        INFO(why);
+      }
+      for (auto& r : h.receivers)
+        REQUIRE_FALSE(r.clear());
+      for (auto& s : h.senders)
+        REQUIRE_FALSE(s.clear());
+    }
+    CHECK(all_quiet(g));
+  }
+}
+
+namespace {
+
+/// Room 7 of a 1P x 1D group gets one byte flipped on its way (tcp);
+/// returns the decode rank's outcome and checks the bytes of room 8.
+struct flip_outcome {
+  kv_poll decode = kv_poll::bootstrapping;
+  kv_poll prefill = kv_poll::bootstrapping;
+  std::optional<kv_transfer_error> decode_error, prefill_error;
+  bool landed_intact = false;
+  rank_id decode_id = -1;
+};
+
+flip_outcome flip_room_7(integrity_mode integrity) {
+  group::options opt;
+  opt.tp = 1;
+  opt.transport = "tcp";
+  opt.integrity = integrity;
+  opt.prefill0_faults.targeted = {room_fault{7, fault_point::flip}};
+  group g{opt};
+  flip_outcome out;
+  out.decode_id = g.decode[0]->ref().id;
+  auto h = open_room(g, 7);
+  drive_room(g, h, 7, {0, 1}, {3, 4}, 1, 2);
+  REQUIRE(concludes(h.receivers[0]));
+  REQUIRE(concludes(h.senders[0]));
+  out.decode = h.receivers[0].poll();
+  out.prefill = h.senders[0].poll();
+  if (out.decode == kv_poll::failed)
+    out.decode_error = *h.receivers[0].failure();
+  if (out.prefill == kv_poll::failed)
+    out.prefill_error = *h.senders[0].failure();
+  std::string why;
+  out.landed_intact = g.decode_cache(0).check_room(key(7, 0), {3, 4}, 2, &why);
+  REQUIRE_FALSE(h.receivers[0].clear());
+  REQUIRE_FALSE(h.senders[0].clear());
+  // The next room is untouched.
+  auto h8 = open_room(g, 8);
+  drive_room(g, h8, 8, {5, 6}, {1, 2}, 3, 4);
+  REQUIRE(concludes(h8.receivers[0]));
+  CHECK(h8.receivers[0].poll() == kv_poll::success);
+  CHECK(g.decode_cache(0).check_room(key(8, 0), {1, 2}, 4, &why));
+  REQUIRE_FALSE(h8.receivers[0].clear());
+  REQUIRE(concludes(h8.senders[0]));
+  REQUIRE_FALSE(h8.senders[0].clear());
+  CHECK(all_quiet(g));
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("a byte flipped on its way fails the room with cause integrity, decode its one origin") {
+  auto x = flip_room_7(integrity_mode::xxh3);
+  CHECK(x.decode == kv_poll::failed);
+  CHECK(x.prefill == kv_poll::failed);
+  REQUIRE(x.decode_error);
+  REQUIRE(x.prefill_error);
+  CHECK(x.decode_error->origin_rank == x.decode_id);
+  CHECK(x.prefill_error->origin_rank == x.decode_id);
+  CHECK_FALSE(x.decode_error->is_from_another_rank);
+  CHECK(x.prefill_error->is_from_another_rank);
+  CHECK(classify(*x.decode_error) == failure_cause::integrity);
+  CHECK(classify(*x.prefill_error) == failure_cause::integrity);
+  CHECK(x.decode_error->failure_reason.find("does not match") != std::string::npos);
+  CHECK(x.prefill_error->failure_reason == x.decode_error->failure_reason);
+}
+
+TEST_CASE("without the integrity check the same flip lands silently (the injection is real)") {
+  auto x = flip_room_7(integrity_mode::off);
+  CHECK(x.decode == kv_poll::success);
+  CHECK(x.prefill == kv_poll::success);
+  CHECK_FALSE(x.landed_intact);
+}
+
+TEST_CASE("a rank whose integrity check differs from its deployment's is refused at registration") {
+  runtime rt{runtime_options{"sharing", 0, "off"}};
+  host_kv_cache a{small_shape()}, b{small_shape()};
+  rank_config pc;
+  pc.side = role::prefill;
+  pc.memory = a.layout();
+  pc.integrity = integrity_mode::xxh3;
+  auto p = rt.add_rank(pc);
+  REQUIRE(p);
+  rank_config dc;
+  dc.side = role::decode;
+  dc.memory = b.layout();
+  auto d = rt.add_rank(dc);
+  REQUIRE_FALSE(d);
+  CHECK(describe(d.error()).find("integrity") != std::string::npos);
 }

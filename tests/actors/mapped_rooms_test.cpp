@@ -26,6 +26,7 @@ struct deployment_shape {
   bool mla = false;
   page_order prefill_order = page_order::hnd;
   page_order decode_order = page_order::hnd;
+  integrity_mode integrity = integrity_mode::off;
 };
 
 /// Rank `i` of a side: TP rank i % tp of PP stage i / tp (each stage holds
@@ -79,6 +80,7 @@ side make_side(runtime& rt, const deployment_shape& s, bool prefill) {
     c.tp_size = tp;
     c.memory = out.caches.back()->layout();
     c.parallel = x;
+    c.integrity = s.integrity;
     c.timeouts = room_timeouts{10'000, 10'000, 10'000};
     auto r = rt.add_rank(c);
     if (!r)
@@ -352,4 +354,30 @@ TEST_CASE("mapped rooms: each pipeline stage of prefill sends its own layers (PP
     s.decode_tp = 2;
     abort_on(s, true, 3, false);
   }
+}
+
+TEST_CASE("mapped rooms with the integrity check: every part hashed in the room's logical order") {
+  // Head slices from several sources, unequal page orders, MLA dummies and
+  // PP stages: each decode rank checks what each source wrote against the
+  // source's digest, whatever the addresses on either side.
+  deployment_shape s;
+  s.integrity = integrity_mode::xxh3;
+  s.prefill_tp = 4;
+  s.decode_tp = 2;
+  s.decode_order = page_order::nhd;
+  run_rooms(s, 2);
+  s.prefill_tp = 2;
+  s.decode_tp = 4;
+  s.decode_order = page_order::hnd;
+  run_rooms(s, 2);
+  s.mla = true;
+  s.prefill_tp = 4;
+  s.decode_tp = 2;
+  run_rooms(s, 2);
+  s = deployment_shape{};
+  s.integrity = integrity_mode::xxh3;
+  s.prefill_tp = 2;
+  s.prefill_pp = 2;
+  s.decode_tp = 2;
+  run_rooms(s, 2);
 }

@@ -355,3 +355,26 @@ def test_a_closed_rank_leaves_clear_errors_never_a_crash():
     assert until(lambda: r.poll() == KVPoll.Failed)
     d.close()
     assert r.poll() == KVPoll.Failed
+
+
+def test_integrity_check_moves_rooms_and_refuses_a_rank_without_it():
+    rt = kvroom.Runtime()
+    src, dst, odd = Cache(seed=3), Cache(), Cache()
+    p = rt.add_rank("prefill", integrity="xxh3", **src.specs())
+    d = rt.add_rank("decode", integrity="xxh3", **dst.specs())
+    s, r = p.make_sender(5), d.make_receiver(5)
+    drive(s, r, [0, 1, 2], [7, 8, 9], 1, 2, chunks=2)
+    assert until(lambda: r.poll() == KVPoll.Success and s.poll() == KVPoll.Success)
+    for buf in range(2):
+        for sp, dp in zip([0, 1, 2], [7, 8, 9]):
+            assert np.array_equal(dst.page(buf, dp), src.page(buf, sp))
+    s.clear()
+    r.clear()
+    # Every rank of a deployment checks the same way: a rank without the
+    # check is refused at registration, with the reason.
+    with pytest.raises(Exception, match="integrity"):
+        rt.add_rank("decode", dp_rank=1, **odd.specs())
+    with pytest.raises(ValueError, match="integrity"):
+        rt.add_rank("decode", dp_rank=1, integrity="crc32", **odd.specs())
+    p.close()
+    d.close()

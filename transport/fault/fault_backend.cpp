@@ -1,6 +1,7 @@
 #include "kvroom/transport/fault/fault_backend.hpp"
 
 #include <chrono>
+#include <cstdint>
 
 #include "kvroom/messages/error.hpp"
 
@@ -104,6 +105,21 @@ post_result fault_backend::post(const write_batch& batch) {
     case fault_point::on_aux:
       return post_result::failed(
         make_error(errc::transport_error, "injected fault on aux data (room " + room + ")"));
+    case fault_point::flip: {
+      if (batch.src_device_id >= 0 || batch.ops.empty())
+        return post_result::failed(make_error(errc::unsupported,
+                                              "a flip fault needs host memory (room " + room
+                                                + ")"));
+      // The last byte of the first write changes on its way; its source is
+      // itself again once the transport has read it.
+      auto* byte = reinterpret_cast<uint8_t*>(batch.ops.front().src_addr
+                                              + batch.ops.front().size_bytes - 1);
+      auto was = *byte;
+      *byte = static_cast<uint8_t>(was ^ 0xA5);
+      auto res = inner_->post(batch);
+      *byte = was;
+      return res;
+    }
     case fault_point::slow: {
       auto id = next_own_++;
       delayed_.emplace(id, delayed{batch, now_ms() + plan_.slow_ms});

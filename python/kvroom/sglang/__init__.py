@@ -17,7 +17,9 @@ and are reported the same way.
 
 One kvroom runtime per process (networked: ranks in other processes and
 hosts), made on first use. ``server_args`` is read duck-typed (``tp_size``,
-``host``, ``disaggregation_bootstrap_port``, ``pp_size``, and kvroom's own
+``host``, ``disaggregation_bootstrap_port``, ``pp_size``,
+``disaggregation_enable_kv_checksum`` (newer SGLang: kvroom's xxh3 integrity
+check, else ``KVROOM_INTEGRITY``), and kvroom's own
 ``kvroom_secret_file``, ``kvroom_transport``, which SGLang's ServerArgs lacks:
 then the ``KVROOM_SECRET_FILE`` and ``KVROOM_TRANSPORT`` environment
 variables), each with a default. ``DisaggregationMode`` may be SGLang's enum,
@@ -173,6 +175,15 @@ def _transport(server_args):
             or "auto")
 
 
+def _integrity(server_args):
+    """'xxh3' when SGLang's ``--disaggregation-enable-kv-checksum`` (sglang
+    PR #39500) or ``KVROOM_INTEGRITY=xxh3`` asks for a check of the KV bytes
+    a request moved, else 'off'; every rank of a deployment the same."""
+    if getattr(server_args, "disaggregation_enable_kv_checksum", False):
+        return "xxh3"
+    return os.environ.get("KVROOM_INTEGRITY", "off") or "off"
+
+
 def _join_registry(rt, host, port, timeout_ms=30000):
     """This process's ranks register with the registry at host:port: the one
     it publishes itself (KVBootstrapServer), or one it connects to once."""
@@ -287,7 +298,8 @@ class KVManager:
             # scheduler's GPU, also with CPU pools and host aux buffers.
             device_id=Runtime.DEVICE_FROM_POINTER,
             transport=_transport(self.server_args), network=True,
-            host=getattr(self.server_args, "host", "127.0.0.1") or "127.0.0.1")
+            host=getattr(self.server_args, "host", "127.0.0.1") or "127.0.0.1",
+            integrity=_integrity(self.server_args))
         return self._rank
 
     @property
