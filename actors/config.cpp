@@ -44,6 +44,10 @@ caf::error check_buffers(const std::vector<paged_buffer>& xs,
 
 } // namespace
 
+uint32_t data_path_timeout(const rank_config& cfg) noexcept {
+  return std::max<uint32_t>(100, std::min(cfg.data_timeout_ms, cfg.timeouts.transferring_ms / 4));
+}
+
 caf::error validate(const rank_config& cfg) {
   if (cfg.tp_size < 1)
     return make_error(errc::invalid_config, "tp_size must be at least 1");

@@ -84,7 +84,10 @@ struct rank_config {
   /// batches over them and move a failed one to another.
   std::string tcp_host = "127.0.0.1";
   /// Bound on one batch's socket I/O and its acknowledgement on one path:
-  /// a path silent for longer fails its batches, which move to another path.
+  /// a path silent for longer fails its batches, which move to another
+  /// path. At most a quarter of the transferring timeout is used
+  /// (`data_path_timeout`), so a batch stuck on a dead path moves well
+  /// before its room's deadline.
   uint32_t data_timeout_ms = 30'000;
   /// How batches spread over several paths to a peer, and when a failing
   /// path rests (transport/paths/path_options.hpp).
@@ -113,6 +116,11 @@ struct rank_config {
   /// The rank's position and id as messages carry it.
   rank_ref ref() const noexcept;
 };
+
+/// How long one batch may go unacknowledged on one path before it moves
+/// to another: `data_timeout_ms`, but at most a quarter of the room's
+/// transferring timeout (and at least 100 ms).
+uint32_t data_path_timeout(const rank_config& cfg) noexcept;
 
 /// Validates a rank configuration; the error names the first bad field.
 caf::error validate(const rank_config& cfg);

@@ -41,7 +41,7 @@ caf::error rank::start() {
   bc.network = cfg_.network;
   bc.tcp_host = cfg_.tcp_host;
   bc.secret = rt_.members()->secret();
-  bc.io_timeout_ms = cfg_.data_timeout_ms;
+  bc.io_timeout_ms = data_path_timeout(cfg_);
   auto made = cfg_.data_plane ? cfg_.data_plane(bc) : make_backend(bc);
   if (!made)
     return std::move(made.error());

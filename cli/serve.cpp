@@ -100,7 +100,8 @@ public:
       .add(tcp_host, "tcp-host", "IPv4 addresses the tcp data plane binds and advertises, "
                                  "comma-separated: one data path each (a host's NICs)")
       .add(data_timeout_ms, "data-timeout-ms", "a data path silent this long fails its "
-                                               "batches, which move to another path")
+                                               "batches, which move to another path (at "
+                                               "most a quarter of --timeout-ms)")
       .add(path_rest_ms, "path-rest-ms", "a path with 3 errors in 10 s rests this long "
                                          "(doubling while it keeps failing, up to 10x)")
       .add(integrity, "integrity", "off, or xxh3: prefill hashes every part, decode checks "

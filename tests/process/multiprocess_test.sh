@@ -429,9 +429,10 @@ netns_paths)
   pc=10.211.$net.1; dc=10.211.$net.2
   pdata=10.212.$net.1,10.213.$net.1; ddata=10.212.$net.2,10.213.$net.2
   p=$(port)
+  # serve's defaults but for the rest: a dead path's batches move after a
+  # quarter of --timeout-ms (1.25 s), well inside the room's deadline.
   common=(--bootstrap-host=$pc --bootstrap-port=$p --transport=tcp --rooms=2500 --pace-us=4000
-          --timeout-ms=5000 --data-timeout-ms=1000 --path-rest-ms=1000 --then-rooms=20
-          --then-wait-file="$WORK/go")
+          --timeout-ms=5000 --path-rest-ms=1000 --then-rooms=20 --then-wait-file="$WORK/go")
   start p0 ip netns exec $np "$K" serve "$SECRET" --role=prefill --publish-registry --tcp-host=$pdata \
     --control-host=$pc --metrics-host=$pc --metrics-port=0 --report=p0.json "${common[@]}"
   wait_for '"ready"' p0.log 20 || fail "p0 not ready"
@@ -481,6 +482,11 @@ def rate(a, b):
     return n * 1000.0 / max(b - a, 1)
 print(f"rooms/s: before {rate(down - 1500, down):.0f}, first 500 ms down {rate(down, down + 500):.0f}, "
       f"rest of down {rate(down + 500, up):.0f}, after {rate(up + 1000, up + 2500):.0f}")
+def lat(a, b):
+    xs = sorted(r["latency_us"] for r in p["rooms"] if a <= r["opened_ms"] < b and r["room"] <= 2500)
+    return (xs[len(xs) // 2] / 1000, xs[-1] / 1000) if xs else (0, 0)
+print("room latency ms (median, max): before %.1f, %.1f; opened in the 500 ms around the link's "
+      "loss %.1f, %.1f" % (*lat(down - 1500, down - 500), *lat(down - 250, down + 250)))
 for rep, propagated in ((p, False), (d, True)):
     late = [r for r in rep["rooms"] if r["room"] > 2500]
     assert len(late) == 20, len(late)

@@ -52,7 +52,12 @@ TEST_CASE("errors spread wider than the window never rest a path") {
   auto r = rules();
   for (uint64_t t = 0; t < 10'000; t += 600)
     CHECK_FALSE(h.failed(t, r, "flaky"));
-  CHECK(h.state(10'000) == path_state::healthy);
+  // On probation after each, until a batch lands.
+  CHECK(h.state(10'000) == path_state::probing);
+  h.take(10'000);
+  CHECK_FALSE(h.available(10'000));
+  h.succeeded(10'001);
+  CHECK(h.state(10'001) == path_state::healthy);
 }
 
 TEST_CASE("a failed probe rests the path twice as long, up to the longest rest") {
@@ -161,6 +166,8 @@ public:
       return post_result::failed(make_error(errc::transport_error, "connect refused"));
     if (m == "bad")
       return post_result::failed(make_error(errc::not_registered, "outside memory"));
+    if (m == "full")
+      return post_result::would_block();
     if (!async && (m.empty() || m == "up"))
       return post_result::done();
     auto id = next_++;
@@ -432,4 +439,35 @@ TEST_CASE("small batches take turns over the healthy paths") {
     ++used[addr];
   CHECK(used["a:1"] == 2);
   CHECK(used["b:1"] == 2);
+}
+
+TEST_CASE("a path that pushes back hands the batch to another; all pushing back, it waits") {
+  rig r;
+  r.inner->mode["a:1"] = "full";
+  std::string why;
+  for (int i = 0; i < 3; ++i)
+    CHECK(r.run(rig::batch(64, {"a:1", "b:1"}), why) == xfer_status::done);
+  r.inner->mode["b:1"] = "full";
+  CHECK(r.paths.post(rig::batch(64, {"a:1", "b:1"})).status == xfer_status::would_block);
+  // Pushing back is no error: neither path is blamed.
+  for (auto& p : r.paths.paths())
+    CHECK(p.errors == 0);
+}
+
+TEST_CASE("a path with an error carries one batch at a time until one lands") {
+  rig r;
+  r.inner->mode["a:1"] = "down";
+  std::string why;
+  CHECK(r.run(rig::batch(64, {"a:1", "b:1"}), why) == xfer_status::done);
+  r.inner->mode["a:1"] = "stall";
+  r.inner->posted.clear();
+  // a is on probation: of two batches in flight at once, at most one is on it.
+  auto x = r.paths.post(rig::batch(64, {"a:1", "b:1"}));
+  auto y = r.paths.post(rig::batch(64, {"a:1", "b:1"}));
+  int on_a = 0;
+  for (auto& [addr, b] : r.inner->posted)
+    on_a += addr == "a:1" ? 1 : 0;
+  CHECK(on_a <= 1);
+  r.paths.release(x.id);
+  r.paths.release(y.id);
 }

@@ -220,14 +220,15 @@ path_counters multipath_backend::counters() const {
 
 // -- moving batches --------------------------------------------------------------
 
-bool multipath_backend::pick(transfer& t, const slice& s, uint64_t now, size_t& p) {
+bool multipath_backend::pick(transfer& t, const slice& s, uint64_t now,
+                             const std::vector<bool>& full, size_t& p) {
   auto n = t.paths.size();
-  // The nearest tier with a path available now and untried by this slice,
-  // round robin inside it.
+  // The nearest tier with a path available now, untried by this slice and
+  // not pushing back, round robin inside it.
   for (size_t tier = 0; tier <= t.tier.back(); ++tier) {
     for (size_t k = 0; k < n; ++k) {
       auto i = (t.cursor + k) % n;
-      if (t.tier[i] != tier || s.tried[i] || !available(t.paths[i], now))
+      if (t.tier[i] != tier || s.tried[i] || full[i] || !available(t.paths[i], now))
         continue;
       t.cursor = i + 1;
       p = i;
@@ -238,7 +239,7 @@ bool multipath_backend::pick(transfer& t, const slice& s, uint64_t now, size_t& 
   bool found = false;
   uint64_t best = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (s.tried[i])
+    if (s.tried[i] || full[i])
       continue;
     auto until = rest_until(t.paths[i]);
     if (!found || until < best) {
@@ -269,9 +270,13 @@ void multipath_backend::slice_failed(transfer& t, slice& s, const std::string& w
 multipath_backend::launched multipath_backend::launch(transfer& t, slice& s, uint64_t now) {
   auto retry = std::find(s.tried.begin(), s.tried.end(), true) != s.tried.end();
   size_t failed_on = s.path;
+  // Paths that pushed back on this slice just now: another may take it.
+  std::vector<bool> full(t.paths.size(), false);
   for (;;) {
     size_t p = 0;
-    if (!pick(t, s, now, p)) {
+    if (!pick(t, s, now, full, p)) {
+      if (std::find(full.begin(), full.end(), true) != full.end())
+        return launched::waiting;
       exhausted_.fetch_add(1, std::memory_order_relaxed);
       std::string reason = "no path left to rank " + std::to_string(t.paths.front().owner)
                            + " (tried";
@@ -282,10 +287,10 @@ multipath_backend::launched multipath_backend::launch(transfer& t, slice& s, uin
       return launched::exhausted;
     }
     s.batch.peer = t.paths[p];
-    took(t.paths[p], now);
     auto res = inner_->post(s.batch);
     s.path = p;
     if (res.status != xfer_status::would_block) {
+      took(t.paths[p], now);
       if (retry)
         retries_[counter_of(t.paths[failed_on].transport)].fetch_add(1,
                                                                      std::memory_order_relaxed);
@@ -302,7 +307,8 @@ multipath_backend::launched multipath_backend::launch(transfer& t, slice& s, uin
         s.inner = res.id;
         return launched::moving;
       case xfer_status::would_block:
-        return launched::waiting;
+        full[p] = true;
+        break;
       case xfer_status::failed:
         if (!is_path_fault(res.error)) {
           give_up(t, describe(res.error), true);

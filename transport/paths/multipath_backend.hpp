@@ -92,8 +92,9 @@ private:
   /// Posts `s` on the best path it has not tried; retries at once on the
   /// next when a post fails for the path's sake.
   launched launch(transfer& t, slice& s, uint64_t now);
-  /// Path `p` for slice `s`, or none left.
-  bool pick(transfer& t, const slice& s, uint64_t now, size_t& p);
+  /// Path `p` for slice `s` (none tried by it or in `full`), or none left.
+  bool pick(transfer& t, const slice& s, uint64_t now, const std::vector<bool>& full,
+            size_t& p);
   void slice_failed(transfer& t, slice& s, const std::string& why, uint64_t now);
   void give_up(transfer& t, std::string reason, bool refused);
   /// Drives the transfer: polls what moves, relaunches what waits.

@@ -48,8 +48,10 @@ private:
   std::deque<uint64_t> recent_;  ///< error times within the window (bounded)
   uint64_t rest_until_ = 0;
   uint32_t rest_ms_ = 0;
-  /// Rested and not yet proven by a successful batch.
+  /// On probation (an error, or a rest that ended) until a batch lands.
   bool unproven_ = false;
+  /// Its probation follows a rest: a failed probe rests it again.
+  bool after_rest_ = false;
   bool probe_out_ = false;
   uint64_t healthy_since_ = 0;
   uint64_t total_errors_ = 0;

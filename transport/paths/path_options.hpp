@@ -56,7 +56,7 @@ struct path_counters {
 enum class path_state : uint8_t {
   healthy,  ///< carries batches
   resting,  ///< carries none while another path can (until its rest ends)
-  probing,  ///< rested: carries one batch at a time until one succeeds
+  probing,  ///< after an error or a rest: one batch at a time until one lands
 };
 
 std::string to_string(path_state x);

@@ -424,6 +424,12 @@ tcp_backend::connection* tcp_backend::connection_to(const std::string& address, 
     return nullptr;
   }
   set_timeouts(fd, io_timeout_ms_);
+  // A send (and the connect) waits for room at most a stall's length: the
+  // worker's thread serves every path, and a link that takes nothing for
+  // that long is dead to this batch.
+  timeval stall{static_cast<time_t>(stall_ms() / 1000),
+                static_cast<suseconds_t>((stall_ms() % 1000) * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &stall, sizeof(stall));
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     reason = sys_error(("tcp: connect " + address).c_str());
     ::close(fd);
@@ -590,12 +596,18 @@ post_result tcp_backend::post(const write_batch& batch) {
     sent = send_all(c->fd, reinterpret_cast<const void*>(batch.ops[i].src_addr),
                     batch.ops[i].size_bytes, i + 1 < batch.ops.size());
   if (!sent) {
-    // A receiver that refused a batch says why in its ack before closing:
-    // read what it sent, so this batch fails with that reason if it is ours.
-    auto send_error = sys_error("send");
-    if (pump_acks(peer, true))
+    int err = errno;
+    // A send that found no room for a stall's length: the path does not
+    // drain (a dead link); waiting longer would stall every other path too.
+    // Otherwise the receiver closed: one that refused a batch said why in
+    // its ack first, which is read (it has arrived), so this batch fails
+    // with that reason if it is ours.
+    auto send_error = err == EAGAIN || err == EWOULDBLOCK
+                        ? "the path took no bytes for " + std::to_string(stall_ms()) + " ms"
+                        : sys_error("send");
+    if (err == EAGAIN || err == EWOULDBLOCK || pump_acks(peer, false))
       fail_connection(peer, send_error);
-    else if (posted_[id].status == xfer_status::in_progress)
+    if (posted_[id].status == xfer_status::in_progress)
       posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + send_error, peer, 0};
   }
   return post_result::in_progress(id);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <list>
@@ -94,6 +95,12 @@ public:
   static constexpr uint32_t handshake_ms = 1000;
 
 private:
+  /// Longest a send waits for room in a path's socket (and a connect): a
+  /// quarter of `io_timeout_ms`, at least 50 ms.
+  uint32_t stall_ms() const noexcept {
+    return std::max<uint32_t>(50, io_timeout_ms_ / 4);
+  }
+
   /// One address this rank listens on, with its membership gate.
   struct listener {
     std::string host;
