@@ -69,6 +69,32 @@ group() { # group PORT EXTRA_ARGS... : 2 prefill + 2 decode ranks, TP=2
   start d1 "$K" serve "$SECRET" --role=decode --tp=1 --tp-size=2 --bootstrap-port="$p" --report=d1.json "$@"
 }
 
+# namespaces NP ND: two network namespaces, prefill's ($np) and decode's
+# ($nd), loopback up in each; exits 77 (skipped, with the reason) where
+# this machine does not allow them.
+namespaces() {
+  [ "$(id -u)" = 0 ] || { echo "skipped: network namespaces need root"; exit 77; }
+  command -v ip >/dev/null || { echo "skipped: iproute2 (ip) is not installed"; exit 77; }
+  np=$1; nd=$2
+  if ! ip netns add $np 2>/dev/null; then echo "skipped: this machine does not allow network namespaces (ip netns add failed)"; exit 77; fi
+  NETNS+=($np)
+  # A container may create namespaces but not enter them (ip netns exec
+  # remounts / and /sys).
+  if ! why=$(ip netns exec $np true 2>&1); then echo "skipped: this machine does not allow entering network namespaces (ip netns exec: $why)"; exit 77; fi
+  ip netns add $nd || fail "ip netns add $nd"
+  NETNS+=($nd)
+  ip -n $np link set lo up && ip -n $nd link set lo up || fail "loopback up"
+}
+
+# link NAME SUBNET: a veth pair between the namespaces, p<NAME><pid> with
+# SUBNET.1 in prefill's and d<NAME><pid> with SUBNET.2 in decode's.
+link() {
+  ip link add p$1$$ type veth peer name d$1$$ || { echo "skipped: no veth support"; exit 77; }
+  ip link set p$1$$ netns $np && ip link set d$1$$ netns $nd || fail "moving veth $1"
+  ip -n $np addr add $2.1/24 dev p$1$$ && ip -n $np link set p$1$$ up || fail "veth $1 up"
+  ip -n $nd addr add $2.2/24 dev d$1$$ && ip -n $nd link set d$1$$ up || fail "veth $1 up"
+}
+
 check_all_ok() { # check_all_ok N: every report has N successes, no failure
   for r in p0 p1 d0 d1; do
     [ -f $r.json ] || fail "$r wrote no report"
@@ -325,20 +351,8 @@ malformed)
   ;;
 
 netns)
-  [ "$(id -u)" = 0 ] || { echo "skipped: network namespaces need root"; exit 77; }
-  command -v ip >/dev/null || { echo "skipped: iproute2 (ip) is not installed"; exit 77; }
-  np=kvrp$$; nd=kvrd$$
-  if ! ip netns add $np 2>/dev/null; then echo "skipped: this machine does not allow network namespaces (ip netns add failed)"; exit 77; fi
-  NETNS+=($np)
-  # A container may create namespaces but not enter them (ip netns exec
-  # remounts / and /sys).
-  if ! why=$(ip netns exec $np true 2>&1); then echo "skipped: this machine does not allow entering network namespaces (ip netns exec: $why)"; exit 77; fi
-  ip netns add $nd || fail "ip netns add $nd"
-  NETNS+=($nd)
-  ip link add vp$$ type veth peer name vd$$ || { echo "skipped: no veth support"; exit 77; }
-  ip link set vp$$ netns $np && ip link set vd$$ netns $nd || fail "moving veth ends"
-  ip -n $np addr add 10.213.$(( $$ % 250 )).1/24 dev vp$$ && ip -n $np link set vp$$ up && ip -n $np link set lo up
-  ip -n $nd addr add 10.213.$(( $$ % 250 )).2/24 dev vd$$ && ip -n $nd link set vd$$ up && ip -n $nd link set lo up
+  namespaces kvrp$$ kvrd$$
+  link v 10.213.$(( $$ % 250 ))
   pa=10.213.$(( $$ % 250 )).1; da=10.213.$(( $$ % 250 )).2
   p=$(port)
   start p0 ip netns exec $np "$K" serve "$SECRET" --role=prefill --tp=0 --tp-size=2 --bootstrap-host=$pa --bootstrap-port=$p --publish-registry --tcp-host=$pa --transport=tcp --rooms=200 --report=p0.json
@@ -409,22 +423,8 @@ netns_paths)
   # taken down mid-run and brought back: every room succeeds, the path
   # rests and returns. Then both data links go down: the next rooms fail
   # within their deadline, naming both paths.
-  [ "$(id -u)" = 0 ] || { echo "skipped: network namespaces need root"; exit 77; }
-  command -v ip >/dev/null || { echo "skipped: iproute2 (ip) is not installed"; exit 77; }
-  np=kvpp$$; nd=kvpd$$
-  if ! ip netns add $np 2>/dev/null; then echo "skipped: this machine does not allow network namespaces (ip netns add failed)"; exit 77; fi
-  NETNS+=($np)
-  if ! why=$(ip netns exec $np true 2>&1); then echo "skipped: this machine does not allow entering network namespaces (ip netns exec: $why)"; exit 77; fi
-  ip netns add $nd || fail "ip netns add $nd"
-  NETNS+=($nd)
-  ip -n $np link set lo up && ip -n $nd link set lo up || fail "loopback up"
+  namespaces kvpp$$ kvpd$$
   net=$(( $$ % 250 ))
-  link() { # link NAME SUBNET: a veth pair NAME between the namespaces, SUBNET.1 and SUBNET.2
-    ip link add p$1$$ type veth peer name d$1$$ || { echo "skipped: no veth support"; exit 77; }
-    ip link set p$1$$ netns $np && ip link set d$1$$ netns $nd || fail "moving veth $1"
-    ip -n $np addr add $2.1/24 dev p$1$$ && ip -n $np link set p$1$$ up || fail "veth $1 up"
-    ip -n $nd addr add $2.2/24 dev d$1$$ && ip -n $nd link set d$1$$ up || fail "veth $1 up"
-  }
   link c 10.211.$net; link a 10.212.$net; link b 10.213.$net
   pc=10.211.$net.1; dc=10.211.$net.2
   pdata=10.212.$net.1,10.213.$net.1; ddata=10.212.$net.2,10.213.$net.2

@@ -9,9 +9,12 @@
 namespace kvroom {
 
 /// One data path's health (a path: one endpoint of one peer). Plain logic:
-/// time is passed in, the owner locks. A path is never refused outright: a
-/// peer's last path carries batches even while it rests (the sender asks
-/// for the least bad one), so a single path behaves as if this did not exist.
+/// time is passed in, the owner locks. Errors gather in a window and rest
+/// the path (`path_rules`); after any error, and after a rest, it is on
+/// probation (`probing`: one batch at a time until one lands). A path is
+/// never refused outright: a peer's last path carries batches even while
+/// it rests (the sender asks for the least bad one), so a single path
+/// behaves as if this did not exist.
 class path_health {
 public:
   path_state state(uint64_t now_ms) const noexcept;
