@@ -148,12 +148,17 @@ struct transport_control {
   rank_id from = -1;
   rank_id to = -1;
   std::string payload;
+  /// With several endpoints of one transport per rank (verbs: one per
+  /// active port): the receiver's endpoint the message is for, and the
+  /// sender's it comes from (empty: the rank's only one).
+  std::string to_address = {};
+  std::string from_address = {};
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transport_control& x) {
   return f(caf::meta::type_name("kvroom.transport_control"), x.transport,
-           x.from, x.to, x.payload);
+           x.from, x.to, x.payload, x.to_address, x.from_address);
 }
 
 /// One contiguous copy from local memory into a peer's registered memory.

@@ -9,6 +9,7 @@
 
 #include "kvroom/messages/error.hpp"
 #include "kvroom/transport/paths/multipath_backend.hpp"
+#include "kvroom/transport/router/router_backend.hpp"
 #include "kvroom/transport/select.hpp"
 
 using namespace kvroom;
@@ -470,4 +471,77 @@ TEST_CASE("a path with an error carries one batch at a time until one lands") {
   CHECK(on_a <= 1);
   r.paths.release(x.id);
   r.paths.release(y.id);
+}
+
+namespace {
+
+/// A part of one transport on one port: records what it was given.
+class port_backend final : public backend {
+public:
+  explicit port_backend(std::string address) : address_(std::move(address)) {
+  }
+  std::vector<std::string> posted_to;
+  std::vector<std::string> control_from;
+  std::string name() const override {
+    return "verbs";
+  }
+  backend_caps caps() const override {
+    return {};
+  }
+  endpoint_desc endpoint() const override {
+    return {"verbs", address_, 0, 1};
+  }
+  caf::expected<region_id> register_memory(const mem_desc&) override {
+    return region_id{1};
+  }
+  caf::error deregister_memory(region_id) override {
+    return caf::none;
+  }
+  post_result post(const write_batch& batch) override {
+    posted_to.push_back(batch.peer.address);
+    return post_result::done();
+  }
+  caf::error on_control(const transport_control& msg) override {
+    control_from.push_back(msg.from_address);
+    return caf::none;
+  }
+
+private:
+  std::string address_;
+};
+
+} // namespace
+
+TEST_CASE("several ports of one transport: one path each, a peer's port always on the same one") {
+  auto* p0 = new port_backend("mlx5_0:1");
+  auto* p1 = new port_backend("mlx5_1:1");
+  std::vector<backend_ptr> parts;
+  parts.emplace_back(p0);
+  parts.emplace_back(p1);
+  detail::router_backend ports{std::move(parts), {false, false}};
+  CHECK(ports.name() == "verbs");
+  REQUIRE(ports.endpoints().size() == 2);
+  write_batch b;
+  b.ops = {{1, 2, 3}};
+  std::map<std::string, std::set<int>> used_by;
+  for (int round = 0; round < 3; ++round)
+    for (int peer_port = 0; peer_port < 8; ++peer_port) {
+      b.peer = endpoint_desc{"verbs", "mlx5_" + std::to_string(peer_port) + ":1", 0, 2};
+      auto before0 = p0->posted_to.size();
+      CHECK(ports.post(b).status == xfer_status::done);
+      used_by[b.peer.address].insert(p0->posted_to.size() > before0 ? 0 : 1);
+    }
+  bool both = false;
+  std::set<int> any;
+  for (auto& [addr, parts_used] : used_by) {
+    CHECK(parts_used.size() == 1); // the same part every time
+    any.insert(*parts_used.begin());
+  }
+  both = any.size() == 2;
+  CHECK(both); // the peer's ports spread over ours
+  // A connection message goes to the port it names.
+  transport_control msg{"verbs", 2, 1, "hello", "mlx5_1:1", "mlx5_7:1"};
+  CHECK_FALSE(ports.on_control(msg));
+  CHECK(p1->control_from == std::vector<std::string>{"mlx5_7:1"});
+  CHECK(p0->control_from.empty());
 }

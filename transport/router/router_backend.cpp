@@ -2,6 +2,8 @@
 
 #include "kvroom/messages/error.hpp"
 
+#include <functional>
+
 namespace kvroom::detail {
 
 router_backend::router_backend(std::vector<backend_ptr> parts, std::vector<bool> optional)
@@ -10,9 +12,11 @@ router_backend::router_backend(std::vector<backend_ptr> parts, std::vector<bool>
 }
 
 std::string router_backend::name() const {
+  // Parts of one transport (verbs on several ports) are that transport.
   std::string out;
   for (auto& p : parts_)
-    out += (out.empty() ? "" : "+") + p->name();
+    if (out != p->name())
+      out += (out.empty() ? "" : "+") + p->name();
   return out;
 }
 
@@ -81,27 +85,35 @@ caf::error router_backend::deregister_memory(region_id id) {
   return caf::none;
 }
 
-const backend* router_backend::part_for(const write_batch& batch) const {
+size_t router_backend::part_index(const endpoint_desc& peer) const {
+  std::vector<size_t> xs;
   for (size_t i = 0; i < parts_.size(); ++i)
-    if (!disabled_[i] && parts_[i]->name() == batch.peer.transport)
-      return parts_[i].get();
-  return nullptr;
+    if (!disabled_[i] && parts_[i]->name() == peer.transport)
+      xs.push_back(i);
+  if (xs.empty())
+    return parts_.size();
+  // Several parts of one transport (one per port): each peer endpoint gets
+  // one of them, the same every time, so the peer's ports spread over ours.
+  return xs[std::hash<std::string>{}(peer.address) % xs.size()];
+}
+
+const backend* router_backend::part_for(const write_batch& batch) const {
+  auto i = part_index(batch.peer);
+  return i < parts_.size() ? parts_[i].get() : nullptr;
 }
 
 post_result router_backend::post(const write_batch& batch) {
-  for (size_t i = 0; i < parts_.size(); ++i) {
-    if (disabled_[i] || parts_[i]->name() != batch.peer.transport)
-      continue;
-    auto res = parts_[i]->post(batch);
-    // A batch in progress is polled through this router: its id says which
-    // part holds it.
-    if (res.status == xfer_status::in_progress)
-      res.id = (static_cast<xfer_id>(i) << shift) | res.id;
-    return res;
-  }
-  return post_result::failed(make_error(errc::unavailable, "this rank has no '"
-                                                             + batch.peer.transport
-                                                             + "' backend"));
+  auto i = part_index(batch.peer);
+  if (i == parts_.size())
+    return post_result::failed(make_error(errc::unavailable, "this rank has no '"
+                                                               + batch.peer.transport
+                                                               + "' backend"));
+  auto res = parts_[i]->post(batch);
+  // A batch in progress is polled through this router: its id says which
+  // part holds it.
+  if (res.status == xfer_status::in_progress)
+    res.id = (static_cast<xfer_id>(i) << shift) | res.id;
+  return res;
 }
 
 xfer_status router_backend::poll(xfer_id id, std::string& reason) {
@@ -140,9 +152,21 @@ std::vector<transport_control> router_backend::take_control() {
 }
 
 caf::error router_backend::on_control(const transport_control& msg) {
-  for (size_t i = 0; i < parts_.size(); ++i)
-    if (!disabled_[i] && parts_[i]->name() == msg.transport)
-      return parts_[i]->on_control(msg);
+  // For the part the message names (one of several of its transport), or
+  // the transport's first.
+  size_t first = parts_.size();
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    if (disabled_[i] || parts_[i]->name() != msg.transport)
+      continue;
+    if (first == parts_.size())
+      first = i;
+    if (!msg.to_address.empty())
+      for (auto& e : parts_[i]->endpoints())
+        if (e.address == msg.to_address)
+          return parts_[i]->on_control(msg);
+  }
+  if (first < parts_.size())
+    return parts_[first]->on_control(msg);
   return make_error(errc::unavailable,
                     "control message for '" + msg.transport + "', which this rank does not run");
 }

@@ -50,7 +50,11 @@ public:
   void set_notifier(std::function<void()> notify) override;
 
 private:
-  /// The part that reaches the batch's peer transport, or null.
+  /// The part that reaches endpoint `peer` (its transport's part, or with
+  /// several of one transport the one for that endpoint), or the number of
+  /// parts when none does.
+  size_t part_index(const endpoint_desc& peer) const;
+  /// The part that reaches the batch's peer, or null.
   const backend* part_for(const write_batch& batch) const;
   // Ids carry the part's index in their top byte.
   static constexpr int shift = 56;

@@ -109,6 +109,30 @@ backend_availability verbs_backend::probe() {
   return out;
 }
 
+std::vector<std::pair<std::string, uint8_t>> verbs_backend::active_ports(const std::string& device) {
+  std::vector<std::pair<std::string, uint8_t>> out;
+  device_list devs;
+  if (!devs.why_none().empty())
+    return out;
+  for (int i = 0; i < devs.count; ++i) {
+    std::string name = ibv_get_device_name(devs.list[i]);
+    if (!device.empty() && name != device)
+      continue;
+    auto* ctx = ibv_open_device(devs.list[i]);
+    if (ctx == nullptr)
+      continue;
+    ibv_device_attr attr{};
+    if (ibv_query_device(ctx, &attr) == 0)
+      for (uint8_t port = 1; port <= attr.phys_port_cnt; ++port) {
+        ibv_port_attr pa{};
+        if (ibv_query_port(ctx, port, &pa) == 0 && pa.state == IBV_PORT_ACTIVE)
+          out.emplace_back(name, port);
+      }
+    ibv_close_device(ctx);
+  }
+  return out;
+}
+
 // -- set-up and tear-down ------------------------------------------------------
 
 verbs_backend::verbs_backend(rank_id owner, verbs_options opts)
@@ -277,7 +301,7 @@ caf::expected<region_id> verbs_backend::register_memory(const mem_desc& mem) {
   // Connected peers learn the new range (an update: a reply to no attempt).
   for (auto& kvp : links_)
     if (kvp.second->fsm.state() == verbs::link_state::ready)
-      send_hello(kvp.first, *kvp.second, verbs::hello::kind::reply, 0);
+      send_hello(kvp.second->peer, *kvp.second, verbs::hello::kind::reply, 0);
   return next_region_++;
 }
 
@@ -290,7 +314,7 @@ caf::error verbs_backend::deregister_memory(region_id id) {
   regions_.erase(i);
   for (auto& kvp : links_)
     if (kvp.second->fsm.state() == verbs::link_state::ready)
-      send_hello(kvp.first, *kvp.second, verbs::hello::kind::reply, 0);
+      send_hello(kvp.second->peer, *kvp.second, verbs::hello::kind::reply, 0);
   return caf::none;
 }
 
@@ -332,7 +356,7 @@ caf::expected<xfer_id> verbs_backend::post_batch(const write_batch& batch) {
   x.peer = batch.peer.owner;
   x.ops = batch.ops;
   x.src_device_id = batch.src_device_id;
-  auto& l = link_to(x.peer);
+  auto& l = link_to(x.peer, batch.peer.address);
   l.queue.push_back(id);
   drive(x.peer, l);
   return id;
@@ -342,7 +366,7 @@ xfer_status verbs_backend::poll(xfer_id id, std::string& reason) {
   apply_completions();
   for (auto& kvp : links_)
     if (!kvp.second->queue.empty())
-      drive(kvp.first, *kvp.second);
+      drive(kvp.second->peer, *kvp.second);
   auto i = xfers_.find(id);
   if (i == xfers_.end()) {
     reason = "verbs: unknown transfer " + std::to_string(id);
@@ -368,10 +392,14 @@ caf::error verbs_backend::on_control(const transport_control& msg) {
     return make_error(errc::invalid_argument, "verbs: control message for rank "
                                                 + std::to_string(msg.to) + " from rank "
                                                 + std::to_string(msg.from) + " is not for this rank");
+  if (!msg.to_address.empty() && msg.to_address != endpoint().address)
+    return make_error(errc::invalid_argument, "verbs: control message for endpoint "
+                                                + msg.to_address + ", this is "
+                                                + endpoint().address);
   auto h = verbs::decode(msg.payload);
   if (!h)
     return h.error();
-  auto& l = link_to(msg.from);
+  auto& l = link_to(msg.from, msg.from_address);
   l.remote = std::move(h->regions);
   auto r = l.fsm.on_hello(*h, now_ms());
   run_steps(msg.from, l, r);
@@ -381,11 +409,13 @@ caf::error verbs_backend::on_control(const transport_control& msg) {
 
 // -- links -------------------------------------------------------------------------
 
-verbs_backend::link& verbs_backend::link_to(rank_id peer) {
-  auto i = links_.find(peer);
+verbs_backend::link& verbs_backend::link_to(rank_id peer, const std::string& address) {
+  auto key = std::make_pair(peer, address);
+  auto i = links_.find(key);
   if (i == links_.end())
-    i = links_.emplace(peer, std::make_unique<link>(
-                               verbs::link_fsm{owner_, peer, opts_.connect_timeout_ms}))
+    i = links_.emplace(key, std::make_unique<link>(
+                              verbs::link_fsm{owner_, peer, opts_.connect_timeout_ms}, peer,
+                              address))
           .first;
   return *i->second;
 }
@@ -512,7 +542,7 @@ void verbs_backend::destroy_qp(rank_id peer, link& l, const std::string& why) {
     l.window->reset();
   // Completions still in flight for it change nothing now.
   for (auto i = signalled_.begin(); i != signalled_.end();)
-    i = i->second.peer == peer ? signalled_.erase(i) : std::next(i);
+    i = i->second.to == &l ? signalled_.erase(i) : std::next(i);
 }
 
 void verbs_backend::send_hello(rank_id peer, link& l, verbs::hello::kind what, uint64_t epoch) {
@@ -524,7 +554,8 @@ void verbs_backend::send_hello(rank_id peer, link& l, verbs::hello::kind what, u
     h.regions.push_back({r.mem.addr, r.mem.size_bytes, r.mr->rkey});
   if (h.qp.qpn == 0)
     return;  // no queue pair (an update before any connection)
-  outbox_.push_back(transport_control{"verbs", owner_, peer, verbs::encode(h)});
+  outbox_.push_back(transport_control{"verbs", owner_, peer, verbs::encode(h), l.address,
+                                       endpoint().address});
 }
 
 void verbs_backend::fail_link(rank_id peer, link& l, const std::string& reason) {
@@ -617,7 +648,7 @@ void verbs_backend::drive(rank_id peer, link& l) {
       if (signalled) {
         wr.send_flags = IBV_SEND_SIGNALED;
         wr.wr_id = next_wr_id_++;
-        signalled_[wr.wr_id] = {peer, l.qp->qp_num, seq};
+        signalled_[wr.wr_id] = {&l, l.qp->qp_num, seq};
       }
       sge_start.push_back(sges.size());
       for (auto& s : plan.sges)
@@ -677,13 +708,12 @@ void verbs_backend::apply_completions() {
       continue;  // its queue pair was torn down already
     auto info = s->second;
     signalled_.erase(s);
-    auto li = links_.find(info.peer);
-    if (li == links_.end() || li->second->qp == nullptr || li->second->qp->qp_num != c.qp_num)
+    auto& l = *info.to;
+    if (l.qp == nullptr || l.qp->qp_num != c.qp_num)
       continue;
-    auto& l = *li->second;
     if (c.status != IBV_WC_SUCCESS) {
-      fail_link(info.peer, l,
-                "verbs RDMA WRITE to rank " + std::to_string(info.peer) + " failed: "
+      fail_link(l.peer, l,
+                "verbs RDMA WRITE to rank " + std::to_string(l.peer) + " (" + l.address + ") failed: "
                   + ibv_wc_status_str(static_cast<ibv_wc_status>(c.status)) + " (status "
                   + std::to_string(c.status) + ", vendor error " + hex(c.vendor_err) + ") on QP "
                   + hex(c.qp_num) + "; the queue pair is torn down and re-established for later rooms");

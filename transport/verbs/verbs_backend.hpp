@@ -3,6 +3,7 @@
 #include <array>
 #include <atomic>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,7 +36,9 @@ struct verbs_options {
   uint32_t cq_depth = 4096;
 };
 
-/// RDMA WRITE over libibverbs, one RC queue pair per peer rank.
+/// RDMA WRITE over libibverbs on one port, one RC queue pair per peer
+/// endpoint (a rank with several active ports offers one endpoint each:
+/// the verbs row makes one backend per port, a path each).
 ///
 /// Connection data (queue pair, lid/gid, psn, mtu, and the rkeys and ranges
 /// of the memory each end exposes) travels as `transport_control` messages
@@ -61,6 +64,9 @@ public:
 
   /// Devices, ports and limits, or why there are none.
   static backend_availability probe();
+
+  /// Every active (device, port), of `device` only when it is named.
+  static std::vector<std::pair<std::string, uint8_t>> active_ports(const std::string& device);
 
   std::string name() const override;
   backend_caps caps() const override;
@@ -96,9 +102,13 @@ private:
     std::string reason;
   };
 
+  /// One queue pair to one endpoint (port) of one peer rank.
   struct link {
-    explicit link(verbs::link_fsm f) : fsm(std::move(f)) {}
+    link(verbs::link_fsm f, rank_id p, std::string a)
+      : fsm(std::move(f)), peer(p), address(std::move(a)) {}
     verbs::link_fsm fsm;
+    rank_id peer;
+    std::string address;  ///< the peer's endpoint (its device and port)
     ibv_qp* qp = nullptr;
     verbs::qp_address local;
     std::vector<verbs::remote_region> remote;  ///< what the peer exposes
@@ -116,7 +126,7 @@ private:
 
   /// Where a signalled work request's completion lands.
   struct signalled_wr {
-    rank_id peer;
+    link* to;  ///< links live as long as the backend
     uint32_t qp_num;
     uint64_t seq;
   };
@@ -132,7 +142,8 @@ private:
   void fail_link(rank_id peer, link& l, const std::string& reason);
   caf::error plan(const link& l, xfer& x) const;
   void settle(link& l);
-  link& link_to(rank_id peer);
+  /// The link to `peer`'s endpoint `address` (empty: its only one).
+  link& link_to(rank_id peer, const std::string& address);
   const region* local_region(uint64_t addr, uint64_t len) const;
 
   rank_id owner_;
@@ -150,7 +161,9 @@ private:
 
   std::vector<region> regions_;
   region_id next_region_ = 1;
-  std::unordered_map<rank_id, std::unique_ptr<link>> links_;
+  /// By peer rank and its endpoint: a rank with several ports has a queue
+  /// pair from this port to each of its ports it is sent to.
+  std::map<std::pair<rank_id, std::string>, std::unique_ptr<link>> links_;
   std::unordered_map<xfer_id, xfer> xfers_;
   std::unordered_map<uint64_t, signalled_wr> signalled_;
   uint64_t next_wr_id_ = 1;
