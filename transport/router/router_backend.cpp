@@ -86,15 +86,23 @@ caf::error router_backend::deregister_memory(region_id id) {
 }
 
 size_t router_backend::part_index(const endpoint_desc& peer) const {
-  std::vector<size_t> xs;
+  // On every post, the inline ones included: no allocation.
+  auto serves = [&](size_t i) { return !disabled_[i] && parts_[i]->name() == peer.transport; };
+  size_t n = 0, first = parts_.size();
   for (size_t i = 0; i < parts_.size(); ++i)
-    if (!disabled_[i] && parts_[i]->name() == peer.transport)
-      xs.push_back(i);
-  if (xs.empty())
-    return parts_.size();
+    if (serves(i)) {
+      first = n == 0 ? i : first;
+      ++n;
+    }
+  if (n <= 1)
+    return first;
   // Several parts of one transport (one per port): each peer endpoint gets
   // one of them, the same every time, so the peer's ports spread over ours.
-  return xs[std::hash<std::string>{}(peer.address) % xs.size()];
+  auto k = std::hash<std::string>{}(peer.address) % n;
+  for (size_t i = 0; i < parts_.size(); ++i)
+    if (serves(i) && k-- == 0)
+      return i;
+  return first;
 }
 
 const backend* router_backend::part_for(const write_batch& batch) const {
