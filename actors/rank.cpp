@@ -69,7 +69,7 @@ caf::error rank::start() {
                        inbox,         cfg_.chaos,  worker_,   rt_.members(), trust_,
                        rt_.registry(), rt_.registry_host_, rt_.registry_port_,
                        ref_.side == role::decode ? data_plane_ : nullptr, cfg_.parallel,
-                       metrics_,      to_string(cfg_.integrity)};
+                       metrics_,      to_string(cfg_.integrity), rt_.registration_wait_ms()};
   manager_ = sys.spawn(kv_manager, std::move(mp));
   // Peers link to the manager directly on its own control endpoint; the
   // registry only says where it is.
@@ -117,7 +117,9 @@ caf::error rank::start() {
   // moved with the timeout and is gone with this).
   caf::scoped_actor registrar{sys};
   registrar
-    ->request(manager_, std::chrono::milliseconds(2 * cfg_.limits.query_timeout_ms + 500),
+    ->request(manager_,
+              std::chrono::milliseconds(std::max(2 * cfg_.limits.query_timeout_ms + 500,
+                                                 rt_.registration_wait_ms() + 1000)),
               join_atom::value, control_host, control_port)
     .receive([](caf::ok_atom) {},
              [&](caf::error& err) {

@@ -14,6 +14,7 @@
 #include "kvroom/actors/control/bootstrap_registry.hpp"
 #include "kvroom/actors/control/control_door.hpp"
 #include "kvroom/actors/control/control_endpoint.hpp"
+#include "kvroom/actors/control/etcd/etcd_directory.hpp"
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/actors/control/membership.hpp"
 #include "kvroom/actors/quiet_clock.hpp"
@@ -152,6 +153,25 @@ caf::error runtime::connect_registry(const std::string& host, uint16_t port,
   return make_error(errc::unavailable, "bootstrap registry " + host + ":" + std::to_string(port)
                                          + " unreachable for " + std::to_string(timeout_ms)
                                          + " ms: " + last);
+}
+
+caf::error runtime::use_directory(etcd_directory_options opts, uint32_t timeout_ms) {
+  if (!sys_->has_middleman())
+    return make_error(errc::invalid_config,
+                      "a directory on etcd needs runtime_options.network");
+  if (live_ranks_ > 0)
+    return make_error(errc::invalid_config, "choose the directory before adding ranks");
+  auto wait = opts.lease_ttl_ms + 2 * opts.etcd.request_timeout_ms + 3000;
+  auto dir = spawn_etcd_directory(*sys_, std::move(opts), members_, timeout_ms);
+  if (!dir)
+    return dir.error();
+  if (registry_.node() == sys_->node())
+    stop_local_registry();
+  registry_ = std::move(*dir);
+  registry_host_.clear();
+  registry_port_ = 0;
+  registration_wait_ms_ = wait;
+  return caf::none;
 }
 
 caf::expected<std::unique_ptr<rank>> runtime::add_rank(rank_config cfg) {

@@ -19,6 +19,7 @@ namespace kvroom {
 
 class rank;
 class membership;
+struct etcd_directory_options;
 
 /// How an owned actor system is set up.
 struct runtime_options {
@@ -115,6 +116,19 @@ public:
   caf::error connect_registry(const std::string& host, uint16_t port,
                               uint32_t timeout_ms = 30'000);
 
+  /// Uses a directory on etcd instead of a registry process
+  /// (`--directory=etcd://...`): every rank of this runtime keeps its entry
+  /// under `opts.prefix` on this process's lease and watches the prefix.
+  /// Needs `network`. Retries reaching etcd until `timeout_ms` passes.
+  caf::error use_directory(etcd_directory_options opts, uint32_t timeout_ms = 30'000);
+
+  /// How long a rank of this runtime may wait for its registration: a
+  /// directory on etcd holds a dead rank's id and place until its lease
+  /// expires, and a replacement waits that long.
+  uint32_t registration_wait_ms() const noexcept {
+    return registration_wait_ms_;
+  }
+
 private:
   friend class rank;
 
@@ -132,6 +146,7 @@ private:
   std::unique_ptr<detail::control_door> door_;
   std::string registry_host_;
   uint16_t registry_port_ = 0;
+  uint32_t registration_wait_ms_ = 0;
   std::shared_ptr<const membership> members_;
   size_t live_ranks_ = 0;
 };

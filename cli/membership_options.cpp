@@ -4,6 +4,10 @@
 
 #include <unistd.h>
 
+#include <fstream>
+#include <sstream>
+
+#include "kvroom/actors/control/etcd/etcd_directory.hpp"
 #include "kvroom/messages/error.hpp"
 
 namespace kvroom::cli {
@@ -47,6 +51,45 @@ caf::error join_options::apply(const std::string& command, runtime_options& opts
                command.c_str());
   opts.secret = deployment_secret{};
   return caf::none;
+}
+
+void directory_cli_options::add_to(caf::config_option_adder& group) {
+  group.add(directory, "directory", "etcd://host:port[,host:port...] (etcds:// for TLS): the "
+                                    "deployment's directory on etcd instead of a registry")
+    .add(prefix, "directory-prefix", "the deployment's key prefix in etcd")
+    .add(lease_ttl_ms, "lease-ttl-ms", "etcd: a process that stops renewing its lease is gone "
+                                       "this long after (whole seconds, at least 2 s)")
+    .add(etcd_cacert, "etcd-cacert", "etcd TLS: the CA of etcd's certificates")
+    .add(etcd_cert, "etcd-cert", "etcd TLS: this client's certificate (if etcd asks)")
+    .add(etcd_key, "etcd-key", "etcd TLS: its key")
+    .add(etcd_user, "etcd-user", "etcd auth: user name")
+    .add(etcd_password_file, "etcd-password-file", "etcd auth: a file holding the password");
+}
+
+caf::error directory_cli_options::apply(runtime& rt) const {
+  auto url = parse_etcd_url(directory);
+  if (!url)
+    return url.error();
+  etcd_directory_options opts;
+  opts.etcd = std::move(*url);
+  opts.etcd.cacert = etcd_cacert;
+  opts.etcd.cert = etcd_cert;
+  opts.etcd.key = etcd_key;
+  opts.etcd.user = etcd_user;
+  if ((etcd_cert.empty()) != (etcd_key.empty()))
+    return make_error(errc::invalid_config, "--etcd-cert and --etcd-key go together");
+  if (!etcd_user.empty()) {
+    std::ifstream in{etcd_password_file};
+    if (etcd_password_file.empty() || !in)
+      return make_error(errc::invalid_config,
+                        "--etcd-user needs a readable --etcd-password-file");
+    std::getline(in, opts.etcd.password);
+  }
+  if (lease_ttl_ms < 1 || lease_ttl_ms > 3'600'000)
+    return make_error(errc::invalid_argument, "--lease-ttl-ms must be in [1, 3600000]");
+  opts.prefix = prefix;
+  opts.lease_ttl_ms = static_cast<uint32_t>(lease_ttl_ms);
+  return rt.use_directory(std::move(opts));
 }
 
 } // namespace kvroom::cli

@@ -28,4 +28,28 @@ struct join_options {
   caf::error apply(const std::string& command, runtime_options& opts) const;
 };
 
+/// Where the deployment's directory lives when it is not a registry
+/// process: etcd, with etcd's own TLS and auth.
+struct directory_cli_options {
+  std::string directory;
+  std::string prefix = "/kvroom/default";
+  int64_t lease_ttl_ms = 5000;
+  std::string etcd_cacert;
+  std::string etcd_cert;
+  std::string etcd_key;
+  std::string etcd_user;
+  std::string etcd_password_file;
+
+  /// Adds --directory, --directory-prefix, --lease-ttl-ms, --etcd-cacert,
+  /// --etcd-cert, --etcd-key, --etcd-user, --etcd-password-file.
+  void add_to(caf::config_option_adder& group);
+
+  bool on_etcd() const noexcept {
+    return !directory.empty();
+  }
+
+  /// Points `rt` at etcd (parses the URL, reads the password file).
+  caf::error apply(runtime& rt) const;
+};
+
 } // namespace kvroom::cli

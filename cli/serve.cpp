@@ -1,6 +1,7 @@
 // `kvroom serve`: one rank in its own process. It joins the deployment
 // through the bootstrap registry (`kvroom registry`, or published by one
-// prefill rank with --publish-registry; reached with retry and backoff),
+// prefill rank with --publish-registry; reached with retry and backoff) or
+// a directory on etcd (--directory=etcd://...),
 // proves membership with the deployment secret, links to its peers
 // directly, registers host KV buffers, offers
 // its data plane (local, tcp) and then runs a synthetic scheduler over a
@@ -52,6 +53,7 @@ public:
   int64_t metrics_port = -1;
   std::string metrics_host;
   join_options join;
+  directory_cli_options directory;
   int64_t heartbeat_ms = 100;
   int64_t threads = 0;
   bool caf_clock = false;
@@ -87,6 +89,7 @@ public:
   serve_config() {
     opt_group group{custom_options_, "global"};
     join.add_to(group);
+    directory.add_to(group);
     parallel.add_to(group);
     group.add(role, "role", "prefill or decode")
       .add(dp, "dp", "data-parallel rank")
@@ -186,8 +189,10 @@ int run_serve(int argc, char** argv) {
     return 0;
   if (cfg.role != "prefill" && cfg.role != "decode")
     return bad("--role must be prefill or decode");
-  if (cfg.bootstrap_port <= 0 || cfg.bootstrap_port > 65535)
-    return bad("--bootstrap-port is required");
+  if (!cfg.directory.on_etcd() && (cfg.bootstrap_port <= 0 || cfg.bootstrap_port > 65535))
+    return bad("--bootstrap-port (or --directory) is required");
+  if (cfg.directory.on_etcd() && cfg.publish_registry)
+    return bad("--publish-registry and --directory exclude each other");
   if (cfg.publish_registry && cfg.role != "prefill")
     return bad("the registry is published by a prefill rank");
   if (cfg.metrics_port < -1 || cfg.metrics_port > 65535)
@@ -226,7 +231,10 @@ int run_serve(int argc, char** argv) {
   rank_ref me;
   {
     runtime rt{sys, 4096, std::move(opts.secret)};
-    if (cfg.publish_registry) {
+    if (cfg.directory.on_etcd()) {
+      if (auto err = cfg.directory.apply(rt))
+        return bad(describe(err));
+    } else if (cfg.publish_registry) {
       auto port = rt.publish_registry(static_cast<uint16_t>(cfg.bootstrap_port),
                                       cfg.bootstrap_host);
       if (!port)

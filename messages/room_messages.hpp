@@ -470,11 +470,19 @@ struct rank_down {
   rank_ref rank;
   std::string reason;
   bool orderly = false;  ///< it shut down in order
+  /// The directory's word is final: etcd deleted the rank's entry (its
+  /// lease expired, or it left), so its id and place are free for a
+  /// replacement. Linked peers count it lost too; without it (the built-in
+  /// registry) a linked peer's own monitor decides.
+  bool final = false;
+  /// The incarnation that is gone (0: whichever is known).
+  uint64_t incarnation = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_down& x) {
-  return f(caf::meta::type_name("kvroom.rank_down"), x.rank, x.reason, x.orderly);
+  return f(caf::meta::type_name("kvroom.rank_down"), x.rank, x.reason, x.orderly, x.final,
+           x.incarnation);
 }
 
 /// The registry's full view, pushed on every change.

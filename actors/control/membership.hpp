@@ -62,6 +62,12 @@ public:
                        joiner_incarnation, acceptor);
   }
 
+  /// A rank's entry in an external directory (etcd): its key, the lease it
+  /// lives on (so a copy cannot outlive the rank) and its bytes.
+  mac_tag directory_proof(const std::string& key, int64_t lease, const std::string& entry) const {
+    return secret_.mac("kvroom/directory/v1", key, lease, entry);
+  }
+
   static bool matches(const mac_tag& got, const mac_tag& want) noexcept {
     return deployment_secret::equal(got, want);
   }

@@ -81,6 +81,7 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
   st.data_plane = params.data_plane;
   st.registry_host = params.registry_host;
   st.registry_port = params.registry_port;
+  st.registration_wait_ms = params.registration_wait_ms;
   // A stranger can start handshakes it never finishes: bounded, expiring.
   st.accepting.emplace(1024, 5000);
   st.peers.emplace(params.self.id, st.timing.lost_window_ms());

@@ -62,6 +62,7 @@ struct kv_manager_state {
   /// Where to reach the registry again (port 0: in this process, no retry).
   std::string registry_host;
   uint16_t registry_port = 0;
+  uint32_t registration_wait_ms = 0;
   /// Set while rank::start waits for the first registration.
   std::optional<caf::response_promise> joining_rank;
   bool registered = false;
@@ -114,6 +115,9 @@ struct kv_manager_params {
   std::shared_ptr<rank_metrics> metrics;
   /// The rank's integrity check ("off", "xxh3"), as its entry says.
   std::string integrity = "off";
+  /// How long a registration may take (0: the link timeout): a directory
+  /// on etcd makes a replacement wait for its predecessor's lease.
+  uint32_t registration_wait_ms = 0;
 };
 
 /// One rank's KV manager: routes destinations, parts and failures to room

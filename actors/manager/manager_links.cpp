@@ -177,7 +177,9 @@ void start_registration(manager_ptr self) {
   }
   auto mine = make_nonce();
   auto registry = st.registry;
-  auto timeout = link_timeout(self);
+  auto timeout = st.registration_wait_ms > 0
+                   ? std::chrono::milliseconds(st.registration_wait_ms)
+                   : link_timeout(self);
   self->request(registry, timeout, registry_hello{mine})
     .then(
       [=](registry_challenge& c) {

@@ -67,10 +67,35 @@ void on_directory(manager_ptr self, directory_update& msg) {
 
 void on_rank_down(manager_ptr self, rank_down& msg) {
   auto& st = self->state;
+  auto e = st.peers->find(msg.rank.id);
+  bool same = e && (msg.incarnation == 0 || e->incarnation == msg.incarnation);
+  // etcd's word is final: the rank's lease is gone, and with it its claim
+  // to its id and place, whatever our link says.
+  if (msg.final) {
+    if (auto listed = st.peers->listed(msg.rank.id);
+        listed && (msg.incarnation == 0 || listed->incarnation == msg.incarnation)) {
+      st.peers->unlist(msg.rank.id);
+      st.joining.erase(msg.rank.id);
+    }
+    if (same) {
+      if (auto peer = st.peers->take_peer(msg.rank.id))
+        self->demonitor(peer->manager);
+      on_peer_down(self, *e, msg.reason, msg.orderly);
+    } else if (!e) {
+      // Never linked: remembered as lost all the same, so a room that
+      // names it fails at once instead of at its timeout.
+      logger()->debug("{}: rank {} left the directory: {}", to_string(me(self)),
+                      to_string(msg.rank), msg.reason);
+      st.peers->lose(peer_lost{msg.rank, "rank " + to_string(msg.rank) + " lost: " + msg.reason},
+                     room_timing::now());
+      count_peers(self);
+    }
+    return;
+  }
   // A peer we linked to directly: our own monitor of that link decides.
   // The registry losing its connection to a rank says nothing about ours
   // (a restarting registry, a registry node's flaky network).
-  if (auto e = st.peers->find(msg.rank.id); e && e->control_port != 0) {
+  if (e && e->control_port != 0) {
     logger()->debug("{}: the registry lost {}; our link to it decides", to_string(me(self)),
                     to_string(msg.rank));
     return;

@@ -1,0 +1,520 @@
+#include "kvroom/actors/control/etcd/etcd_directory.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "caf/all.hpp"
+
+#include "kvroom/actors/control/directory_rules.hpp"
+#include "kvroom/actors/control/etcd/signed_entry.hpp"
+#include "kvroom/actors/control/registration_door.hpp"
+#include "kvroom/actors/logging.hpp"
+#include "kvroom/actors/room/room_timing.hpp"
+#include "kvroom/messages/error.hpp"
+
+namespace kvroom::detail {
+
+/// Watch thread -> directory: what changed under the prefix.
+struct etcd_changes {
+  std::vector<etcd_event> events;
+};
+
+/// Watch thread -> directory: the whole prefix, read again (the watch's
+/// start revision was compacted away).
+struct etcd_snapshot {
+  etcd_gateway::range_result all;
+};
+
+} // namespace kvroom::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::detail::etcd_changes)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::detail::etcd_snapshot)
+
+namespace kvroom {
+
+namespace {
+
+using detail::etcd_changes;
+using detail::etcd_snapshot;
+
+using renew_atom = caf::atom_constant<caf::atom("renew")>;
+using retry_atom = caf::atom_constant<caf::atom("retry")>;
+
+/// Streams the prefix's changes to the directory actor from its own thread,
+/// resuming where it stopped on another member when one goes away.
+class prefix_watch {
+public:
+  prefix_watch(etcd_options opts, std::string prefix, int64_t from, caf::actor target)
+    : client_(std::move(opts)), prefix_(std::move(prefix)), next_(from),
+      target_(std::move(target)) {
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~prefix_watch() {
+    stop();
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    client_.cancel();
+    if (thread_.joinable())
+      thread_.join();
+    target_ = nullptr;
+  }
+
+private:
+  void run() {
+    uint32_t backoff_ms = 50;
+    std::minstd_rand rng{std::random_device{}()};
+    while (!stopping()) {
+      auto next = client_.watch(prefix_, next_, 30'000, [&](std::vector<etcd_event>& xs) {
+        caf::anon_send(target_, etcd_changes{std::move(xs)});
+      });
+      if (stopping())
+        return;
+      if (next) {
+        next_ = *next;
+        backoff_ms = 50;
+        continue;
+      }
+      auto why = describe(next.error());
+      if (why.find("compacted") != std::string::npos) {
+        if (auto all = client_.range_prefix(prefix_)) {
+          next_ = all->revision + 1;
+          caf::anon_send(target_, etcd_snapshot{std::move(*all)});
+          continue;
+        }
+      }
+      logger()->debug("etcd directory: watch of {} interrupted ({}); again in {} ms", prefix_,
+                      why, backoff_ms);
+      // Jittered: every rank of a deployment sees the same member go.
+      std::unique_lock<std::mutex> guard{mtx_};
+      cv_.wait_for(guard, std::chrono::milliseconds(backoff_ms / 2 + rng() % backoff_ms),
+                   [&] { return stopping_; });
+      backoff_ms = std::min<uint32_t>(backoff_ms * 2, 1000);
+    }
+  }
+
+  bool stopping() {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return stopping_;
+  }
+
+  etcd_gateway client_;
+  std::string prefix_;
+  int64_t next_;
+  caf::actor target_;
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+struct local_rank {
+  rank_entry entry;
+  caf::actor manager;
+};
+
+/// A registration waiting for an id or place whose holder's lease may be
+/// about to expire.
+struct waiting_registration {
+  rank_entry entry;
+  caf::response_promise promise;
+  uint64_t deadline_ms = 0;
+};
+
+struct etcd_directory_state {
+  etcd_directory_options opts;
+  std::shared_ptr<const membership> members;
+  std::unique_ptr<etcd_gateway> client;
+  std::unique_ptr<signed_entry_codec> codec;
+  std::optional<registration_door> door;
+  int64_t lease = 0;
+  int64_t ttl_s = 0;
+  /// Verified entries as etcd holds them, by rank id.
+  std::map<rank_id, rank_entry> table;
+  std::map<rank_id, local_rank> locals;
+  std::map<rank_id, waiting_registration> waiting;
+  std::shared_ptr<prefix_watch> watch;
+  uint64_t unverified = 0;
+  uint64_t last_unverified_log_ms = 0;
+  uint64_t renew_failures = 0;
+  std::minstd_rand rng{std::random_device{}()};
+
+  static inline const char* name = "kvroom.etcd_directory";
+};
+
+using self_ptr = caf::stateful_actor<etcd_directory_state>*;
+
+uint64_t now_ms() {
+  return monotonic_ms();
+}
+
+directory_update view(self_ptr self) {
+  directory_update out;
+  for (auto& kvp : self->state.table)
+    out.ranks.push_back(kvp.second);
+  return out;
+}
+
+void broadcast(self_ptr self) {
+  auto msg = view(self);
+  for (auto& kvp : self->state.locals)
+    self->send(kvp.second.manager, msg);
+}
+
+void note_unverified(self_ptr self, const caf::error& why) {
+  auto& st = self->state;
+  ++st.unverified;
+  auto now = now_ms();
+  if (now - st.last_unverified_log_ms >= 1000) {
+    st.last_unverified_log_ms = now;
+    logger()->warn("etcd directory: ignored {} ({} such entries so far)", describe(why),
+                   st.unverified);
+  }
+}
+
+std::vector<rank_entry> verified(self_ptr self, const std::vector<etcd_kv>& kvs) {
+  std::vector<rank_entry> out;
+  for (auto& kv : kvs) {
+    if (auto e = self->state.codec->decode(kv))
+      out.push_back(std::move(*e));
+    else
+      note_unverified(self, e.error());
+  }
+  return out;
+}
+
+/// One admission: the rules over what etcd holds now, then a put that only
+/// lands if nothing under the prefix changed since that read. Returns the
+/// live entries it decided from (with `entry` in them) or why not.
+caf::expected<std::vector<rank_entry>> admit(self_ptr self, const rank_entry& entry) {
+  auto& st = self->state;
+  auto key = st.codec->key_of(entry.rank.id);
+  auto value = st.codec->encode(entry, st.lease);
+  for (uint32_t attempt = 0; attempt < 64; ++attempt) {
+    auto all = st.client->range_prefix(st.codec->ranks_prefix());
+    if (!all)
+      return all.error();
+    auto live = verified(self, all->kvs);
+    if (auto no = admission_refusal(live, entry, st.opts.max_ranks))
+      return make_error(no->code, no->why);
+    auto put = st.client->put_if_unchanged(st.codec->ranks_prefix(), all->revision, key, value,
+                                           st.lease);
+    if (!put)
+      return put.error();
+    if (*put) {
+      live.erase(std::remove_if(live.begin(), live.end(),
+                                [&](auto& e) { return e.rank.id == entry.rank.id; }),
+                 live.end());
+      live.push_back(entry);
+      live.back().manager = nullptr;
+      return live;
+    }
+    // Another rank registered meanwhile (many start at once): decide again
+    // from what is there now, after a jittered pause that grows.
+    auto cap = 2u << std::min<uint32_t>(attempt, 5);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1 + st.rng() % cap));
+  }
+  return make_error(errc::unavailable,
+                    "the directory kept changing under 64 registration attempts");
+}
+
+/// Whether a refusal may clear by itself: the holder of the id or place is
+/// on a lease that expires unless it is renewed.
+bool may_clear(const caf::error& err) {
+  return is(err, errc::invalid_config)
+         && (describe(err).find("is held by the live") != std::string::npos
+             || describe(err).find("takes the place of the live") != std::string::npos);
+}
+
+void merge(self_ptr self, const std::vector<rank_entry>& live) {
+  bool changed = false;
+  for (auto& e : live) {
+    auto& slot = self->state.table[e.rank.id];
+    changed = changed || slot.incarnation != e.incarnation || slot.rank.id != e.rank.id;
+    slot = e;
+  }
+  if (changed)
+    broadcast(self);
+}
+
+void try_waiting(self_ptr self, rank_id id) {
+  auto& st = self->state;
+  auto i = st.waiting.find(id);
+  if (i == st.waiting.end())
+    return;
+  auto& w = i->second;
+  auto res = admit(self, w.entry);
+  if (!res && may_clear(res.error()) && now_ms() < w.deadline_ms) {
+    self->delayed_send(self, std::chrono::milliseconds(250), retry_atom::value, id);
+    return;
+  }
+  auto promise = std::move(w.promise);
+  auto entry = std::move(w.entry);
+  st.waiting.erase(i);
+  if (!res) {
+    logger()->warn("etcd directory: registration refused: {}", describe(res.error()));
+    promise.deliver(make_error(static_cast<errc>(res.error().code()),
+                               "registration refused: " + describe(res.error())));
+    return;
+  }
+  logger()->debug("etcd directory: {} registered under {}", to_string(entry.rank),
+                  st.codec->key_of(id));
+  auto manager = entry.manager;
+  self->monitor(manager);
+  st.locals[id] = local_rank{entry, manager};
+  // The rank's reply is the directory as it was decided from; the watch
+  // brings the same changes to everyone else.
+  merge(self, *res);
+  promise.deliver(view(self));
+}
+
+/// `gone` left the directory: out of the table, and every local manager
+/// hears it is gone for good. False when the table holds another
+/// incarnation (or nothing) under its id.
+bool forget(self_ptr self, const rank_entry& gone) {
+  auto& st = self->state;
+  auto i = st.table.find(gone.rank.id);
+  if (i == st.table.end() || i->second.incarnation != gone.incarnation)
+    return false;
+  st.table.erase(i);
+  rank_down note{gone.rank, "its entry in the etcd directory is gone (lease expired, or it left)",
+                 false, true, gone.incarnation};
+  logger()->debug("etcd directory: {} left the directory", to_string(gone.rank));
+  for (auto& kvp : st.locals)
+    if (kvp.first != gone.rank.id)
+      self->send(kvp.second.manager, note);
+  return true;
+}
+
+void apply(self_ptr self, std::vector<etcd_event>& events) {
+  auto& st = self->state;
+  bool changed = false;
+  for (auto& ev : events) {
+    if (!ev.deleted) {
+      auto e = st.codec->decode(ev.kv);
+      if (!e) {
+        // A forged or foreign value: routes stay as they were verified.
+        note_unverified(self, e.error());
+        continue;
+      }
+      auto& slot = st.table[e->rank.id];
+      changed = changed || slot.incarnation != e->incarnation || slot.rank.id != e->rank.id
+                || slot.control_port != e->control_port;
+      slot = std::move(*e);
+      continue;
+    }
+    if (!ev.prev)
+      continue;
+    if (auto gone = st.codec->decode(*ev.prev))
+      changed = forget(self, *gone) || changed;
+  }
+  if (changed)
+    broadcast(self);
+}
+
+void reset(self_ptr self, etcd_gateway::range_result& all) {
+  auto& st = self->state;
+  std::map<rank_id, rank_entry> fresh;
+  for (auto& e : verified(self, all.kvs))
+    fresh[e.rank.id] = std::move(e);
+  // Deleted while the watch was away: as if the watch had said so.
+  std::vector<rank_entry> gone;
+  for (auto& kvp : st.table) {
+    auto i = fresh.find(kvp.first);
+    if (i == fresh.end() || i->second.incarnation != kvp.second.incarnation)
+      gone.push_back(kvp.second);
+  }
+  for (auto& e : gone)
+    forget(self, e);
+  for (auto& kvp : fresh)
+    st.table[kvp.first] = kvp.second;
+  broadcast(self);
+}
+
+void renew(self_ptr self) {
+  auto& st = self->state;
+  auto period = std::chrono::milliseconds(std::max<int64_t>(300, st.ttl_s * 1000 / 3));
+  auto left = st.client->keep_alive(st.lease);
+  if (!left) {
+    if (st.renew_failures++ % 5 == 0)
+      logger()->warn("etcd directory: cannot renew lease {:x} ({}); retrying", st.lease,
+                     describe(left.error()));
+    self->delayed_send(self, period / 3, renew_atom::value);
+    return;
+  }
+  st.renew_failures = 0;
+  if (*left > 0) {
+    self->delayed_send(self, period, renew_atom::value);
+    return;
+  }
+  // Cut off from etcd longer than the TTL: every peer has counted this
+  // process's ranks gone. A new lease, and each rank registers again.
+  logger()->error("etcd directory: lease {:x} expired; peers count this process's {} ranks "
+                  "lost; registering them again",
+                  st.lease, st.locals.size());
+  auto lease = st.client->grant(st.ttl_s);
+  if (!lease) {
+    self->delayed_send(self, period / 3, renew_atom::value);
+    return;
+  }
+  st.lease = *lease;
+  for (auto& kvp : st.locals) {
+    auto res = admit(self, kvp.second.entry);
+    if (res)
+      merge(self, *res);
+    else
+      logger()->error("etcd directory: {} cannot register again: {}",
+                      to_string(kvp.second.entry.rank), describe(res.error()));
+  }
+  self->delayed_send(self, period, renew_atom::value);
+}
+
+caf::behavior etcd_directory(caf::stateful_actor<etcd_directory_state>* self,
+                             etcd_directory_options opts,
+                             std::shared_ptr<const membership> members, int64_t lease,
+                             etcd_gateway::range_result initial) {
+  auto& st = self->state;
+  st.opts = std::move(opts);
+  st.members = std::move(members);
+  st.client = std::make_unique<etcd_gateway>(st.opts.etcd);
+  st.codec = std::make_unique<signed_entry_codec>(self->system(), st.opts.prefix, st.members);
+  st.door.emplace(st.members, 64);
+  st.lease = lease;
+  st.ttl_s = std::max<int64_t>(2, (st.opts.lease_ttl_ms + 999) / 1000);
+  for (auto& e : verified(self, initial.kvs))
+    st.table[e.rank.id] = std::move(e);
+  st.watch = std::make_shared<prefix_watch>(st.opts.etcd, st.codec->ranks_prefix(),
+                                            initial.revision + 1, caf::actor{self});
+  // On the way out (the runtime ends): the watch stops, the lease goes and
+  // every entry on it with it, so peers learn at once instead of a TTL later.
+  auto watch = st.watch;
+  self->attach_functor([watch] { watch->stop(); });
+  self->set_exit_handler([=](caf::exit_msg& msg) {
+    auto& sender = self->current_sender();
+    if (!sender || sender->node() != self->node() || msg.source.node() != self->node())
+      return;
+    auto& st = self->state;
+    st.watch->stop();
+    etcd_options quick = st.opts.etcd;
+    quick.request_timeout_ms = std::min<uint32_t>(quick.request_timeout_ms, 1000);
+    etcd_gateway{quick}.revoke(st.lease);
+    self->quit(msg.reason);
+  });
+  self->set_down_handler([=](caf::down_msg& msg) {
+    auto& st = self->state;
+    for (auto i = st.locals.begin(); i != st.locals.end(); ++i) {
+      if (i->second.manager.address() != msg.source)
+        continue;
+      // The rank closed (or its manager died): its entry goes; peers hear
+      // of it through the watch like everyone else.
+      if (auto err = st.client->delete_if_lease(st.codec->key_of(i->first), st.lease))
+        logger()->warn("etcd directory: cannot remove {}: {}", to_string(i->second.entry.rank),
+                       describe(err));
+      st.locals.erase(i);
+      return;
+    }
+  });
+  self->delayed_send(self, std::chrono::milliseconds(std::max<int64_t>(300, st.ttl_s * 1000 / 3)),
+                     renew_atom::value);
+  return {
+    [=](registry_hello& msg) -> caf::result<registry_challenge> {
+      auto& sender = self->current_sender();
+      // Only this process's managers register here.
+      if (!sender || sender->node() != self->node())
+        return make_error(errc::unauthorized, "registration from another process");
+      auto out = self->state.door->hello(sender->address(), msg.nonce, now_ms());
+      if (!out)
+        return out.error();
+      return std::move(*out);
+    },
+    [=](register_rank& msg) -> caf::result<directory_update> {
+      auto& st = self->state;
+      auto& sender = self->current_sender();
+      if (!sender || sender->node() != self->node())
+        return make_error(errc::unauthorized, "registration from another process");
+      if (auto err = st.door->check(sender->address(), msg, now_ms()))
+        return err;
+      auto& entry = msg.entry;
+      if (entry.control_port == 0)
+        return make_error(errc::invalid_config,
+                          to_string(entry.rank) + " has no control endpoint: the etcd "
+                          "directory needs ranks on the network (runtime_options.network)");
+      entry.manager = caf::actor_cast<caf::actor>(sender);
+      auto id = entry.rank.id;
+      if (st.waiting.count(id) > 0)
+        return make_error(errc::invalid_config,
+                          "rank id " + std::to_string(id) + " is registering already");
+      // A holder whose process died keeps its id and place until its lease
+      // expires: wait that long before refusing.
+      auto& w = st.waiting[id];
+      w.entry = entry;
+      w.promise = self->make_response_promise();
+      w.deadline_ms = now_ms() + static_cast<uint64_t>(st.ttl_s) * 1000 + 1000;
+      auto promise = w.promise;
+      try_waiting(self, id);
+      return promise;
+    },
+    [=](retry_atom, rank_id id) { try_waiting(self, id); },
+    [=](etcd_changes& msg) {
+      if (self->current_sender() && self->current_sender()->node() != self->node())
+        return;
+      apply(self, msg.events);
+    },
+    [=](etcd_snapshot& msg) {
+      if (self->current_sender() && self->current_sender()->node() != self->node())
+        return;
+      reset(self, msg.all);
+    },
+    [=](renew_atom) { renew(self); },
+  };
+}
+
+} // namespace
+
+caf::expected<caf::actor> spawn_etcd_directory(caf::actor_system& sys,
+                                               etcd_directory_options opts,
+                                               std::shared_ptr<const membership> members,
+                                               uint32_t timeout_ms) {
+  if (opts.etcd.endpoints.empty())
+    return make_error(errc::invalid_config, "the etcd directory needs at least one member");
+  if (opts.prefix.empty() || opts.prefix.back() == '/')
+    return make_error(errc::invalid_argument,
+                      "directory prefix '" + opts.prefix + "' must be non-empty without a "
+                      "trailing '/'");
+  etcd_gateway client{opts.etcd};
+  signed_entry_codec codec{sys, opts.prefix, members};
+  auto ttl_s = std::max<int64_t>(2, (opts.lease_ttl_ms + 999) / 1000);
+  auto deadline = now_ms() + timeout_ms;
+  uint32_t backoff = 50;
+  for (;;) {
+    caf::error err;
+    if (auto lease = client.grant(ttl_s)) {
+      if (auto all = client.range_prefix(codec.ranks_prefix())) {
+        logger()->info("etcd directory: {} at {} (lease {:x}, {} s)", opts.prefix,
+                       client.current_endpoint(), *lease, ttl_s);
+        return sys.spawn<caf::detached>(etcd_directory, std::move(opts), std::move(members),
+                                        *lease, std::move(*all));
+      } else {
+        err = std::move(all.error());
+      }
+    } else {
+      err = std::move(lease.error());
+    }
+    if (is(err, errc::unauthorized) || is(err, errc::invalid_argument) || now_ms() + backoff > deadline)
+      return make_error(static_cast<errc>(err.code()),
+                        "etcd directory: " + describe(err));
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff));
+    backoff = std::min<uint32_t>(backoff * 2, 1000);
+  }
+}
+
+} // namespace kvroom

@@ -1,0 +1,426 @@
+#include "kvroom/actors/control/etcd/etcd_gateway.hpp"
+
+#include <httplib.h>
+#include <openssl/evp.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kvroom/messages/error.hpp"
+
+namespace kvroom {
+
+namespace {
+
+using json = nlohmann::json;
+
+int64_t as_int(const json& j, const char* field) {
+  // int64 fields come as strings; absent means 0 (proto3 omits defaults).
+  auto i = j.find(field);
+  if (i == j.end() || i->is_null())
+    return 0;
+  if (i->is_string())
+    return std::stoll(i->get<std::string>());
+  return i->get<int64_t>();
+}
+
+etcd_kv read_kv(const json& j) {
+  etcd_kv out;
+  out.key = base64_decode(j.value("key", std::string{})).value_or(std::string{});
+  out.value = base64_decode(j.value("value", std::string{})).value_or(std::string{});
+  out.create_revision = as_int(j, "create_revision");
+  out.mod_revision = as_int(j, "mod_revision");
+  out.lease = as_int(j, "lease");
+  return out;
+}
+
+std::string error_text(const std::string& body) {
+  auto j = json::parse(body, nullptr, false);
+  if (j.is_object()) {
+    if (j.contains("message") && j["message"].is_string())
+      return j["message"].get<std::string>();
+    if (j.contains("error") && j["error"].is_string())
+      return j["error"].get<std::string>();
+  }
+  return body.substr(0, 200);
+}
+
+/// grpc codes a call survives by asking another member: unavailable,
+/// deadline exceeded, and what etcd says while it has no leader.
+bool try_elsewhere(const std::string& body) {
+  auto j = json::parse(body, nullptr, false);
+  auto code = j.is_object() ? j.value("code", 0) : 0;
+  auto text = error_text(body);
+  return code == 14 || code == 4 || text.find("leader") != std::string::npos
+         || text.find("timed out") != std::string::npos;
+}
+
+bool auth_failed(int status, const std::string& body) {
+  auto text = error_text(body);
+  return status == 401 || text.find("invalid auth token") != std::string::npos
+         || text.find("user name is empty") != std::string::npos;
+}
+
+} // namespace
+
+std::string base64_encode(const std::string& bytes) {
+  std::string out(4 * ((bytes.size() + 2) / 3), '\0');
+  auto n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                           reinterpret_cast<const unsigned char*>(bytes.data()),
+                           static_cast<int>(bytes.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+std::optional<std::string> base64_decode(const std::string& text) {
+  if (text.size() % 4 != 0)
+    return std::nullopt;
+  if (text.empty())
+    return std::string{};
+  std::string out(3 * text.size() / 4, '\0');
+  auto n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                           reinterpret_cast<const unsigned char*>(text.data()),
+                           static_cast<int>(text.size()));
+  if (n < 0)
+    return std::nullopt;
+  // EVP_DecodeBlock counts padding as zero bytes.
+  size_t pad = text[text.size() - 1] == '=' ? (text[text.size() - 2] == '=' ? 2 : 1) : 0;
+  out.resize(static_cast<size_t>(n) - pad);
+  return out;
+}
+
+std::string prefix_end(std::string prefix) {
+  while (!prefix.empty()) {
+    auto& c = prefix.back();
+    if (static_cast<unsigned char>(c) < 0xff) {
+      c = static_cast<char>(static_cast<unsigned char>(c) + 1);
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::string(1, '\0'); // every key
+}
+
+caf::expected<etcd_options> parse_etcd_url(const std::string& url) {
+  etcd_options out;
+  std::string rest;
+  if (url.rfind("etcd://", 0) == 0) {
+    rest = url.substr(7);
+  } else if (url.rfind("etcds://", 0) == 0) {
+    out.tls = true;
+    rest = url.substr(8);
+  } else {
+    return make_error(errc::invalid_argument,
+                      "directory '" + url + "': expected etcd://host:port[,host:port...] "
+                      "(or etcds:// for TLS)");
+  }
+  size_t from = 0;
+  while (from <= rest.size()) {
+    auto comma = rest.find(',', from);
+    auto item = rest.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+    auto colon = item.rfind(':');
+    if (item.empty() || colon == std::string::npos || colon == 0 || colon + 1 == item.size())
+      return make_error(errc::invalid_argument,
+                        "directory '" + url + "': '" + item + "' is not host:port");
+    auto port = item.substr(colon + 1);
+    if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5
+        || std::stoi(port) == 0 || std::stoi(port) > 65535)
+      return make_error(errc::invalid_argument,
+                        "directory '" + url + "': bad port in '" + item + "'");
+    out.endpoints.push_back(item);
+    if (comma == std::string::npos)
+      break;
+    from = comma + 1;
+  }
+  if (out.endpoints.size() > 16)
+    return make_error(errc::invalid_argument, "directory '" + url + "': more than 16 members");
+  return out;
+}
+
+etcd_gateway::etcd_gateway(etcd_options opts) : opts_(std::move(opts)) {
+  // nop
+}
+
+etcd_gateway::~etcd_gateway() = default;
+
+const std::string& etcd_gateway::current_endpoint() const {
+  static const std::string none;
+  return opts_.endpoints.empty() ? none : opts_.endpoints[current_ % opts_.endpoints.size()];
+}
+
+std::unique_ptr<httplib::Client> etcd_gateway::make_client(const std::string& endpoint,
+                                                           uint32_t read_timeout_ms) const {
+  auto url = (opts_.tls ? "https://" : "http://") + endpoint;
+  auto cli = opts_.cert.empty() ? std::make_unique<httplib::Client>(url)
+                                : std::make_unique<httplib::Client>(url, opts_.cert, opts_.key);
+  if (opts_.tls) {
+    if (!opts_.cacert.empty())
+      cli->set_ca_cert_path(opts_.cacert);
+    cli->enable_server_certificate_verification(true);
+  }
+  auto ms = std::chrono::milliseconds(opts_.request_timeout_ms);
+  cli->set_connection_timeout(ms);
+  cli->set_write_timeout(ms);
+  cli->set_read_timeout(std::chrono::milliseconds(read_timeout_ms));
+  return cli;
+}
+
+caf::error etcd_gateway::authenticate(httplib::Client& cli) {
+  json body{{"name", opts_.user}, {"password", opts_.password}};
+  auto res = cli.Post("/v3/auth/authenticate", body.dump(), "application/json");
+  if (!res)
+    return make_error(errc::unavailable, "etcd " + current_endpoint() + ": authenticate: "
+                                           + httplib::to_string(res.error()));
+  if (res->status != 200)
+    return make_error(errc::unauthorized, "etcd " + current_endpoint() + ": authenticate as '"
+                                            + opts_.user + "': " + error_text(res->body));
+  auto j = json::parse(res->body, nullptr, false);
+  if (!j.is_object() || !j.contains("token"))
+    return make_error(errc::unauthorized, "etcd " + current_endpoint() + ": no token");
+  token_ = j["token"].get<std::string>();
+  return caf::none;
+}
+
+caf::expected<std::string> etcd_gateway::post(const std::string& path,
+                                              const std::string& body) {
+  if (opts_.endpoints.empty())
+    return make_error(errc::invalid_config, "no etcd endpoint");
+  std::string last;
+  for (size_t attempt = 0; attempt < opts_.endpoints.size(); ++attempt) {
+    if (cancelled_)
+      return make_error(errc::unavailable, "etcd client cancelled");
+    auto& endpoint = opts_.endpoints[current_ % opts_.endpoints.size()];
+    auto cli = make_client(endpoint, opts_.request_timeout_ms);
+    bool fresh_token = false;
+    if (!opts_.user.empty() && token_.empty()) {
+      if (auto err = authenticate(*cli)) {
+        last = describe(err);
+        if (is(err, errc::unauthorized))
+          return err;
+        ++current_;
+        continue;
+      }
+      fresh_token = true;
+    }
+    for (;;) {
+      httplib::Headers headers;
+      if (!token_.empty())
+        headers.emplace("Authorization", token_);
+      auto res = cli->Post(path.c_str(), headers, body, "application/json");
+      if (!res) {
+        last = endpoint + ": " + httplib::to_string(res.error());
+        break;
+      }
+      if (res->status == 200)
+        return std::move(res->body);
+      if (!opts_.user.empty() && !fresh_token && auth_failed(res->status, res->body)) {
+        // Tokens expire: one more session, once.
+        token_.clear();
+        if (auto err = authenticate(*cli))
+          return err;
+        fresh_token = true;
+        continue;
+      }
+      last = endpoint + ": " + error_text(res->body);
+      if (!try_elsewhere(res->body))
+        return make_error(errc::invalid_argument, "etcd " + last);
+      break;
+    }
+    ++current_;
+    token_.clear();
+  }
+  return make_error(errc::unavailable, "etcd unreachable (last: " + last + ")");
+}
+
+caf::expected<int64_t> etcd_gateway::grant(int64_t ttl_s) {
+  auto res = post("/v3/lease/grant", json{{"TTL", std::to_string(ttl_s)}}.dump());
+  if (!res)
+    return res.error();
+  auto j = json::parse(*res, nullptr, false);
+  if (!j.is_object() || as_int(j, "ID") == 0)
+    return make_error(errc::unavailable, "etcd: lease grant answered without an id");
+  return as_int(j, "ID");
+}
+
+caf::expected<int64_t> etcd_gateway::keep_alive(int64_t lease) {
+  auto res = post("/v3/lease/keepalive", json{{"ID", std::to_string(lease)}}.dump());
+  if (!res)
+    return res.error();
+  auto j = json::parse(*res, nullptr, false);
+  if (!j.is_object() || !j.contains("result"))
+    return make_error(errc::unavailable, "etcd: malformed keepalive answer");
+  return as_int(j["result"], "TTL");
+}
+
+caf::error etcd_gateway::revoke(int64_t lease) {
+  auto res = post("/v3/lease/revoke", json{{"ID", std::to_string(lease)}}.dump());
+  return res ? caf::none : res.error();
+}
+
+caf::expected<etcd_gateway::range_result>
+etcd_gateway::range_prefix(const std::string& prefix) {
+  json body{{"key", base64_encode(prefix)}, {"range_end", base64_encode(prefix_end(prefix))}};
+  auto res = post("/v3/kv/range", body.dump());
+  if (!res)
+    return res.error();
+  auto j = json::parse(*res, nullptr, false);
+  if (!j.is_object())
+    return make_error(errc::unavailable, "etcd: malformed range answer");
+  range_result out;
+  out.revision = as_int(j.value("header", json::object()), "revision");
+  if (j.contains("kvs"))
+    for (auto& kv : j["kvs"])
+      out.kvs.push_back(read_kv(kv));
+  return out;
+}
+
+caf::expected<bool> etcd_gateway::put_if_unchanged(const std::string& prefix, int64_t revision,
+                                                   const std::string& key,
+                                                   const std::string& value, int64_t lease) {
+  // Every key under the prefix last changed at or before `revision`: MOD <
+  // revision + 1 over the whole range. A key deleted since is no conflict.
+  json body{
+    {"compare", json::array({json{{"key", base64_encode(prefix)},
+                                  {"range_end", base64_encode(prefix_end(prefix))},
+                                  {"target", "MOD"},
+                                  {"result", "LESS"},
+                                  {"mod_revision", std::to_string(revision + 1)}}})},
+    {"success", json::array({json{{"request_put", json{{"key", base64_encode(key)},
+                                                      {"value", base64_encode(value)},
+                                                      {"lease", std::to_string(lease)}}}}})}};
+  auto res = post("/v3/kv/txn", body.dump());
+  if (!res)
+    return res.error();
+  auto j = json::parse(*res, nullptr, false);
+  if (!j.is_object())
+    return make_error(errc::unavailable, "etcd: malformed txn answer");
+  return j.value("succeeded", false);
+}
+
+caf::error etcd_gateway::delete_if_lease(const std::string& key, int64_t lease) {
+  json body{
+    {"compare", json::array({json{{"key", base64_encode(key)},
+                                  {"target", "LEASE"},
+                                  {"result", "EQUAL"},
+                                  {"lease", std::to_string(lease)}}})},
+    {"success", json::array({json{{"request_delete_range", json{{"key", base64_encode(key)}}}}})}};
+  auto res = post("/v3/kv/txn", body.dump());
+  return res ? caf::none : res.error();
+}
+
+caf::error etcd_gateway::put(const std::string& key, const std::string& value, int64_t lease) {
+  json body{{"key", base64_encode(key)}, {"value", base64_encode(value)}};
+  if (lease != 0)
+    body["lease"] = std::to_string(lease);
+  auto res = post("/v3/kv/put", body.dump());
+  return res ? caf::none : res.error();
+}
+
+caf::expected<int64_t>
+etcd_gateway::watch(const std::string& prefix, int64_t start_revision, uint32_t idle_ms,
+                    const std::function<void(std::vector<etcd_event>&)>& on_events) {
+  if (opts_.endpoints.empty())
+    return make_error(errc::invalid_config, "no etcd endpoint");
+  auto& endpoint = opts_.endpoints[current_ % opts_.endpoints.size()];
+  auto cli = make_client(endpoint, idle_ms);
+  if (!opts_.user.empty() && token_.empty())
+    if (auto err = authenticate(*cli)) {
+      ++current_;
+      return err;
+    }
+  {
+    std::lock_guard<std::mutex> guard{watch_mtx_};
+    if (cancelled_)
+      return make_error(errc::unavailable, "etcd client cancelled");
+    watching_ = cli.get();
+  }
+  json create{{"key", base64_encode(prefix)},
+              {"range_end", base64_encode(prefix_end(prefix))},
+              {"prev_kv", true}};
+  if (start_revision > 0)
+    create["start_revision"] = std::to_string(start_revision);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v3/watch";
+  req.body = json{{"create_request", create}}.dump();
+  req.set_header("Content-Type", "application/json");
+  if (!token_.empty())
+    req.set_header("Authorization", token_);
+  int64_t next = start_revision;
+  std::string buf;
+  caf::error failure;
+  // The gateway writes one JSON object a line.
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    buf.append(data, n);
+    size_t eol;
+    while ((eol = buf.find('\n')) != std::string::npos) {
+      auto line = buf.substr(0, eol);
+      buf.erase(0, eol + 1);
+      auto j = json::parse(line, nullptr, false);
+      if (!j.is_object())
+        continue;
+      if (j.contains("error")) {
+        failure = make_error(errc::unavailable, "etcd watch: " + error_text(line));
+        return false;
+      }
+      auto& r = j["result"];
+      if (!r.is_object())
+        continue;
+      if (as_int(r, "compact_revision") > 0) {
+        failure = make_error(errc::unavailable, "etcd watch: start revision compacted");
+        return false;
+      }
+      if (r.value("canceled", false)) {
+        failure = make_error(errc::unavailable, "etcd watch canceled: "
+                                                  + r.value("cancel_reason", std::string{}));
+        return false;
+      }
+      auto rev = as_int(r.value("header", json::object()), "revision");
+      std::vector<etcd_event> events;
+      if (r.contains("events"))
+        for (auto& e : r["events"]) {
+          etcd_event ev;
+          ev.deleted = e.value("type", std::string{"PUT"}) == "DELETE";
+          ev.kv = read_kv(e.value("kv", json::object()));
+          if (e.contains("prev_kv"))
+            ev.prev = read_kv(e["prev_kv"]);
+          next = std::max(next, ev.kv.mod_revision + 1);
+          events.push_back(std::move(ev));
+        }
+      if (!events.empty())
+        on_events(events);
+      else if (!r.value("created", false) && rev > 0)
+        next = std::max(next, rev + 1); // progress
+    }
+    return !cancelled_;
+  };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  cli->send(req, res, err);
+  {
+    std::lock_guard<std::mutex> guard{watch_mtx_};
+    watching_ = nullptr;
+  }
+  if (failure)
+    return failure;
+  if (cancelled_)
+    return next;
+  if (err != httplib::Error::Success && err != httplib::Error::Read) {
+    // Could not reach this member: the next call asks another.
+    ++current_;
+    token_.clear();
+    return make_error(errc::unavailable, "etcd watch at " + endpoint + ": "
+                                           + httplib::to_string(err));
+  }
+  // A read that ended (idle, or the member went away mid-stream): resume
+  // where it stopped; a member that is gone fails the next connect.
+  return next;
+}
+
+void etcd_gateway::cancel() {
+  std::lock_guard<std::mutex> guard{watch_mtx_};
+  cancelled_ = true;
+  if (watching_)
+    watching_->stop();
+}
+
+} // namespace kvroom

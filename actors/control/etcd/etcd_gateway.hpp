@@ -1,0 +1,140 @@
+#pragma once
+
+// etcd's v3 API through its documented JSON gateway (grpc-gateway: POST
+// /v3/<service>/<method>, keys and values base64, int64 as strings), over
+// cpp-httplib. Blocking calls: for the directory's own threads, never an
+// actor of the scheduler's.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "caf/error.hpp"
+#include "caf/expected.hpp"
+
+namespace httplib {
+class Client;
+} // namespace httplib
+
+namespace kvroom {
+
+/// Where etcd is and how to reach it: etcd's own TLS and auth pass through.
+struct etcd_options {
+  /// "host:port" of each member; a call that cannot reach one tries the next.
+  std::vector<std::string> endpoints;
+  /// https to every member (etcds://), checked against `cacert`.
+  bool tls = false;
+  std::string cacert;
+  /// A client certificate, for members that require one.
+  std::string cert;
+  std::string key;
+  /// etcd's own authentication (`etcdctl user add`): a token per session.
+  std::string user;
+  std::string password;
+  /// A call that gets no answer this long fails over to the next member.
+  uint32_t request_timeout_ms = 2000;
+};
+
+/// Parses "etcd://host:port[,host:port...]" (or "etcds://" for TLS).
+caf::expected<etcd_options> parse_etcd_url(const std::string& url);
+
+struct etcd_kv {
+  std::string key;
+  std::string value;
+  int64_t create_revision = 0;
+  int64_t mod_revision = 0;
+  int64_t lease = 0;
+};
+
+struct etcd_event {
+  bool deleted = false;
+  etcd_kv kv;
+  /// What the key held before (watches ask for it).
+  std::optional<etcd_kv> prev;
+};
+
+/// One client of one etcd cluster. Not thread-safe except `cancel`: give each
+/// thread its own.
+class etcd_gateway {
+public:
+  explicit etcd_gateway(etcd_options opts);
+  ~etcd_gateway();
+
+  etcd_gateway(const etcd_gateway&) = delete;
+  etcd_gateway& operator=(const etcd_gateway&) = delete;
+
+  /// A new lease of `ttl_s` seconds; its id.
+  caf::expected<int64_t> grant(int64_t ttl_s);
+
+  /// Renews `lease`; the seconds it has left, 0 when it is gone (expired or
+  /// revoked: whatever was attached to it is deleted).
+  caf::expected<int64_t> keep_alive(int64_t lease);
+
+  caf::error revoke(int64_t lease);
+
+  struct range_result {
+    std::vector<etcd_kv> kvs;
+    /// The store's revision the read saw.
+    int64_t revision = 0;
+  };
+
+  /// Every key under `prefix`.
+  caf::expected<range_result> range_prefix(const std::string& prefix);
+
+  /// One transaction: puts `key` = `value` on `lease` only if no key under
+  /// `prefix` was created or changed after `revision` (what the caller
+  /// decided from). True when it was put; false when something changed.
+  caf::expected<bool> put_if_unchanged(const std::string& prefix, int64_t revision,
+                                       const std::string& key, const std::string& value,
+                                       int64_t lease);
+
+  /// Deletes `key` if it is still attached to `lease` (ours, not a
+  /// replacement's).
+  caf::error delete_if_lease(const std::string& key, int64_t lease);
+
+  /// Writes `key` = `value` unconditionally (tests, tools).
+  caf::error put(const std::string& key, const std::string& value, int64_t lease = 0);
+
+  /// Streams changes under `prefix` from `start_revision` (with each key's
+  /// previous value) into `on_events` until `cancel()`, an error or
+  /// `idle_ms` without a byte. Returns the revision to resume from. A
+  /// compacted start revision is an error with code `errc::unavailable` and
+  /// "compacted" in its text: list again.
+  caf::expected<int64_t> watch(const std::string& prefix, int64_t start_revision,
+                               uint32_t idle_ms,
+                               const std::function<void(std::vector<etcd_event>&)>& on_events);
+
+  /// Ends a `watch` running on another thread, now and for good.
+  void cancel();
+
+  /// The member calls go to ("host:port").
+  const std::string& current_endpoint() const;
+
+private:
+  caf::expected<std::string> post(const std::string& path, const std::string& body);
+  std::unique_ptr<httplib::Client> make_client(const std::string& endpoint,
+                                               uint32_t read_timeout_ms) const;
+  caf::error authenticate(httplib::Client& cli);
+
+  etcd_options opts_;
+  size_t current_ = 0;
+  std::string token_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex watch_mtx_;
+  httplib::Client* watching_ = nullptr;
+};
+
+/// Base64 as etcd's gateway writes it (standard alphabet, padded).
+std::string base64_encode(const std::string& bytes);
+std::optional<std::string> base64_decode(const std::string& text);
+
+/// The first key after every key that starts with `prefix` (etcd's
+/// range_end for a prefix).
+std::string prefix_end(std::string prefix);
+
+} // namespace kvroom
