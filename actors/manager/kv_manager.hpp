@@ -78,6 +78,8 @@ struct kv_manager_state {
     uint32_t attempts = 0;
   };
   std::unordered_map<rank_id, outgoing_link> joining;
+  /// Jitter of link dials and retries.
+  std::minstd_rand link_rng{std::random_device{}()};
   /// Links peers started with us, by the peer manager's address.
   struct incoming_link {
     rank_id from = -1;

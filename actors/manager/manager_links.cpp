@@ -135,7 +135,10 @@ void begin_link(manager_ptr self, rank_id id) {
         auto j = st.joining.find(id);
         if (j == st.joining.end() || j->second.entry != entry)
           return;
-        auto backoff = std::min<uint64_t>(1000, 50ull << std::min<uint32_t>(j->second.attempts, 5));
+        // Jittered: a rank that restarts is dialled by every rank that
+        // needs it, and they should not come back in step.
+        auto cap = std::min<uint64_t>(1000, 50ull << std::min<uint32_t>(j->second.attempts, 5));
+        auto backoff = cap / 2 + st.link_rng() % (cap / 2 + 1);
         j->second.retry_at_ms = now_ms() + backoff;
         logger()->debug("{}: cannot link to rank {} at {} ({}), retrying in {} ms",
                         to_string(me(self)), id, endpoint_text(*entry),
@@ -247,24 +250,30 @@ void reconnect_registry(manager_ptr self) {
       [=](caf::error&) { schedule_reconnect(self); });
 }
 
-void start_links(manager_ptr self, const std::vector<std::shared_ptr<const rank_entry>>& xs) {
+void want_links(manager_ptr self, const std::vector<std::shared_ptr<const rank_entry>>& xs) {
+  for (auto& e : xs)
+    want_link(self, e);
+}
+
+void want_link(manager_ptr self, const std::shared_ptr<const rank_entry>& e) {
   auto& st = self->state;
-  if (!self->home_system().has_middleman())
+  if (!e || !self->home_system().has_middleman() || e->rank.id == me(self).id)
     return;
-  for (auto& e : xs) {
-    auto id = e->rank.id;
-    auto& l = st.joining[id];
-    l = kv_manager_state::outgoing_link{};
-    l.entry = e;
-    // One side connects: the lower rank id. Two nodes dialing each other at
-    // once make CAF 0.17 close one of the connections as a duplicate, and
-    // what was in flight on it is lost. The higher id waits for the peer's
-    // link and dials only if none came within a while.
-    if (id > me(self).id)
-      begin_link(self, id);
-    else
-      l.retry_at_ms = now_ms() + 500;
-  }
+  auto id = e->rank.id;
+  if (auto i = st.joining.find(id); i != st.joining.end() && i->second.entry == e)
+    return; // under way
+  auto& l = st.joining[id];
+  l = kv_manager_state::outgoing_link{};
+  l.entry = e;
+  // Two nodes dialing each other at once make CAF 0.17 close one of the
+  // connections as a duplicate, and what was in flight on it is lost. The
+  // lower id dials at once; the higher (which needs the link too, or it
+  // would not be here) after a jittered pause, unless the peer's link came
+  // first.
+  if (id > me(self).id)
+    begin_link(self, id);
+  else
+    l.retry_at_ms = now_ms() + 20 + st.link_rng() % 100;
 }
 
 void retry_links(manager_ptr self, uint64_t now) {

@@ -33,8 +33,15 @@ void on_registry_down(manager_ptr self, const caf::error& reason);
 /// One reconnect attempt (from `reconnect_atom`).
 void reconnect_registry(manager_ptr self);
 
-/// Starts links to listed ranks.
-void start_links(manager_ptr self, const std::vector<std::shared_ptr<const rank_entry>>& xs);
+/// Starts links to listed ranks that something here needs (a room with
+/// them, a message waiting for them), unless one is under way. Links are
+/// lazy: a rank links only to the peers it has rooms with, when the first
+/// room needs one, so N ranks starting (or restarting) at once do not dial
+/// N^2 links.
+void want_links(manager_ptr self, const std::vector<std::shared_ptr<const rank_entry>>& xs);
+
+/// `want_links` for one listed rank (null: nothing).
+void want_link(manager_ptr self, const std::shared_ptr<const rank_entry>& x);
 
 /// Retries links that failed or ran past their deadline (from the sweep).
 void retry_links(manager_ptr self, uint64_t now_ms);

@@ -61,7 +61,13 @@ void on_directory(manager_ptr self, directory_update& msg) {
   auto changes = self->state.peers->update(msg.ranks);
   for (auto& e : changes.usable)
     self->monitor(e->manager);
-  start_links(self, changes.to_link);
+  // Links only where something waits: messages parked for a rank or a
+  // decider before its listing came; open rooms ask in peers_changed.
+  auto& st = self->state;
+  for (auto id : st.parked->waiting_ranks())
+    want_link(self, st.peers->listed(id));
+  for (auto& group : st.parked->waiting_deciders())
+    want_link(self, st.peers->listed_decider(group));
   peers_changed(self);
 }
 

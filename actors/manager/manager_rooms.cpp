@@ -5,6 +5,7 @@
 #include "caf/all.hpp"
 
 #include "kvroom/actors/logging.hpp"
+#include "kvroom/actors/manager/manager_links.hpp"
 #include "kvroom/actors/room/room_port.hpp"
 #include "kvroom/messages/failure_cause.hpp"
 
@@ -444,6 +445,7 @@ void route_to_decider(manager_ptr self, const decider_ref& group, caf::message p
     return;
   // Not registered yet (or gone): kept for the next directory update, at
   // most a bootstrap timeout; the waiting room's own deadline fails it.
+  want_link(self, self->state.peers->listed_decider(group));
   if (!self->state.parked->park_for_decider(group, std::move(payload), now_ms()))
     logger()->debug("{}: message for the decider of {} dp{} dropped (parking full)",
                     to_string(me(self)), to_string(group.side), group.dp_rank);
@@ -469,6 +471,7 @@ void park_for_rank(manager_ptr self, rank_id id, caf::message msg) {
                     id);
     return;
   }
+  want_link(self, st.peers->listed(id));
   if (!st.parked->park_for_rank(id, std::move(msg), now_ms()))
     logger()->debug("{}: message for rank {} dropped (parking full)", to_string(me(self)), id);
 }
@@ -498,6 +501,16 @@ void decide_unopened(manager_ptr self) {
 void push_group(manager_ptr self, const room_directory::entry& e) {
   auto& st = self->state;
   auto& mine = me(self);
+  // The links this room needs, made now if they are not (lazy links): a
+  // decode room its prefill group (the decider among them), a prefill
+  // room its group's decider, and with a declared layout its whole group.
+  if (mine.side == role::decode) {
+    want_links(self, st.peers->listed_group(role::prefill, e.prefill_dp));
+  } else {
+    want_link(self, st.peers->listed_decider(decider_ref{role::prefill, mine.dp_rank}));
+    if (st.self_entry->has_parallel)
+      want_links(self, st.peers->listed_group(role::prefill, mine.dp_rank));
+  }
   if (mine.side == role::decode) {
     auto group = st.peers->group(role::prefill, e.prefill_dp);
     if (!group.empty())

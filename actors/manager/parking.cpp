@@ -188,4 +188,22 @@ std::vector<dst_info> parking::expire(uint64_t now_ms) {
   return out;
 }
 
+std::vector<rank_id> parking::waiting_ranks() const {
+  std::vector<rank_id> out;
+  for (auto& x : for_ranks_)
+    if (std::find(out.begin(), out.end(), x.to) == out.end())
+      out.push_back(x.to);
+  return out;
+}
+
+std::vector<decider_ref> parking::waiting_deciders() const {
+  std::vector<decider_ref> out;
+  for (auto& x : for_deciders_)
+    if (std::none_of(out.begin(), out.end(), [&](const decider_ref& y) {
+          return y.side == x.to.side && y.dp_rank == x.to.dp_rank;
+        }))
+      out.push_back(x.to);
+  return out;
+}
+
 } // namespace kvroom

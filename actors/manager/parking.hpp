@@ -79,6 +79,12 @@ public:
   /// back so their decode ranks can be told.
   std::vector<dst_info> expire(uint64_t now_ms);
 
+  /// The ranks messages wait for (each once): links to make.
+  std::vector<rank_id> waiting_ranks() const;
+
+  /// The deciders messages wait for (each once).
+  std::vector<decider_ref> waiting_deciders() const;
+
   size_t size() const noexcept {
     return dsts_count_ + parts_count_ + failures_.size() + for_deciders_.size()
            + for_ranks_.size() + commits_.size();

@@ -77,6 +77,22 @@ peer_directory::entry_ptr peer_directory::listed(rank_id id) const {
   return i == listed_.end() ? nullptr : i->second;
 }
 
+std::vector<peer_directory::entry_ptr> peer_directory::listed_group(role side,
+                                                                   int32_t dp) const {
+  std::vector<entry_ptr> out;
+  for (auto& kvp : listed_)
+    if (kvp.second->rank.side == side && kvp.second->rank.dp_rank == dp)
+      out.push_back(kvp.second);
+  return out;
+}
+
+peer_directory::entry_ptr peer_directory::listed_decider(const decider_ref& group) const {
+  for (auto& kvp : listed_)
+    if (is_decider(kvp.second->rank, group))
+      return kvp.second;
+  return nullptr;
+}
+
 peer_directory::entry_ptr peer_directory::find(rank_id id) const {
   for (auto& e : directory_)
     if (e->rank.id == id)

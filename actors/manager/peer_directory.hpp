@@ -60,6 +60,13 @@ public:
   /// The listed (not yet usable) entry of rank `id`, if any.
   entry_ptr listed(rank_id id) const;
 
+  /// The listed (not yet linked) ranks of group (`side`, `dp`): the links a
+  /// room of that group needs.
+  std::vector<entry_ptr> listed_group(role side, int32_t dp) const;
+
+  /// The listed (not yet linked) decider of `group`, if any.
+  entry_ptr listed_decider(const decider_ref& group) const;
+
   entry_ptr find(rank_id id) const;
 
   /// The rank that decides rooms of `group`, if the directory lists it.
