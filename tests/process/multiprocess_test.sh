@@ -3,7 +3,8 @@
 #   multiprocess_test.sh KVROOM_BINARY SCENARIO WORKDIR [KVROOM_STRANGER]
 # Scenarios: transfer (auto: shm on one host), transfer_shm, transfer_tcp,
 # sigkill, sigstop, malformed, netns, registry_restart, dp_groups, auth, tls,
-# parallel, metrics, paths, netns_paths.
+# parallel, metrics, paths, netns_paths; etcd_cluster, etcd_sigkill,
+# etcd_refusals, etcd_scale (etcd_scenarios.sh).
 # Every process it starts is killed on exit; every wait is bounded. Exit 0
 # passes, 1 fails, 77 skips (with the reason on stdout).
 set -u
@@ -657,6 +658,11 @@ tls)
   done
   grep -q data_error d0.json && fail "d0: data mismatch"
   echo "ok: control plane over mutual TLS (CAF 0.17.6's OpenSSL module): 200 rooms byte-exact; a rank without TLS, a rank of another CA and a client without TLS all kept out"
+  ;;
+
+etcd_*)
+  # The directory on etcd: real etcd members on loopback (etcd_scenarios.sh).
+  source "$HERE/etcd_scenarios.sh"
   ;;
 
 *)

@@ -1,0 +1,230 @@
+# The directory on etcd, with real etcd members on loopback. Sourced by
+# multiprocess_test.sh (its helpers, its cleanup of every process); skips
+# (77, with the reason) where etcd is not installed.
+command -v etcd >/dev/null && command -v etcdctl >/dev/null \
+  || { echo "skipped: etcd is not installed (Debian: etcd-server, etcd-client)"; exit 77; }
+export ETCDCTL_API=3
+
+# etcd_members N: N members e0..e(N-1) on loopback, one cluster; sets
+# ETCD_URL (for --directory) and ETCD_EPS (for etcdctl).
+etcd_members() {
+  local n=$1 base; base=$(port)
+  ETCD_CLUSTER="" ETCD_EPS=""
+  for ((i = 0; i < n; ++i)); do
+    ECP[$i]=$((base + 2 * i)); EPP[$i]=$((base + 2 * i + 1))
+    ETCD_CLUSTER+="${ETCD_CLUSTER:+,}e$i=http://127.0.0.1:${EPP[$i]}"
+    ETCD_EPS+="${ETCD_EPS:+,}127.0.0.1:${ECP[$i]}"
+  done
+  ETCD_URL="etcd://$ETCD_EPS"
+  for ((i = 0; i < n; ++i)); do etcd_start $i new; done
+  etcd_healthy "$ETCD_EPS" 30 || fail "etcd cluster not healthy"
+}
+
+# etcd_start I STATE: member eI (again, with its data, for STATE=existing).
+etcd_start() {
+  start e$1 etcd --name e$1 --data-dir "$WORK/e$1.data" \
+    --listen-client-urls http://127.0.0.1:${ECP[$1]} --advertise-client-urls http://127.0.0.1:${ECP[$1]} \
+    --listen-peer-urls http://127.0.0.1:${EPP[$1]} --initial-advertise-peer-urls http://127.0.0.1:${EPP[$1]} \
+    --initial-cluster "$ETCD_CLUSTER" --initial-cluster-state "$2" --initial-cluster-token "kvroom-$$"
+}
+
+# etcd_healthy ENDPOINTS SECONDS
+etcd_healthy() {
+  local deadline=$(( $(date +%s) + $2 ))
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    etcdctl --endpoints="$1" --command-timeout=2s endpoint health >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# etcd_leader: the index of the member that leads now.
+etcd_leader() {
+  etcdctl --endpoints="$ETCD_EPS" --command-timeout=2s endpoint status -w json 2>/dev/null | python3 -c '
+import json, sys
+for s in json.load(sys.stdin):
+    if s["Status"]["header"]["member_id"] == s["Status"]["leader"]:
+        print(s["Endpoint"])' | while read -r ep; do
+    for i in "${!ECP[@]}"; do [ "$ep" = "127.0.0.1:${ECP[$i]}" ] && echo $i; done
+  done
+}
+
+# lost_peers METRICS_ADDRESS: how many peers this rank counts as lost.
+lost_peers() {
+  curl -sf "http://$1/metrics" | sed -n 's/^kvroom_peers{.*state="lost"} \([0-9]*\).*/\1/p' | head -n 1
+}
+
+metrics_of() { sed -n 's/.*"metrics": "\([0-9.]*:[0-9]*\)".*/\1/p' "$1.log" | head -n 1; }
+id_of() { sed -n 's/.*"rank_id": \([0-9]*\).*/\1/p' "$1.log" | head -n 1; }
+
+case "$SCENARIO" in
+etcd_cluster)
+  # 2P x 2D (TP 2) on a 3-member cluster. A follower is killed mid-run and
+  # comes back; then the leader is killed: no room fails, and every rank
+  # keeps its entry (its lease renewed through the elections).
+  etcd_members 3
+  D=(--directory="$ETCD_URL" --directory-prefix=/kvroom/t$$ --lease-ttl-ms=3000)
+  for r in p0 p1 d0 d1; do :; done
+  start p0 "$K" serve "$SECRET" "${D[@]}" --role=prefill --tp=0 --tp-size=2 --rooms=1500 --pace-us=6000 --report=p0.json
+  start p1 "$K" serve "$SECRET" "${D[@]}" --role=prefill --tp=1 --tp-size=2 --rooms=1500 --pace-us=6000 --report=p1.json
+  start d0 "$K" serve "$SECRET" "${D[@]}" --role=decode --tp=0 --tp-size=2 --rooms=1500 --pace-us=6000 --report=d0.json
+  start d1 "$K" serve "$SECRET" "${D[@]}" --role=decode --tp=1 --tp-size=2 --rooms=1500 --pace-us=6000 --report=d1.json
+  for r in p0 p1 d0 d1; do wait_for '"ready"' $r.log 30 || fail "$r not ready"; done
+  [ "$(etcdctl --endpoints="$ETCD_EPS" get --prefix /kvroom/t$$/ranks/ --keys-only | grep -c ranks)" = 4 ] \
+    || fail "not 4 entries in etcd"
+  sleep 1.5
+  leader=$(etcd_leader); [ -n "$leader" ] || fail "no etcd leader found"
+  follower=$(( (leader + 1) % 3 ))
+  # The first member is every rank's first choice: make it the follower
+  # killed when it is not the leader.
+  [ "$leader" != 0 ] && follower=0
+  eval "kill -9 \$PID_e$follower"
+  echo "killed etcd follower e$follower"
+  sleep 2.5
+  etcd_start $follower existing
+  etcd_healthy "127.0.0.1:${ECP[$follower]}" 30 || fail "e$follower did not come back"
+  sleep 1
+  leader=$(etcd_leader); [ -n "$leader" ] || fail "no etcd leader found"
+  eval "kill -9 \$PID_e$leader"
+  killed_at=$(now_ms)
+  echo "killed etcd leader e$leader"
+  rest=""; for ((i = 0; i < 3; ++i)); do [ $i = "$leader" ] || rest+="${rest:+,}127.0.0.1:${ECP[$i]}"; done
+  etcd_healthy "$rest" 30 || fail "no quorum after the leader's loss"
+  echo "a new leader after $(( $(now_ms) - killed_at )) ms"
+  sleep 4  # more than the lease TTL: every lease was renewed through it
+  [ "$(etcdctl --endpoints="$rest" get --prefix /kvroom/t$$/ranks/ --keys-only | grep -c ranks)" = 4 ] \
+    || fail "an entry was lost with the leader"
+  for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 90" || fail "$r did not finish"; done
+  check_all_ok 1500
+  echo "ok: 1500 rooms byte-exact on 2P x 2D over a 3-member etcd directory; a follower killed and back, then the leader killed: no room failed, every entry kept"
+  ;;
+
+etcd_sigkill)
+  # Two DP groups (a: prefill, b: decode). a1 is SIGKILLed: b1, linked to
+  # it, fails the rooms it was in with a1 as origin; a0 and b0 never linked
+  # to it and learn it from etcd within the lease TTL. A replacement with
+  # a1's id registers once the lease is gone and serves new rooms.
+  etcd_members 1
+  TTL=2000
+  D=(--directory="$ETCD_URL" --directory-prefix=/kvroom/t$$ --lease-ttl-ms=$TTL --metrics-port=0)
+  common=(--tp-size=1 --rooms=400 --pace-us=5000 --timeout-ms=1500 --then-rooms=40 --then-wait-file="$WORK/go")
+  start a0 "$K" serve "$SECRET" "${D[@]}" --role=prefill --dp=0 --report=a0.json "${common[@]}"
+  start b0 "$K" serve "$SECRET" "${D[@]}" --role=decode --dp=0 --report=b0.json "${common[@]}"
+  start a1 "$K" serve "$SECRET" "${D[@]}" --role=prefill --dp=1 --first-room=100001 --report=a1.json "${common[@]}"
+  start b1 "$K" serve "$SECRET" "${D[@]}" --role=decode --dp=1 --first-room=100001 --report=b1.json "${common[@]}"
+  for r in a0 b0 a1 b1; do wait_for '"ready"' $r.log 30 || fail "$r not ready"; done
+  sleep 0.8
+  for r in a0 b0; do
+    [ "$(lost_peers "$(metrics_of $r)")" = 0 ] || fail "$r counts a peer lost before the kill"
+  done
+  a1_id=$(id_of a1)
+  kill -9 "$PID_a1"
+  killed=$(now_ms)
+  # Learned without a link: a0 and b0 count a1 lost (scraped).
+  for r in a0 b0; do
+    m=$(metrics_of $r)
+    until [ "$(lost_peers "$m")" = 1 ]; do
+      [ $(( $(now_ms) - killed )) -lt $(( 3 * TTL )) ] || fail "$r did not learn of a1's loss within $(( 3 * TTL )) ms"
+      sleep 0.05
+    done
+    echo "$r (no link to a1) learned of its loss after $(( $(now_ms) - killed )) ms (lease TTL $TTL ms)"
+  done
+  # The replacement: a1's id, registering as soon as etcd frees it.
+  start a1 "$K" serve "$SECRET" "${D[@]}" --role=prefill --dp=1 --rank-id="$a1_id" --tp-size=1 \
+    --first-room=100401 --rooms=40 --timeout-ms=1500 --wait-file="$WORK/go" --report=a1r.json
+  wait_for '"ready"' a1.log 20 || fail "replacement a1 not ready"
+  for r in a0 b0 b1; do wait_for batch_done $r.log 60 || fail "$r did not finish phase 1"; done
+  touch "$WORK/go"
+  for r in a0 b0 a1 b1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish phase 2"; done
+  for r in a0 b0; do
+    [ "$(rooms $r.json success)" = 440 ] || fail "$r (dp0): $(rooms $r.json success) of 440 rooms succeeded"
+    grep -q data_error $r.json && fail "$r: data mismatch"
+  done
+  failed=$(rooms b1.json failed)
+  [ "$failed" -gt 0 ] || fail "b1: no room failed with a1's loss"
+  python3 - "$a1_id" <<'PY' || fail "b1: a failed room without a1 as its origin"
+import json, sys
+origin = int(sys.argv[1])
+rooms = json.load(open("b1.json"))["rooms"]
+bad = [r for r in rooms if r["state"] == "failed" and r.get("origin_rank") != origin]
+sys.exit(1 if bad else 0)
+PY
+  [ "$(rooms a1r.json success)" = 40 ] || fail "replacement a1: $(rooms a1r.json success) of 40 rooms succeeded"
+  tail=$(python3 -c 'import json; r=json.load(open("b1.json"))["rooms"]; print(sum(1 for x in r if x["room"] >= 100401 and x["state"] == "success"))')
+  [ "$tail" = 40 ] || fail "b1: $tail of the 40 rooms with the replacement succeeded"
+  echo "ok: a1 SIGKILLed: b1 failed $failed rooms, each with a1 (#$a1_id) as origin; a0 and b0 learned it from etcd without a link; the replacement with a1's id served 40 new rooms byte-exact"
+  ;;
+
+etcd_refusals)
+  # Registration refused for a live id, a live place, a misfit layout; an
+  # entry written straight into etcd without the secret's proof is ignored
+  # by every reader (and its key is free for the rank it names).
+  etcd_members 1
+  P=/kvroom/t$$
+  D=(--directory="$ETCD_URL" --directory-prefix=$P --lease-ttl-ms=2000)
+  start p0 "$K" serve "$SECRET" "${D[@]}" --role=prefill --rooms=50 --wait-file="$WORK/go" \
+    --hold-ms=15000 --metrics-port=0 --report=p0.json
+  wait_for '"ready"' p0.log 30 || fail "p0 not ready"
+  id=$(id_of p0)
+  timeout 20 "$K" serve "$SECRET" "${D[@]}" --role=prefill --dp=3 --rank-id="$id" --rooms=1 > same_id.log 2>&1 \
+    && fail "a second rank with a live id registered"
+  grep -q "is held by the live" same_id.log || fail "no reason for the id refusal: $(tail -n 2 same_id.log)"
+  timeout 20 "$K" serve "$SECRET" "${D[@]}" --role=prefill --rank-id=4242 --rooms=1 > same_place.log 2>&1 \
+    && fail "a second rank in a live place registered"
+  grep -q "takes the place of the live" same_place.log || fail "no reason for the place refusal: $(tail -n 2 same_place.log)"
+  timeout 20 "$K" serve "$SECRET" "${D[@]}" --role=decode --page-bytes=8192 --rooms=1 > misfit.log 2>&1 \
+    && fail "a misfit layout registered"
+  grep -q "8192 B pages" misfit.log || fail "no reason for the layout refusal: $(tail -n 2 misfit.log)"
+  # A forgery: p0's own entry, its control endpoint moved, under the id the
+  # decode rank will take, and a well-formed entry with a made-up proof.
+  did=65536
+  etcdctl --endpoints="$ETCD_EPS" get --print-value-only "$P/ranks/$id" > real.json
+  python3 - real.json forged.json <<'PY'
+import base64, json, sys
+doc = json.load(open(sys.argv[1]))
+doc["control"] = "127.0.0.1:1"
+doc["mac"] = base64.b64encode(b"\x00" * 32).decode()
+json.dump(doc, open(sys.argv[2], "w"))
+PY
+  etcdctl --endpoints="$ETCD_EPS" put "$P/ranks/$did" "$(cat forged.json)" >/dev/null || fail "cannot write the forgery"
+  etcdctl --endpoints="$ETCD_EPS" put "$P/ranks/777" '{"kvroom":1,"entry":"AAAA","mac":"AAAA","lease":"1"}' >/dev/null
+  start d0 "$K" serve "$SECRET" "${D[@]}" --role=decode --rooms=50 --wait-file="$WORK/go" --report=d0.json
+  wait_for '"ready"' d0.log 30 || fail "d0 not ready over a forged entry under its id"
+  touch "$WORK/go"
+  wait_exit "$PID_d0" 60 || fail "d0 did not finish"
+  [ "$(rooms d0.json success)" = 50 ] || fail "d0: $(rooms d0.json success) of 50 rooms succeeded"
+  grep -q "its proof fails\|signed for lease" d0.log || fail "d0 did not report the forged entry"
+  listed=$(curl -sf "http://$(metrics_of p0)/metrics" | sed -n 's/^kvroom_peers{.*state="listed"} \([0-9]*\).*/\1/p')
+  usable=$(curl -sf "http://$(metrics_of p0)/metrics" | sed -n 's/^kvroom_peers{.*state="usable"} \([0-9]*\).*/\1/p')
+  [ $(( listed + usable )) -le 1 ] || fail "p0 lists $listed + $usable peers: a forged entry counted"
+  echo "ok: refused a live id, a live place and a misfit layout with the reason; forged entries ignored by every reader, the forged key taken by its rightful rank, 50 rooms byte-exact"
+  ;;
+
+etcd_scale)
+  # 32 rank processes started at once (8 DP groups of 2 prefill + 2 decode,
+  # TP 2, tiny memory each) on one etcd member: bounded time to ready.
+  etcd_members 1
+  D=(--directory="$ETCD_URL" --directory-prefix=/kvroom/t$$ --lease-ttl-ms=3000)
+  t0=$(now_ms)
+  names=()
+  for dp in 0 1 2 3 4 5 6 7; do
+    for side in prefill decode; do
+      for tp in 0 1; do
+        n=${side:0:1}${dp}_$tp
+        start $n "$K" serve "$SECRET" "${D[@]}" --role=$side --dp=$dp --tp=$tp --tp-size=2 \
+          --threads=1 --layers=1 --pages-per-room=2 --concurrency=4 --rooms=20 --first-room=$((dp * 1000 + 1)) \
+          --wait-file="$WORK/go" --report=$n.json
+        names+=($n)
+      done
+    done
+  done
+  for n in "${names[@]}"; do wait_for '"ready"' $n.log 120 || fail "$n not ready"; done
+  echo "32 rank processes ready $(( $(now_ms) - t0 )) ms after they started"
+  touch "$WORK/go"
+  for n in "${names[@]}"; do eval "wait_exit \$PID_$n 120" || fail "$n did not finish"; done
+  for n in "${names[@]}"; do
+    [ "$(rooms $n.json success)" = 20 ] || fail "$n: $(rooms $n.json success) of 20 rooms succeeded"
+  done
+  echo "ok: 32 rank processes on an etcd directory, all ready, 20 rooms byte-exact per rank"
+  ;;
+esac
