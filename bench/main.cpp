@@ -8,6 +8,8 @@
 //   kvroom-bench bandwidth  GB/s per transport vs memcpy / a plain socket
 //   kvroom-bench processes  rooms/s with prefill and decode in two processes
 //   kvroom-bench detect     SIGKILL / SIGSTOP of a peer to rooms Failed
+//   kvroom-bench scale      32+ rank processes at once: ready, rooms/s, memory,
+//                           links, loss known (built-in registry vs etcd)
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -17,7 +19,7 @@
 int main(int argc, char** argv) {
   using namespace kvroom::bench;
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
-    std::puts("usage: kvroom-bench <rooms|latency|poll|memory|bandwidth|processes|detect> [options]\n"
+    std::puts("usage: kvroom-bench <rooms|latency|poll|memory|bandwidth|processes|detect|scale> [options]\n"
               "`kvroom-bench <bench> --help` lists the options.");
     return argc < 2 ? 2 : 0;
   }
@@ -36,6 +38,8 @@ int main(int argc, char** argv) {
     return bench_processes(argc - 1, argv + 1);
   if (cmd == "detect")
     return bench_detect(argc - 1, argv + 1);
+  if (cmd == "scale")
+    return bench_scale(argc - 1, argv + 1);
   std::fprintf(stderr, "kvroom-bench: unknown benchmark '%s'\n", cmd.c_str());
   return 2;
 }
