@@ -36,6 +36,10 @@ struct rank_limits {
   /// Batches up to this size move on the room's own thread when the data
   /// plane allows (same-process memcpy); 0 sends every batch to the worker.
   uint32_t inline_copy_bytes = 64 * 1024;
+  /// A link to a peer process that carried no control message this long,
+  /// with no open room here involving its ranks, is closed by agreement
+  /// (and made again when a room needs it); 0 keeps links for good.
+  uint32_t idle_link_ms = 60'000;
 };
 
 /// Faults in the control plane, for stress runs: the manager delays some of

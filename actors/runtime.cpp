@@ -15,6 +15,7 @@
 #include "kvroom/actors/control/control_door.hpp"
 #include "kvroom/actors/control/control_endpoint.hpp"
 #include "kvroom/actors/control/etcd/etcd_directory.hpp"
+#include "kvroom/actors/control/node_links.hpp"
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/actors/control/membership.hpp"
 #include "kvroom/actors/quiet_clock.hpp"
@@ -81,6 +82,7 @@ void runtime::init(uint32_t max_ranks, deployment_secret secret) {
   if (sys_->has_middleman() && !sys_->has_openssl_manager())
     door_ = std::make_unique<detail::control_door>(detail::install_control_door(*sys_, secret));
   members_ = std::make_shared<const membership>(std::move(secret));
+  links_ = std::make_shared<node_links>();
   registry_ = sys_->spawn(bootstrap_registry, max_ranks, members_);
 }
 

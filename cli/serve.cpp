@@ -59,6 +59,7 @@ public:
   bool caf_clock = false;
   int64_t idle_us = 50;
   int64_t connection_timeout_ms = 1000;
+  int64_t idle_link_ms = 60'000;
   int64_t timeout_ms = 5000;
   int64_t layers = 4;
   int64_t page_bytes = 4096;
@@ -120,6 +121,8 @@ public:
                                    "end (to measure what kvroom's quiet clock saves)")
       .add(idle_us, "idle-us", "the scheduler loop sleeps this long when nothing changed (0: yields)")
       .add(connection_timeout_ms, "connection-timeout-ms", "a silent peer is lost after this")
+      .add(idle_link_ms, "idle-link-ms", "a link to a peer process that carried nothing this "
+                                         "long, with no room here involving it, closes (0: never)")
       .add(timeout_ms, "timeout-ms", "room state timeouts (decode waits twice as long)")
       .add(layers, "layers", "layers (K and V buffer each)")
       .add(page_bytes, "page-bytes", "bytes per KV page (a declared layout sets it)")
@@ -287,6 +290,9 @@ int run_serve(int argc, char** argv) {
     rc.paths.rules.max_rest_ms = static_cast<uint32_t>(std::min<int64_t>(10 * cfg.path_rest_ms,
                                                                          UINT32_MAX));
     rc.control_port = static_cast<uint16_t>(cfg.control_port);
+    if (cfg.idle_link_ms < 0)
+      return bad("--idle-link-ms must be 0 (never) or positive");
+    rc.limits.idle_link_ms = static_cast<uint32_t>(std::min<int64_t>(cfg.idle_link_ms, UINT32_MAX));
     auto ms = static_cast<uint32_t>(cfg.timeout_ms);
     rc.timeouts = side == role::prefill ? room_timeouts{ms, ms, ms}
                                         : room_timeouts{2 * ms, 2 * ms, 2 * ms};

@@ -53,6 +53,8 @@ void add_message_types(caf::actor_system_config& cfg) {
     .add_message_type<link_reply>("kvroom.link_reply")
     .add_message_type<link_finish>("kvroom.link_finish")
     .add_message_type<link_ack>("kvroom.link_ack")
+    .add_message_type<link_close>("kvroom.link_close")
+    .add_message_type<link_closed>("kvroom.link_closed")
     .add_message_type<directory_update>("kvroom.directory_update")
     .add_message_type<transfer_job>("kvroom.transfer_job")
     .add_message_type<transfer_result>("kvroom.transfer_result")

@@ -449,6 +449,29 @@ typename Inspector::result_type inspect(Inspector& f, link_ack& x) {
   return f(caf::meta::type_name("kvroom.link_ack"), x.from);
 }
 
+/// Manager A -> linked manager B: "our link has carried nothing for a
+/// while; shall we close it?" B agrees unless it has use for it.
+struct link_close {
+  rank_id from = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, link_close& x) {
+  return f(caf::meta::type_name("kvroom.link_close"), x.from);
+}
+
+/// B's answer: agreed (B no longer counts A linked: no monitor, no loss
+/// when the connection goes) or not (B has rooms with A).
+struct link_closed {
+  rank_id from = -1;
+  bool agreed = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, link_closed& x) {
+  return f(caf::meta::type_name("kvroom.link_closed"), x.from, x.agreed);
+}
+
 /// A rank announces itself, answering the registry's challenge (nonces of
 /// both sides, its id); the registry pushes `directory_update` to every
 /// registered manager (including the new one).

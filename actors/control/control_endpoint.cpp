@@ -1,7 +1,9 @@
 #include "kvroom/actors/control/control_endpoint.hpp"
 
 #include "caf/function_view.hpp"
+#include "caf/io/basp_broker.hpp"
 #include "caf/io/middleman.hpp"
+#include "caf/io/network/default_multiplexer.hpp"
 #include "caf/openssl/manager.hpp"
 #include "caf/openssl/publish.hpp"
 #include "caf/openssl/remote_actor.hpp"
@@ -61,6 +63,21 @@ caf::io::middleman_actor control_connector(caf::actor_system& sys) {
   if (auto door = find_control_door(sys))
     return door;
   return sys.middleman().actor_handle();
+}
+
+void close_connection(caf::actor_system& sys, const caf::node_id& node) {
+  if (!sys.has_middleman() || node == sys.node())
+    return;
+  auto& mm = sys.middleman();
+  auto basp = mm.named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+  if (!basp)
+    return;
+  // Brokers live in the multiplexer's thread: their state is read there.
+  auto* broker = static_cast<caf::io::basp_broker*>(caf::actor_cast<caf::abstract_actor*>(basp));
+  mm.backend().dispatch([broker, basp, node] {
+    if (auto hdl = broker->instance.tbl().lookup_direct(node))
+      broker->close(*hdl);
+  });
 }
 
 } // namespace kvroom::detail

@@ -28,6 +28,12 @@ void unpublish_control(caf::actor_system& sys, const caf::actor& whom, uint16_t 
 caf::expected<caf::actor> connect_control(caf::actor_system& sys, const std::string& host,
                                           uint16_t port);
 
+/// Closes this process's connection to `node` (CAF's BASP broker, in its
+/// event loop), best effort: its proxies go, and monitors of them fire, so
+/// call it only once nothing here or there depends on that node. Never
+/// blocks.
+void close_connection(caf::actor_system& sys, const caf::node_id& node);
+
 /// The middleman actor to `connect` through from an actor (never blocks).
 caf::io::middleman_actor control_connector(caf::actor_system& sys);
 

@@ -37,6 +37,7 @@ void sweep(self_ptr self) {
   sweep_rooms(self, now);
   // Parked proposals are decided by their own timer (decide_atom).
   retry_links(self, now);
+  close_idle_links(self, now);
   st.peers->expire(now);
 }
 
@@ -82,6 +83,7 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
   st.registry_host = params.registry_host;
   st.registry_port = params.registry_port;
   st.registration_wait_ms = params.registration_wait_ms;
+  st.links = params.links ? params.links : std::make_shared<node_links>();
   // A stranger can start handshakes it never finishes: bounded, expiring.
   st.accepting.emplace(1024, 5000);
   st.peers.emplace(params.self.id, st.timing.lost_window_ms());
@@ -226,6 +228,8 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
     [=](link_reply& msg) { on_link_reply(self, msg); },
     [=](link_finish& msg) { on_link_finish(self, msg); },
     [=](link_ack& msg) { on_link_ack(self, msg); },
+    members_only<link_close>(self, "link_close", on_link_close),
+    members_only<link_closed>(self, "link_closed", on_link_closed),
     [=](decide_atom) { decide_unopened(self); },
     [=](sweep_atom) {
       sweep(self);

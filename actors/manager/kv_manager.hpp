@@ -15,6 +15,7 @@
 #include "kvroom/actors/local_messages.hpp"
 #include "kvroom/actors/rank_metrics.hpp"
 #include "kvroom/actors/control/membership.hpp"
+#include "kvroom/actors/control/node_links.hpp"
 #include "kvroom/actors/manager/parking.hpp"
 #include "kvroom/actors/manager/peer_directory.hpp"
 #include "kvroom/actors/manager/room_directory.hpp"
@@ -80,6 +81,13 @@ struct kv_manager_state {
   std::unordered_map<rank_id, outgoing_link> joining;
   /// Jitter of link dials and retries.
   std::minstd_rand link_rng{std::random_device{}()};
+  /// The last control message to or from each peer process (idle links).
+  std::unordered_map<caf::node_id, uint64_t> last_traffic_ms;
+  /// Peer processes asked to close their idle links, since when.
+  std::unordered_map<caf::node_id, uint64_t> closing;
+  /// This process's links per peer process: the connection closes with the
+  /// last (shared by the process's managers).
+  std::shared_ptr<node_links> links;
   /// Links peers started with us, by the peer manager's address.
   struct incoming_link {
     rank_id from = -1;
@@ -120,6 +128,8 @@ struct kv_manager_params {
   /// How long a registration may take (0: the link timeout): a directory
   /// on etcd makes a replacement wait for its predecessor's lease.
   uint32_t registration_wait_ms = 0;
+  /// The process's links per peer process (null: this manager's own).
+  std::shared_ptr<node_links> links;
 };
 
 /// One rank's KV manager: routes destinations, parts and failures to room

@@ -7,6 +7,7 @@
 
 #include "kvroom/actors/control/control_endpoint.hpp"
 #include "kvroom/actors/logging.hpp"
+#include "kvroom/actors/manager/manager_peers.hpp"
 #include "kvroom/actors/manager/manager_send.hpp"
 #include "kvroom/actors/room/room_timing.hpp"
 #include "kvroom/messages/error.hpp"
@@ -150,8 +151,11 @@ void begin_link(manager_ptr self, rank_id id) {
 
 bool from_member(manager_ptr self, const char* what) {
   auto& sender = self->current_sender();
-  if (local_or_trusted(self, sender))
+  if (local_or_trusted(self, sender)) {
+    if (sender->node() != self->node())
+      note_traffic(self, sender->node());
     return true;
+  }
   log_stranger(self, std::string{"dropped "} + what
                        + (sender ? " from an unauthenticated node " + caf::to_string(sender->node())
                                  : std::string{" sent anonymously (from an unauthenticated node)"}));
@@ -292,6 +296,107 @@ void retry_links(manager_ptr self, uint64_t now) {
     begin_link(self, id);
   if (st.accepting)
     st.accepting->expire(now);
+}
+
+void note_traffic(manager_ptr self, const caf::node_id& node) {
+  self->state.last_traffic_ms[node] = now_ms();
+}
+
+namespace {
+
+/// Whether a room here may still need one of `node`'s linked ranks.
+bool node_in_use(manager_ptr self, const caf::node_id& node) {
+  auto& st = self->state;
+  for (auto& e : st.peers->all())
+    if (e->manager && e->manager.node() == node && st.rooms->involves(me(self), e->rank))
+      return true;
+  return false;
+}
+
+/// `e` back to listed: no monitor, no loss when the connection goes.
+void unlink_peer(manager_ptr self, const std::shared_ptr<const rank_entry>& e) {
+  auto& st = self->state;
+  self->demonitor(e->manager);
+  st.peers->unlink(e->rank.id);
+  // The process still proved membership: what it sends before the link is
+  // made again (a room that opened meanwhile) is parked, not dropped.
+  auto node = e->manager.node();
+  st.links->remove(node);
+  bool more = false;
+  for (auto& x : st.peers->all())
+    more = more || (x->manager && x->manager.node() == node);
+  if (!more)
+    st.last_traffic_ms.erase(node);
+  st.metrics->set_peers(st.peers->usable_peers(), st.peers->listed_peers(),
+                        st.peers->lost().size());
+  logger()->debug("{}: idle link to {} closed", to_string(me(self)), to_string(e->rank));
+}
+
+} // namespace
+
+void close_idle_links(manager_ptr self, uint64_t now) {
+  auto& st = self->state;
+  auto idle = st.limits.idle_link_ms;
+  if (idle == 0 || !self->home_system().has_middleman())
+    return;
+  // An answer that never came: ask again later.
+  for (auto i = st.closing.begin(); i != st.closing.end();)
+    i = now - i->second > idle ? st.closing.erase(i) : std::next(i);
+  std::vector<caf::node_id> quiet;
+  for (auto& kvp : st.last_traffic_ms)
+    if (now - kvp.second >= idle && st.closing.count(kvp.first) == 0
+        && !node_in_use(self, kvp.first))
+      quiet.push_back(kvp.first);
+  for (auto& node : quiet) {
+    st.closing[node] = now;
+    for (auto& e : st.peers->all())
+      if (e->manager && e->manager.node() == node && e->control_port != 0)
+        self->send(e->manager, link_close{me(self).id});
+  }
+}
+
+void on_link_close(manager_ptr self, link_close& msg) {
+  auto& st = self->state;
+  auto& sender = self->current_sender();
+  auto e = st.peers->find(msg.from);
+  if (!sender || !e || !e->manager || e->manager.address() != sender->address()) {
+    // Not linked here (any more): nothing to keep.
+    if (sender)
+      self->send(caf::actor_cast<caf::actor>(sender), link_closed{me(self).id, true});
+    return;
+  }
+  if (st.rooms->involves(me(self), e->rank)) {
+    self->send(e->manager, link_closed{me(self).id, false});
+    return;
+  }
+  // Unlinked before the answer goes: nothing here counts on the connection
+  // from now, so its close (the asker's) is no loss.
+  auto peer = e->manager;
+  unlink_peer(self, e);
+  self->send(peer, link_closed{me(self).id, true});
+}
+
+void on_link_closed(manager_ptr self, link_closed& msg) {
+  auto& st = self->state;
+  auto& sender = self->current_sender();
+  auto e = st.peers->find(msg.from);
+  if (!sender || !e || !e->manager || e->manager.address() != sender->address())
+    return;
+  auto node = e->manager.node();
+  st.closing.erase(node);
+  if (!msg.agreed) {
+    // The peer still uses it.
+    note_traffic(self, node);
+    return;
+  }
+  // The peer no longer counts this link: neither does this side (a room
+  // that opened meanwhile links again), and the connection goes once no
+  // rank of this process links there and no room here needs it.
+  unlink_peer(self, e);
+  if (st.links->count(node) == 0 && !st.rooms->involves(me(self), e->rank)) {
+    detail::close_connection(self->home_system(), node);
+    logger()->debug("{}: connection to {} closed (idle)", to_string(me(self)), caf::to_string(node));
+  }
 }
 
 void on_link_hello(manager_ptr self, link_hello& msg) {

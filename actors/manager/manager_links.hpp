@@ -46,6 +46,16 @@ void want_link(manager_ptr self, const std::shared_ptr<const rank_entry>& x);
 /// Retries links that failed or ran past their deadline (from the sweep).
 void retry_links(manager_ptr self, uint64_t now_ms);
 
+/// A control message to or from another process: its link is in use.
+void note_traffic(manager_ptr self, const caf::node_id& node);
+
+/// Asks the linked peers of each process whose link carried nothing for
+/// `idle_link_ms`, and that no room here involves, to close it (sweep).
+void close_idle_links(manager_ptr self, uint64_t now_ms);
+
+void on_link_close(manager_ptr self, link_close& msg);
+void on_link_closed(manager_ptr self, link_closed& msg);
+
 void on_link_hello(manager_ptr self, link_hello& msg);
 void on_link_reply(manager_ptr self, link_reply& msg);
 void on_link_finish(manager_ptr self, link_finish& msg);

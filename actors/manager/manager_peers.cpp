@@ -31,27 +31,32 @@ void peers_changed(manager_ptr self) {
   });
 }
 
-/// A lost rank's process no longer counts as a member unless another
-/// linked rank (or the registry) lives there: the table stays as small as
-/// the deployment.
-void distrust(manager_ptr self, const rank_entry& lost) {
+} // namespace
+
+void distrust(manager_ptr self, const rank_entry& gone) {
   auto& st = self->state;
-  if (!lost.manager || lost.manager.node() == self->node())
+  if (!gone.manager || gone.manager.node() == self->node())
     return;
-  auto node = lost.manager.node();
+  auto node = gone.manager.node();
+  st.links->remove(node);
   bool shared = st.registry && st.registry.node() == node;
   for (auto& e : st.peers->all())
-    shared = shared || (e->rank.id != lost.rank.id && e->manager && e->manager.node() == node);
-  if (!shared)
+    shared = shared || (e->rank.id != gone.rank.id && e->manager && e->manager.node() == node);
+  if (!shared) {
     st.trust->remove(node);
+    st.last_traffic_ms.erase(node);
+    st.closing.erase(node);
+  }
 }
-
-} // namespace
 
 void on_peer_usable(manager_ptr self, const std::shared_ptr<const rank_entry>& peer) {
   auto& st = self->state;
   st.joining.erase(peer->rank.id);
   self->monitor(peer->manager);
+  if (peer->manager && peer->manager.node() != self->node()) {
+    st.links->add(peer->manager.node());
+    note_traffic(self, peer->manager.node());
+  }
   logger()->debug("{}: linked to {} at {}:{}", to_string(me(self)), to_string(peer->rank),
                   peer->control_host, peer->control_port);
   peers_changed(self);

@@ -17,6 +17,11 @@ void on_directory(manager_ptr self, directory_update& msg);
 /// The registry says a rank is down.
 void on_rank_down(manager_ptr self, rank_down& msg);
 
+/// `gone` (lost, or unlinked) is no longer linked here: its process stops
+/// counting as a member unless another linked rank (or the registry) lives
+/// there, and the process's link count to it drops.
+void distrust(manager_ptr self, const rank_entry& gone);
+
 /// A monitored peer manager is down (`orderly`: it shut down in order).
 void on_peer_down(manager_ptr self, const rank_entry& lost, const std::string& reason,
                   bool orderly);

@@ -24,9 +24,15 @@ inline const rank_ref& me(manager_ptr self) {
 
 /// Sends a control message to another rank's manager, delayed when the
 /// rank's control chaos says so.
+/// Defined by manager_links.cpp: a control message to or from another
+/// process (its link is in use).
+void note_traffic(manager_ptr self, const caf::node_id& node);
+
 template <class T>
 void send_ctrl(manager_ptr self, const caf::actor& dest, T&& msg) {
   auto& st = self->state;
+  if (dest && dest.node() != self->node())
+    note_traffic(self, dest.node());
   if (st.chaos.delay_probability > 0.0 && st.chaos.max_delay_ms > 0) {
     std::uniform_real_distribution<double> coin{0.0, 1.0};
     if (coin(st.chaos_rng) < st.chaos.delay_probability) {

@@ -72,6 +72,21 @@ peer_directory::entry_ptr peer_directory::link(rank_id id, uint64_t incarnation,
   return make_usable(std::move(linked));
 }
 
+peer_directory::entry_ptr peer_directory::unlink(rank_id id) {
+  auto e = find(id);
+  if (!e || !e->manager || e->control_port == 0 || id == self_)
+    return nullptr;
+  for (auto i = peers_.begin(); i != peers_.end();)
+    i = i->second->rank.id == id ? peers_.erase(i) : std::next(i);
+  directory_.erase(std::remove_if(directory_.begin(), directory_.end(),
+                                  [&](const auto& x) { return x->rank.id == id; }),
+                   directory_.end());
+  auto again = std::make_shared<rank_entry>(*e);
+  again->manager = nullptr;
+  listed_[id] = std::move(again);
+  return e;
+}
+
 peer_directory::entry_ptr peer_directory::listed(rank_id id) const {
   auto i = listed_.find(id);
   return i == listed_.end() ? nullptr : i->second;

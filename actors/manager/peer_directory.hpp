@@ -51,6 +51,11 @@ public:
   /// the listing arrives (a peer that linked to us first).
   entry_ptr link(rank_id id, uint64_t incarnation, const caf::actor& manager);
 
+  /// A linked rank back to listed (an idle link closed by agreement): no
+  /// longer usable, linked again when a room needs it. Its entry as it was
+  /// usable, or null when it was not linked.
+  entry_ptr unlink(rank_id id);
+
   /// Forgets a listed, not yet usable rank (the registry saw it go).
   void unlist(rank_id id) {
     listed_.erase(id);

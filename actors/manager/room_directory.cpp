@@ -21,6 +21,22 @@ room_directory::entry* room_directory::find(room_id room) {
   return i == rooms_.end() ? nullptr : &i->second;
 }
 
+bool room_directory::involves(const rank_ref& self, const rank_ref& peer) const {
+  if (rooms_.empty() && dead_.empty())
+    return false;
+  // Dead rooms are carried on by this manager: whoever they involve, keep.
+  if (!dead_.empty() || (peer.side == self.side && peer.dp_rank == self.dp_rank))
+    return true;
+  for (auto& kvp : rooms_) {
+    auto& e = kvp.second;
+    if (peer.side == role::prefill && peer.dp_rank == e.prefill_dp)
+      return true;
+    if (std::find(e.dst_ranks.begin(), e.dst_ranks.end(), peer.id) != e.dst_ranks.end())
+      return true;
+  }
+  return false;
+}
+
 std::optional<room_id> room_directory::room_of(caf::actor_id actor) const {
   auto i = by_actor_.find(actor);
   if (i == by_actor_.end())

@@ -67,6 +67,11 @@ public:
 
   entry* find(room_id room);
 
+  /// Whether an open room here (of rank `self`) may still need `peer`: its
+  /// prefill group is the room's, it was handed or handed a destination,
+  /// or it is of this rank's own group (failures fan out there).
+  bool involves(const rank_ref& self, const rank_ref& peer) const;
+
   /// The open room whose actor has this id (room actors are local).
   std::optional<room_id> room_of(caf::actor_id actor) const;
 
