@@ -304,9 +304,12 @@ void note_traffic(manager_ptr self, const caf::node_id& node) {
 
 namespace {
 
-/// Whether a room here may still need one of `node`'s linked ranks.
+/// Whether a room here may still need one of `node`'s linked ranks, or the
+/// connection carries this rank's registry (published in that process).
 bool node_in_use(manager_ptr self, const caf::node_id& node) {
   auto& st = self->state;
+  if (st.registry && st.registry.node() == node)
+    return true;
   for (auto& e : st.peers->all())
     if (e->manager && e->manager.node() == node && st.rooms->involves(me(self), e->rank))
       return true;
@@ -365,7 +368,7 @@ void on_link_close(manager_ptr self, link_close& msg) {
       self->send(caf::actor_cast<caf::actor>(sender), link_closed{me(self).id, true});
     return;
   }
-  if (st.rooms->involves(me(self), e->rank)) {
+  if (st.rooms->involves(me(self), e->rank) || node_in_use(self, e->manager.node())) {
     self->send(e->manager, link_closed{me(self).id, false});
     return;
   }

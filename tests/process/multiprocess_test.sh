@@ -3,7 +3,7 @@
 #   multiprocess_test.sh KVROOM_BINARY SCENARIO WORKDIR [KVROOM_STRANGER]
 # Scenarios: transfer (auto: shm on one host), transfer_shm, transfer_tcp,
 # sigkill, sigstop, malformed, netns, registry_restart, dp_groups, auth, tls,
-# parallel, metrics, paths, netns_paths; etcd_cluster, etcd_sigkill,
+# parallel, metrics, paths, netns_paths, idle_links; etcd_cluster, etcd_sigkill,
 # etcd_refusals, etcd_scale (etcd_scenarios.sh).
 # Every process it starts is killed on exit; every wait is bounded. Exit 0
 # passes, 1 fails, 77 skips (with the reason on stdout).
@@ -658,6 +658,38 @@ tls)
   done
   grep -q data_error d0.json && fail "d0: data mismatch"
   echo "ok: control plane over mutual TLS (CAF 0.17.6's OpenSSL module): 200 rooms byte-exact; a rank without TLS, a rank of another CA and a client without TLS all kept out"
+  ;;
+
+idle_links)
+  # Links close when idle and come back when a room needs them: a batch of
+  # rooms, a pause past --idle-link-ms (both ranks back to "listed", the
+  # control connection between them gone), a second batch byte-exact.
+  p=$(port)
+  start reg "$K" registry "$SECRET" --bootstrap-port="$p"
+  wait_for '"ready"' reg.log 20 || fail "registry not ready"
+  common=(--bootstrap-port="$p" --rooms=50 --then-rooms=50 --then-wait-file="$WORK/go" --idle-link-ms=400 --metrics-port=0)
+  start p0 "$K" serve "$SECRET" --role=prefill --report=p0.json "${common[@]}"
+  start d0 "$K" serve "$SECRET" --role=decode --report=d0.json "${common[@]}"
+  for r in p0 d0; do wait_for batch_done $r.log 60 || fail "$r did not finish the first batch"; done
+  dctl=$(sed -n 's/.*"control": "[0-9.]*:\([0-9]*\)".*/\1/p' d0.log | head -n 1)
+  pm=$(sed -n 's/.*"metrics": "\([0-9.]*:[0-9]*\)".*/\1/p' p0.log | head -n 1)
+  deadline=$(( $(date +%s) + 20 ))
+  until curl -sf "http://$pm/metrics" | grep -q '^kvroom_peers{.*state="listed"} 1'; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "p0's link to d0 did not close when idle"
+    sleep 0.1
+  done
+  if command -v ss >/dev/null; then
+    sleep 0.3
+    ss -tn | grep -q ":$dctl\b" && fail "a connection to d0's control port $dctl is still open: $(ss -tn | grep ":$dctl")"
+  fi
+  touch "$WORK/go"
+  for r in p0 d0; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
+  for r in p0 d0; do
+    [ "$(rooms $r.json success)" = 100 ] || fail "$r: $(rooms $r.json success) of 100 rooms succeeded"
+  done
+  grep -q data_error d0.json && fail "d0: data mismatch"
+  grep -q "lost" p0.log d0.log && fail "a rank counted its idle peer lost"
+  echo "ok: the idle link closed (no connection left between the ranks) and was made again for the second batch: 100 rooms byte-exact"
   ;;
 
 etcd_*)
