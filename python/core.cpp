@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kvroom/actors/control/etcd/etcd_directory.hpp"
 #include "kvroom/kvroom.hpp"
 
 namespace py = pybind11;
@@ -225,6 +226,33 @@ PYBIND11_MODULE(_core, m) {
            check(e);
          },
          py::arg("host"), py::arg("port"), py::arg("timeout_ms") = 30000)
+    .def("use_directory",
+         [](runtime& rt, const std::string& url, const std::string& prefix,
+            uint32_t lease_ttl_ms, uint32_t timeout_ms, const std::string& cacert,
+            const std::string& cert, const std::string& key, const std::string& user,
+            const std::string& password) {
+           auto parsed = parse_etcd_url(url);
+           if (!parsed)
+             raise(parsed.error());
+           etcd_directory_options opts;
+           opts.etcd = std::move(*parsed);
+           opts.etcd.cacert = cacert;
+           opts.etcd.cert = cert;
+           opts.etcd.key = key;
+           opts.etcd.user = user;
+           opts.etcd.password = password;
+           opts.prefix = prefix;
+           opts.lease_ttl_ms = lease_ttl_ms;
+           caf::error e;
+           {
+             py::gil_scoped_release nogil;
+             e = rt.use_directory(std::move(opts), timeout_ms);
+           }
+           check(e);
+         },
+         py::arg("url"), py::arg("prefix") = "/kvroom/default", py::arg("lease_ttl_ms") = 5000,
+         py::arg("timeout_ms") = 30000, py::arg("cacert") = "", py::arg("cert") = "",
+         py::arg("key") = "", py::arg("user") = "", py::arg("password") = "")
     .def("add_rank",
          [](runtime& rt, const std::string& side, int32_t tp_rank, int32_t tp_size,
             int32_t dp_rank, int64_t id, const std::vector<buffer_spec>& kv,

@@ -205,6 +205,17 @@ class Runtime:
     def connect_registry(self, host, port, timeout_ms=30000):
         self._impl.connect_registry(host, port, timeout_ms)
 
+    def use_directory(self, url, prefix="/kvroom/default", lease_ttl_ms=5000, timeout_ms=30000,
+                      cacert="", cert="", key="", user="", password=""):
+        """The deployment's directory on etcd instead of a registry:
+        ``url`` is ``etcd://host:port[,host:port...]`` (``etcds://`` for
+        TLS, with ``cacert`` and, if etcd asks, ``cert``/``key``; ``user``/
+        ``password`` for etcd's auth). Every rank of this runtime keeps its
+        entry under ``prefix`` on this process's lease of ``lease_ttl_ms``.
+        Call before ``add_rank``; needs ``network=True``."""
+        self._impl.use_directory(url, prefix, lease_ttl_ms, timeout_ms, cacert, cert, key, user,
+                                 password)
+
     def add_rank(self, side, tp_rank=0, tp_size=1, dp_rank=0, id=-1, kv=(), aux=(),
                  device_id=-1, transport="local", network=False, host="127.0.0.1",
                  keep=(), fail_rooms=(), state=(), layout=None, integrity="off"):

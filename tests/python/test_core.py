@@ -378,3 +378,65 @@ def test_integrity_check_moves_rooms_and_refuses_a_rank_without_it():
         rt.add_rank("decode", dp_rank=1, integrity="crc32", **odd.specs())
     p.close()
     d.close()
+
+
+def _etcd_member(tmp_path):
+    """One etcd member on loopback for a test, or a skip with the reason."""
+    import shutil
+    import socket
+    import subprocess
+    import urllib.request
+    exe = shutil.which("etcd")
+    if exe is None:
+        pytest.skip("etcd is not installed (Debian: etcd-server)")
+    ports = []
+    for _ in range(2):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        ports.append(s.getsockname()[1])
+        s.close()
+    client, peer = (f"http://127.0.0.1:{p}" for p in ports)
+    proc = subprocess.Popen([exe, "--name", "t", "--data-dir", str(tmp_path / "etcd"),
+                             "--listen-client-urls", client, "--advertise-client-urls", client,
+                             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                             "--initial-cluster", f"t={peer}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def healthy():
+        try:
+            return b"true" in urllib.request.urlopen(client + "/health", timeout=1).read()
+        except OSError:
+            return False
+    if not until(healthy, 20):
+        proc.kill()
+        pytest.fail("the etcd member did not become healthy")
+    return proc, f"etcd://127.0.0.1:{ports[0]}"
+
+
+def test_ranks_meet_through_a_directory_on_etcd(tmp_path):
+    proc, url = _etcd_member(tmp_path)
+    try:
+        rt = kvroom.Runtime(network=True, secret_file=secret_file(tmp_path))
+        with pytest.raises(kvroom.Error):
+            rt.use_directory("http://127.0.0.1:1")
+        rt.use_directory(url, prefix="/kvroom/pytest", lease_ttl_ms=2000)
+        src, dst = Cache(seed=9), Cache()
+        p = rt.add_rank("prefill", network=True, transport="auto", **src.specs())
+        d = rt.add_rank("decode", network=True, transport="auto", **dst.specs())
+        s, r = p.make_sender(41), d.make_receiver(41)
+        assert until(lambda: r.poll() == KVPoll.WaitingForInput, 30)
+        r.init([1, 2], 3)
+        assert until(lambda: s.poll() == KVPoll.WaitingForInput, 30), s.failure()
+        s.init(2, 0)
+        s.send([4, 5], True)
+        assert until(lambda: r.poll() in (KVPoll.Success, KVPoll.Failed), 30)
+        assert r.poll() == KVPoll.Success, r.failure()
+        assert bytes(dst.page(0, 1)) == bytes(src.page(0, 4))
+        assert bytes(dst.page(1, 2)) == bytes(src.page(1, 5))
+        s.clear()
+        r.clear()
+        p.close()
+        d.close()
+    finally:
+        proc.kill()
+        proc.wait()

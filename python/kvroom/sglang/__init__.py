@@ -184,9 +184,26 @@ def _integrity(server_args):
     return os.environ.get("KVROOM_INTEGRITY", "off") or "off"
 
 
+def _directory():
+    """``KVROOM_DIRECTORY=etcd://host:port[,...]``: the deployment's
+    directory on etcd instead of a bootstrap registry (deployments of
+    hundreds of ranks); ``KVROOM_DIRECTORY_PREFIX`` names the deployment,
+    ``KVROOM_LEASE_TTL_MS`` the lease."""
+    return os.environ.get("KVROOM_DIRECTORY") or None
+
+
 def _join_registry(rt, host, port, timeout_ms=30000):
     """This process's ranks register with the registry at host:port: the one
-    it publishes itself (KVBootstrapServer), or one it connects to once."""
+    it publishes itself (KVBootstrapServer), or one it connects to once; or,
+    with KVROOM_DIRECTORY, with the directory on etcd."""
+    if _directory():
+        if _process["registry"] is None:
+            rt.use_directory(_directory(),
+                             prefix=os.environ.get("KVROOM_DIRECTORY_PREFIX", "/kvroom/default"),
+                             lease_ttl_ms=int(os.environ.get("KVROOM_LEASE_TTL_MS", "5000")),
+                             timeout_ms=max(timeout_ms, 10000))
+            _process["registry"] = ("etcd", _directory())
+        return
     where = (host, int(port))
     if _process["registry"] is None:
         rt.connect_registry(host, int(port), timeout_ms)
@@ -202,6 +219,10 @@ class KVBootstrapServer:
     def __init__(self, host: str, port: int):
         rt = _runtime(os.environ.get("KVROOM_SECRET_FILE"))
         self.host = host
+        if _directory():
+            # The directory is etcd: nothing to serve here.
+            self.port = int(port)
+            return
         self.port = rt.publish_registry(port, host)
         _process["registry"] = (host, self.port)
 
