@@ -29,6 +29,8 @@ using attach_atom = caf::atom_constant<caf::atom("attach")>;
 using join_atom = caf::atom_constant<caf::atom("join")>;
 /// manager -> itself: reconnect to the registry / retry links.
 using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
+/// manager -> itself: try the rank's first registration again.
+using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
 
 /// Manager -> prefill room: a decode destination together with the decode
 /// rank's registry entry (layout and data-plane endpoint).

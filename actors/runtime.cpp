@@ -137,6 +137,7 @@ caf::error runtime::connect_registry(const std::string& host, uint16_t port,
       registry_ = std::move(*remote);
       registry_host_ = host;
       registry_port_ = port;
+      registration_wait_ms_ = 15'000;
       return caf::none;
     }
     // A door that refused our proof refuses it again: say so now.
@@ -163,7 +164,7 @@ caf::error runtime::use_directory(etcd_directory_options opts, uint32_t timeout_
                       "a directory on etcd needs runtime_options.network");
   if (live_ranks_ > 0)
     return make_error(errc::invalid_config, "choose the directory before adding ranks");
-  auto wait = opts.lease_ttl_ms + 2 * opts.etcd.request_timeout_ms + 3000;
+  auto wait = opts.lease_ttl_ms + opts.registration_timeout_ms + 1000;
   auto dir = spawn_etcd_directory(*sys_, std::move(opts), members_, timeout_ms);
   if (!dir)
     return dir.error();

@@ -33,7 +33,7 @@ public:
   std::string etcd;
   int64_t ranks = 32;
   int64_t rooms = 50;
-  int64_t lease_ttl_ms = 2000;
+  int64_t lease_ttl_ms = 5000;
   scale_config() {
     tp = 2;
     opt_group{custom_options_, "global"}

@@ -220,10 +220,15 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
       e->control_port = port;
       st.self_entry = std::move(e);
       st.joining_rank = self->make_response_promise();
+      st.join_deadline_ms = room_timing::now() + st.registration_wait_ms;
       start_registration(self);
       return *st.joining_rank;
     },
     [=](reconnect_atom) { reconnect_registry(self); },
+    [=](rejoin_atom) {
+      if (self->state.joining_rank)
+        start_registration(self);
+    },
     [=](link_hello& msg) { on_link_hello(self, msg); },
     [=](link_reply& msg) { on_link_reply(self, msg); },
     [=](link_finish& msg) { on_link_finish(self, msg); },

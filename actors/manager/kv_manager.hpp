@@ -64,6 +64,9 @@ struct kv_manager_state {
   std::string registry_host;
   uint16_t registry_port = 0;
   uint32_t registration_wait_ms = 0;
+  /// Until when rank::start's registration may be tried again after a
+  /// registry that did not answer in time (many ranks starting at once).
+  uint64_t join_deadline_ms = 0;
   /// Set while rank::start waits for the first registration.
   std::optional<caf::response_promise> joining_rank;
   bool registered = false;
@@ -125,8 +128,10 @@ struct kv_manager_params {
   std::shared_ptr<rank_metrics> metrics;
   /// The rank's integrity check ("off", "xxh3"), as its entry says.
   std::string integrity = "off";
-  /// How long a registration may take (0: the link timeout): a directory
-  /// on etcd makes a replacement wait for its predecessor's lease.
+  /// How long a registration may take, tries included (0: one try within
+  /// the link timeout): a registry over the network may be slow to answer
+  /// when many ranks start at once, and a directory on etcd makes a
+  /// replacement wait for its predecessor's lease.
   uint32_t registration_wait_ms = 0;
   /// The process's links per peer process (null: this manager's own).
   std::shared_ptr<node_links> links;

@@ -66,8 +66,23 @@ void schedule_reconnect(manager_ptr self) {
   self->delayed_send(self, std::chrono::milliseconds(st.reconnect_ms), reconnect_atom::value);
 }
 
+/// Worth another try: the registry did not answer in time, or was busy.
+bool transient(const caf::error& err) {
+  return err == caf::sec::request_timeout || is(err, errc::unavailable)
+         || is(err, errc::limit_reached) || is(err, errc::timeout);
+}
+
 void registration_failed(manager_ptr self, caf::error err) {
   auto& st = self->state;
+  // Many ranks starting at once can keep a registry (or etcd) from
+  // answering one in time: try again, jittered, within the rank's window.
+  if (st.joining_rank && transient(err) && now_ms() + 200 < st.join_deadline_ms) {
+    auto pause = 50 + st.link_rng() % 250;
+    logger()->debug("{}: registration not answered ({}); again in {} ms", to_string(me(self)),
+                    describe(err), pause);
+    self->delayed_send(self, std::chrono::milliseconds(pause), rejoin_atom::value);
+    return;
+  }
   if (st.joining_rank) {
     st.joining_rank->deliver(std::move(err));
     st.joining_rank.reset();
@@ -184,9 +199,12 @@ void start_registration(manager_ptr self) {
   }
   auto mine = make_nonce();
   auto registry = st.registry;
-  auto timeout = st.registration_wait_ms > 0
-                   ? std::chrono::milliseconds(st.registration_wait_ms)
-                   : link_timeout(self);
+  // A directory in this process (etcd's) answers once it decided, which
+  // may take the rest of the window; a registry elsewhere within a link
+  // timeout per try.
+  auto timeout = link_timeout(self);
+  if (st.joining_rank && registry.node() == self->node() && st.join_deadline_ms > now_ms())
+    timeout = std::max(timeout, std::chrono::milliseconds(st.join_deadline_ms - now_ms()));
   self->request(registry, timeout, registry_hello{mine})
     .then(
       [=](registry_challenge& c) {

@@ -127,7 +127,10 @@ struct local_rank {
 struct waiting_registration {
   rank_entry entry;
   caf::response_promise promise;
+  /// Until when a held id or place may still clear (a lease expiring).
   uint64_t deadline_ms = 0;
+  /// Until when an unreachable or overloaded etcd is tried again.
+  uint64_t give_up_ms = 0;
 };
 
 struct etcd_directory_state {
@@ -253,8 +256,10 @@ void try_waiting(self_ptr self, rank_id id) {
     return;
   auto& w = i->second;
   auto res = admit(self, w.entry);
-  if (!res && may_clear(res.error()) && now_ms() < w.deadline_ms) {
-    self->delayed_send(self, std::chrono::milliseconds(250), retry_atom::value, id);
+  if (!res && ((may_clear(res.error()) && now_ms() < w.deadline_ms)
+               || (is(res.error(), errc::unavailable) && now_ms() < w.give_up_ms))) {
+    self->delayed_send(self, std::chrono::milliseconds(100 + st.rng() % 300), retry_atom::value,
+                       id);
     return;
   }
   auto promise = std::move(w.promise);
@@ -459,6 +464,7 @@ caf::behavior etcd_directory(caf::stateful_actor<etcd_directory_state>* self,
       w.entry = entry;
       w.promise = self->make_response_promise();
       w.deadline_ms = now_ms() + static_cast<uint64_t>(st.ttl_s) * 1000 + 1000;
+      w.give_up_ms = now_ms() + st.opts.registration_timeout_ms;
       auto promise = w.promise;
       try_waiting(self, id);
       return promise;

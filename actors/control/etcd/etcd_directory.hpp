@@ -40,6 +40,9 @@ struct etcd_directory_options {
   /// whole seconds, at least 2: etcd's own floor).
   uint32_t lease_ttl_ms = 5000;
   uint32_t max_ranks = 4096;
+  /// A registration etcd does not answer (unreachable, overloaded) is
+  /// tried again this long before it fails.
+  uint32_t registration_timeout_ms = 15'000;
 };
 
 /// Connects to etcd (retrying with backoff until `timeout_ms`), takes the

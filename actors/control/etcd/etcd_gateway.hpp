@@ -37,7 +37,7 @@ struct etcd_options {
   std::string user;
   std::string password;
   /// A call that gets no answer this long fails over to the next member.
-  uint32_t request_timeout_ms = 2000;
+  uint32_t request_timeout_ms = 3000;
 };
 
 /// Parses "etcd://host:port[,host:port...]" (or "etcds://" for TLS).
