@@ -515,7 +515,8 @@ caf::expected<caf::actor> spawn_etcd_directory(caf::actor_system& sys,
     } else {
       err = std::move(lease.error());
     }
-    if (is(err, errc::unauthorized) || is(err, errc::invalid_argument) || now_ms() + backoff > deadline)
+    if (is(err, errc::unauthorized) || is(err, errc::invalid_argument)
+        || is(err, errc::invalid_config) || now_ms() + backoff > deadline)
       return make_error(static_cast<errc>(err.code()),
                         "etcd directory: " + describe(err));
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff));

@@ -54,6 +54,13 @@ bool try_elsewhere(const std::string& body) {
          || text.find("timed out") != std::string::npos;
 }
 
+/// A certificate that does not verify, or keys that do not load, do not get
+/// better by asking again or elsewhere.
+bool permanent(httplib::Error e) {
+  return e == httplib::Error::SSLServerVerification || e == httplib::Error::SSLLoadingCerts
+         || e == httplib::Error::SSLConnection;
+}
+
 bool auth_failed(int status, const std::string& body) {
   auto text = error_text(body);
   return status == 401 || text.find("invalid auth token") != std::string::npos
@@ -168,8 +175,9 @@ caf::error etcd_gateway::authenticate(httplib::Client& cli) {
   json body{{"name", opts_.user}, {"password", opts_.password}};
   auto res = cli.Post("/v3/auth/authenticate", body.dump(), "application/json");
   if (!res)
-    return make_error(errc::unavailable, "etcd " + current_endpoint() + ": authenticate: "
-                                           + httplib::to_string(res.error()));
+    return make_error(permanent(res.error()) ? errc::unauthorized : errc::unavailable,
+                      "etcd " + current_endpoint() + ": authenticate: "
+                        + httplib::to_string(res.error()));
   if (res->status != 200)
     return make_error(errc::unauthorized, "etcd " + current_endpoint() + ": authenticate as '"
                                             + opts_.user + "': " + error_text(res->body));
@@ -208,6 +216,8 @@ caf::expected<std::string> etcd_gateway::post(const std::string& path,
       auto res = cli->Post(path.c_str(), headers, body, "application/json");
       if (!res) {
         last = endpoint + ": " + httplib::to_string(res.error());
+        if (permanent(res.error()))
+          return make_error(errc::unauthorized, "etcd " + last);
         break;
       }
       if (res->status == 200)
