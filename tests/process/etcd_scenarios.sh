@@ -271,4 +271,38 @@ etcd_secured)
   grep -q data_error d0.json && fail "d0: data mismatch"
   echo "ok: etcd over TLS with auth: 100 rooms byte-exact; without credentials ($(tail -n 1 nouser.log | cut -c1-120)...), over plain http and trusting another CA: refused"
   ;;
+etcd_lease)
+  # A rank frozen longer than its lease (SIGSTOP): etcd drops its entry and
+  # its peer counts it gone; thawed, it finds its lease expired, takes a new
+  # one and registers again, and the next rooms succeed on both sides.
+  etcd_members 1
+  D=(--directory="$ETCD_URL" --directory-prefix=/kvroom/t$$ --lease-ttl-ms=2000 --timeout-ms=1500)
+  start p0 "$K" serve "$SECRET" "${D[@]}" --role=prefill --rooms=100 --pace-us=10000 --then-rooms=40 --then-wait-file="$WORK/go" --report=p0.json
+  start d0 "$K" serve "$SECRET" "${D[@]}" --role=decode --rooms=100 --pace-us=10000 --then-rooms=40 --then-wait-file="$WORK/go" --report=d0.json
+  for r in p0 d0; do wait_for '"ready"' $r.log 30 || fail "$r not ready"; done
+  sleep 0.3
+  kill -STOP "$PID_d0"
+  stopped=$(now_ms)
+  deadline=$(( $(date +%s) + 10 ))
+  until [ -z "$(etcdctl --endpoints="$ETCD_EPS" get --prefix /kvroom/t$$/ranks/65536 --keys-only)" ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || { kill -CONT "$PID_d0"; fail "d0's entry outlived its lease"; }
+    sleep 0.1
+  done
+  echo "d0's entry gone from etcd $(( $(now_ms) - stopped )) ms after it froze"
+  sleep 0.5
+  kill -CONT "$PID_d0"
+  wait_for "registering them again" d0.log 10 || fail "d0 did not register again after its lease expired"
+  deadline=$(( $(date +%s) + 10 ))
+  until [ -n "$(etcdctl --endpoints="$ETCD_EPS" get --prefix /kvroom/t$$/ranks/65536 --keys-only)" ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "d0's entry did not come back"
+    sleep 0.1
+  done
+  for r in p0 d0; do wait_for batch_done $r.log 60 || fail "$r did not finish phase 1"; done
+  touch "$WORK/go"
+  for r in p0 d0; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish phase 2"; done
+  tail=$(python3 -c 'import json; r=json.load(open("d0.json"))["rooms"]; print(sum(1 for x in r if x["room"] > 100 and x["state"] == "success"))')
+  [ "$tail" = 40 ] || fail "d0: $tail of the 40 rooms after its return succeeded"
+  grep -q data_error d0.json && fail "d0: data mismatch"
+  echo "ok: d0 frozen past its lease: its entry went, it took a new lease and registered again, and 40 new rooms succeeded ($(rooms d0.json failed) rooms failed around the freeze)"
+  ;;
 esac

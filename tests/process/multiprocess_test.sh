@@ -4,7 +4,7 @@
 # Scenarios: transfer (auto: shm on one host), transfer_shm, transfer_tcp,
 # sigkill, sigstop, malformed, netns, registry_restart, dp_groups, auth, tls,
 # parallel, metrics, paths, netns_paths, idle_links; etcd_cluster, etcd_sigkill,
-# etcd_refusals, etcd_scale, etcd_secured (etcd_scenarios.sh).
+# etcd_refusals, etcd_scale, etcd_secured, etcd_lease (etcd_scenarios.sh).
 # Every process it starts is killed on exit; every wait is bounded. Exit 0
 # passes, 1 fails, 77 skips (with the reason on stdout).
 set -u

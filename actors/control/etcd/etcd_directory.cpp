@@ -380,6 +380,10 @@ void renew(self_ptr self) {
       logger()->error("etcd directory: {} cannot register again: {}",
                       to_string(kvp.second.entry.rank), describe(res.error()));
   }
+  // While this process was cut off, its managers counted their peers lost
+  // too (their links timed out): the whole directory again, so they list
+  // and link them anew.
+  broadcast(self);
   self->delayed_send(self, period, renew_atom::value);
 }
 
