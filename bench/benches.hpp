@@ -31,6 +31,9 @@ public:
 /// Parses the options; returns -1 to go on, else the exit code.
 int parse(bench_config& cfg, int argc, char** argv);
 
+/// The `kvroom` command: `given`, else next to this program, else "".
+std::string find_kvroom(const std::string& given);
+
 /// "a,b" -> {"a", "b"}.
 std::vector<std::string> split_list(const std::string& text);
 

@@ -115,16 +115,6 @@ std::vector<double> tcp_round_trips_us(int n) {
 
 /// The `kvroom` command: as given, next to this program (installed), or in
 /// the build tree's cli/ (built).
-std::string find_kvroom(const std::string& given) {
-  if (!given.empty())
-    return given;
-  auto self = harness::self_exe();
-  auto dir = self.substr(0, self.rfind('/'));
-  for (auto& candidate : {dir + "/kvroom", dir + "/../cli/kvroom"})
-    if (::access(candidate.c_str(), X_OK) == 0)
-      return candidate;
-  return {};
-}
 
 
 /// One deployment of 2 x tp serve processes on this host.
@@ -236,6 +226,17 @@ struct deployment {
 };
 
 } // namespace
+
+std::string find_kvroom(const std::string& given) {
+  if (!given.empty())
+    return given;
+  auto self = harness::self_exe();
+  auto dir = self.substr(0, self.rfind('/'));
+  for (auto& candidate : {dir + "/kvroom", dir + "/../cli/kvroom"})
+    if (::access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+  return {};
+}
 
 int bench_processes(int argc, char** argv) {
   process_config cfg;

@@ -56,16 +56,6 @@ struct sample {
   double usable = 0, listed = 0, lost = 0, success = 0, failed = 0;
 };
 
-std::string kvroom_path(const std::string& given) {
-  if (!given.empty())
-    return given;
-  auto self = harness::self_exe();
-  auto dir = self.substr(0, self.rfind('/'));
-  for (auto& candidate : {dir + "/kvroom", dir + "/../cli/kvroom"})
-    if (::access(candidate.c_str(), X_OK) == 0)
-      return candidate;
-  return {};
-}
 
 std::string field(const std::string& text, const std::string& key) {
   auto at = text.find("\"" + key + "\": \"");
@@ -317,7 +307,7 @@ int bench_scale(int argc, char** argv) {
   scale_config cfg;
   if (auto rc = parse(cfg, argc, argv); rc >= 0)
     return rc;
-  auto exe = kvroom_path(cfg.kvroom);
+  auto exe = find_kvroom(cfg.kvroom);
   if (exe.empty()) {
     std::fprintf(stderr, "kvroom-bench scale: the kvroom command was not found (--kvroom)\n");
     return 1;

@@ -67,24 +67,20 @@ void directory_cli_options::add_to(caf::config_option_adder& group) {
 }
 
 caf::error directory_cli_options::apply(runtime& rt) const {
-  auto url = parse_etcd_url(directory);
-  if (!url)
-    return url.error();
-  etcd_directory_options opts;
-  opts.etcd = std::move(*url);
-  opts.etcd.cacert = etcd_cacert;
-  opts.etcd.cert = etcd_cert;
-  opts.etcd.key = etcd_key;
-  opts.etcd.user = etcd_user;
-  if ((etcd_cert.empty()) != (etcd_key.empty()))
-    return make_error(errc::invalid_config, "--etcd-cert and --etcd-key go together");
+  std::string password;
   if (!etcd_user.empty()) {
     std::ifstream in{etcd_password_file};
     if (etcd_password_file.empty() || !in)
       return make_error(errc::invalid_config,
                         "--etcd-user needs a readable --etcd-password-file");
-    std::getline(in, opts.etcd.password);
+    std::getline(in, password);
   }
+  auto etcd = etcd_options_of(directory, etcd_cacert, etcd_cert, etcd_key, etcd_user,
+                              std::move(password));
+  if (!etcd)
+    return etcd.error();
+  etcd_directory_options opts;
+  opts.etcd = std::move(*etcd);
   if (lease_ttl_ms < 1 || lease_ttl_ms > 3'600'000)
     return make_error(errc::invalid_argument, "--lease-ttl-ms must be in [1, 3600000]");
   opts.prefix = prefix;

@@ -231,16 +231,11 @@ PYBIND11_MODULE(_core, m) {
             uint32_t lease_ttl_ms, uint32_t timeout_ms, const std::string& cacert,
             const std::string& cert, const std::string& key, const std::string& user,
             const std::string& password) {
-           auto parsed = parse_etcd_url(url);
-           if (!parsed)
-             raise(parsed.error());
+           auto etcd = etcd_options_of(url, cacert, cert, key, user, password);
+           if (!etcd)
+             raise(etcd.error());
            etcd_directory_options opts;
-           opts.etcd = std::move(*parsed);
-           opts.etcd.cacert = cacert;
-           opts.etcd.cert = cert;
-           opts.etcd.key = key;
-           opts.etcd.user = user;
-           opts.etcd.password = password;
+           opts.etcd = std::move(*etcd);
            opts.prefix = prefix;
            opts.lease_ttl_ms = lease_ttl_ms;
            caf::error e;

@@ -143,6 +143,22 @@ caf::expected<etcd_options> parse_etcd_url(const std::string& url) {
   return out;
 }
 
+caf::expected<etcd_options> etcd_options_of(const std::string& url, std::string cacert,
+                                            std::string cert, std::string key,
+                                            std::string user, std::string password) {
+  auto out = parse_etcd_url(url);
+  if (!out)
+    return out;
+  if (cert.empty() != key.empty())
+    return make_error(errc::invalid_config, "etcd: a client certificate and its key go together");
+  out->cacert = std::move(cacert);
+  out->cert = std::move(cert);
+  out->key = std::move(key);
+  out->user = std::move(user);
+  out->password = std::move(password);
+  return out;
+}
+
 etcd_gateway::etcd_gateway(etcd_options opts) : opts_(std::move(opts)) {
   // nop
 }

@@ -43,6 +43,12 @@ struct etcd_options {
 /// Parses "etcd://host:port[,host:port...]" (or "etcds://" for TLS).
 caf::expected<etcd_options> parse_etcd_url(const std::string& url);
 
+/// `url` parsed, with etcd's TLS files and auth user (the one place the
+/// command line and Python turn their options into etcd_options).
+caf::expected<etcd_options> etcd_options_of(const std::string& url, std::string cacert,
+                                            std::string cert, std::string key,
+                                            std::string user, std::string password);
+
 struct etcd_kv {
   std::string key;
   std::string value;
