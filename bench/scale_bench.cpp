@@ -163,8 +163,9 @@ std::string run_one(const scale_config& cfg, const std::string& exe, const std::
   out.str("directory", which);
   auto dir = harness::make_temp_dir("kvroom-scale");
   auto secret = harness::write_secret(dir);
+  // Below the ephemeral range (32768 up): no outgoing connection holds it.
   auto port = 20000 + static_cast<int>((static_cast<uint64_t>(::getpid()) * 7919
-                                        + static_cast<uint64_t>(harness::wall_ms())) % 30000);
+                                        + static_cast<uint64_t>(harness::wall_ms())) % 12000);
   std::vector<std::string> directory;
   std::unique_ptr<etcd_member> member;
   pid_t registry = -1;
@@ -265,6 +266,13 @@ std::string run_one(const scale_config& cfg, const std::string& exe, const std::
       for (auto& b : before)
         s += b.listed;
       return s / static_cast<double>(before.size());
+    }())
+    .num("known_peers_min", [&] {
+      // Every rank should know every other (linked or listed).
+      double m = 1e9;
+      for (auto& b : before)
+        m = std::min(m, b.usable + b.listed);
+      return m;
     }());
   // The last group's last prefill rank goes; every other rank must stop
   // counting it (linked or listed), whether it ever linked to it or not.

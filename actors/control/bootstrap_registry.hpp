@@ -24,6 +24,8 @@ struct bootstrap_registry_state {
   std::shared_ptr<const membership> members;
   std::optional<registration_door> door;
   uint64_t refusals = 0;
+  /// A push of the directory to every rank is scheduled.
+  bool push_pending = false;
 
   static inline const char* name = "kvroom.bootstrap_registry";
 };
