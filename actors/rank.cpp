@@ -70,7 +70,7 @@ caf::error rank::start() {
                        rt_.registry(), rt_.registry_host_, rt_.registry_port_,
                        ref_.side == role::decode ? data_plane_ : nullptr, cfg_.parallel,
                        metrics_,      to_string(cfg_.integrity), rt_.registration_wait_ms(),
-                       rt_.links_};
+                       rt_.link_keeper_};
   manager_ = sys.spawn(kv_manager, std::move(mp));
   // Peers link to the manager directly on its own control endpoint; the
   // registry only says where it is.

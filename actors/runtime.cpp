@@ -15,7 +15,7 @@
 #include "kvroom/actors/control/control_door.hpp"
 #include "kvroom/actors/control/control_endpoint.hpp"
 #include "kvroom/actors/control/etcd/etcd_directory.hpp"
-#include "kvroom/actors/control/node_links.hpp"
+#include "kvroom/actors/control/link_keeper.hpp"
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/actors/control/membership.hpp"
 #include "kvroom/actors/quiet_clock.hpp"
@@ -82,7 +82,7 @@ void runtime::init(uint32_t max_ranks, deployment_secret secret) {
   if (sys_->has_middleman() && !sys_->has_openssl_manager())
     door_ = std::make_unique<detail::control_door>(detail::install_control_door(*sys_, secret));
   members_ = std::make_shared<const membership>(std::move(secret));
-  links_ = std::make_shared<node_links>();
+  link_keeper_ = sys_->spawn(link_keeper);
   registry_ = sys_->spawn(bootstrap_registry, max_ranks, members_);
 }
 
@@ -100,6 +100,11 @@ runtime::~runtime() {
   if (registry_ && registry_.node() == sys_->node())
     stop_local_registry();
   registry_ = nullptr;
+  {
+    caf::scoped_actor self{*sys_};
+    self->send_exit(link_keeper_, caf::exit_reason::user_shutdown);
+  }
+  link_keeper_ = nullptr;
   if (door_)
     detail::remove_control_door(*sys_, *door_);
   owned_sys_.reset();

@@ -19,7 +19,6 @@ namespace kvroom {
 
 class rank;
 class membership;
-class node_links;
 struct etcd_directory_options;
 
 /// How an owned actor system is set up.
@@ -148,8 +147,8 @@ private:
   std::string registry_host_;
   uint16_t registry_port_ = 0;
   uint32_t registration_wait_ms_ = 0;
-  /// Links of this process's ranks per peer process (idle links close).
-  std::shared_ptr<node_links> links_;
+  /// Counts this process's links per peer process (idle links close).
+  caf::actor link_keeper_;
   std::shared_ptr<const membership> members_;
   size_t live_ranks_ = 0;
 };

@@ -83,7 +83,7 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
   st.registry_host = params.registry_host;
   st.registry_port = params.registry_port;
   st.registration_wait_ms = params.registration_wait_ms;
-  st.links = params.links ? params.links : std::make_shared<node_links>();
+  st.link_keeper = params.link_keeper;
   // A stranger can start handshakes it never finishes: bounded, expiring.
   st.accepting.emplace(1024, 5000);
   st.peers.emplace(params.self.id, st.timing.lost_window_ms());

@@ -15,7 +15,6 @@
 #include "kvroom/actors/local_messages.hpp"
 #include "kvroom/actors/rank_metrics.hpp"
 #include "kvroom/actors/control/membership.hpp"
-#include "kvroom/actors/control/node_links.hpp"
 #include "kvroom/actors/manager/parking.hpp"
 #include "kvroom/actors/manager/peer_directory.hpp"
 #include "kvroom/actors/manager/room_directory.hpp"
@@ -88,9 +87,9 @@ struct kv_manager_state {
   std::unordered_map<caf::node_id, uint64_t> last_traffic_ms;
   /// Peer processes asked to close their idle links, since when.
   std::unordered_map<caf::node_id, uint64_t> closing;
-  /// This process's links per peer process: the connection closes with the
-  /// last (shared by the process's managers).
-  std::shared_ptr<node_links> links;
+  /// Counts this process's links per peer process and closes a connection
+  /// with the last (null: links are never closed).
+  caf::actor link_keeper;
   /// Links peers started with us, by the peer manager's address.
   struct incoming_link {
     rank_id from = -1;
@@ -133,8 +132,8 @@ struct kv_manager_params {
   /// when many ranks start at once, and a directory on etcd makes a
   /// replacement wait for its predecessor's lease.
   uint32_t registration_wait_ms = 0;
-  /// The process's links per peer process (null: this manager's own).
-  std::shared_ptr<node_links> links;
+  /// The process's link keeper (null: idle links are never closed).
+  caf::actor link_keeper;
 };
 
 /// One rank's KV manager: routes destinations, parts and failures to room

@@ -6,6 +6,7 @@
 #include "caf/io/all.hpp"
 
 #include "kvroom/actors/control/control_endpoint.hpp"
+#include "kvroom/actors/control/link_keeper.hpp"
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/actors/manager/manager_peers.hpp"
 #include "kvroom/actors/manager/manager_send.hpp"
@@ -334,15 +335,18 @@ bool node_in_use(manager_ptr self, const caf::node_id& node) {
   return false;
 }
 
-/// `e` back to listed: no monitor, no loss when the connection goes.
-void unlink_peer(manager_ptr self, const std::shared_ptr<const rank_entry>& e) {
+/// `e` back to listed: no monitor, no loss when the connection goes. With
+/// `close`, the process's link keeper closes the connection if this was its
+/// last link there.
+void unlink_peer(manager_ptr self, const std::shared_ptr<const rank_entry>& e, bool close) {
   auto& st = self->state;
   self->demonitor(e->manager);
   st.peers->unlink(e->rank.id);
   // The process still proved membership: what it sends before the link is
   // made again (a room that opened meanwhile) is parked, not dropped.
   auto node = e->manager.node();
-  st.links->remove(node);
+  if (st.link_keeper)
+    self->send(st.link_keeper, link_gone_atom::value, node, close);
   bool more = false;
   for (auto& x : st.peers->all())
     more = more || (x->manager && x->manager.node() == node);
@@ -393,7 +397,7 @@ void on_link_close(manager_ptr self, link_close& msg) {
   // Unlinked before the answer goes: nothing here counts on the connection
   // from now, so its close (the asker's) is no loss.
   auto peer = e->manager;
-  unlink_peer(self, e);
+  unlink_peer(self, e, false);
   self->send(peer, link_closed{me(self).id, true});
 }
 
@@ -413,11 +417,7 @@ void on_link_closed(manager_ptr self, link_closed& msg) {
   // The peer no longer counts this link: neither does this side (a room
   // that opened meanwhile links again), and the connection goes once no
   // rank of this process links there and no room here needs it.
-  unlink_peer(self, e);
-  if (st.links->count(node) == 0 && !st.rooms->involves(me(self), e->rank)) {
-    detail::close_connection(self->home_system(), node);
-    logger()->debug("{}: connection to {} closed (idle)", to_string(me(self)), caf::to_string(node));
-  }
+  unlink_peer(self, e, !st.rooms->involves(me(self), e->rank));
 }
 
 void on_link_hello(manager_ptr self, link_hello& msg) {

@@ -2,6 +2,7 @@
 
 #include "caf/all.hpp"
 
+#include "kvroom/actors/control/link_keeper.hpp"
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/actors/manager/manager_links.hpp"
 #include "kvroom/actors/manager/manager_rooms.hpp"
@@ -38,7 +39,8 @@ void distrust(manager_ptr self, const rank_entry& gone) {
   if (!gone.manager || gone.manager.node() == self->node())
     return;
   auto node = gone.manager.node();
-  st.links->remove(node);
+  if (st.link_keeper)
+    self->send(st.link_keeper, link_gone_atom::value, node, false);
   bool shared = st.registry && st.registry.node() == node;
   for (auto& e : st.peers->all())
     shared = shared || (e->rank.id != gone.rank.id && e->manager && e->manager.node() == node);
@@ -54,7 +56,8 @@ void on_peer_usable(manager_ptr self, const std::shared_ptr<const rank_entry>& p
   st.joining.erase(peer->rank.id);
   self->monitor(peer->manager);
   if (peer->manager && peer->manager.node() != self->node()) {
-    st.links->add(peer->manager.node());
+    if (st.link_keeper)
+      self->send(st.link_keeper, link_up_atom::value, peer->manager.node());
     note_traffic(self, peer->manager.node());
   }
   logger()->debug("{}: linked to {} at {}:{}", to_string(me(self)), to_string(peer->rank),
