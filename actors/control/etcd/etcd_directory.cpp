@@ -1,7 +1,7 @@
 #include "kvroom/actors/control/etcd/etcd_directory.hpp"
 
 #include <algorithm>
-#include <condition_variable>
+#include <atomic>
 #include <map>
 #include <random>
 #include <thread>
@@ -50,7 +50,10 @@ public:
   prefix_watch(etcd_options opts, std::string prefix, int64_t from, caf::actor target)
     : client_(std::move(opts)), prefix_(std::move(prefix)), next_(from),
       target_(std::move(target)) {
-    thread_ = std::thread([this] { run(); });
+    thread_ = std::thread([this] {
+      run();
+      finished_ = true;
+    });
   }
 
   ~prefix_watch() {
@@ -58,12 +61,13 @@ public:
   }
 
   void stop() {
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      stopping_ = true;
+    stopping_ = true;
+    // A watch between two requests has no socket to shut yet: cancel until
+    // the thread saw it.
+    while (!finished_) {
+      client_.cancel();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    cv_.notify_all();
-    client_.cancel();
     if (thread_.joinable())
       thread_.join();
     target_ = nullptr;
@@ -73,11 +77,11 @@ private:
   void run() {
     uint32_t backoff_ms = 50;
     std::minstd_rand rng{std::random_device{}()};
-    while (!stopping()) {
+    while (!stopping_) {
       auto next = client_.watch(prefix_, next_, 30'000, [&](std::vector<etcd_event>& xs) {
         caf::anon_send(target_, etcd_changes{std::move(xs)});
       });
-      if (stopping())
+      if (stopping_)
         return;
       if (next) {
         next_ = *next;
@@ -94,26 +98,21 @@ private:
       }
       logger()->debug("etcd directory: watch of {} interrupted ({}); again in {} ms", prefix_,
                       why, backoff_ms);
-      // Jittered: every rank of a deployment sees the same member go.
-      std::unique_lock<std::mutex> guard{mtx_};
-      cv_.wait_for(guard, std::chrono::milliseconds(backoff_ms / 2 + rng() % backoff_ms),
-                   [&] { return stopping_; });
+      // Jittered (every rank of a deployment sees the same member go), in
+      // slices that notice a stop.
+      auto pause = backoff_ms / 2 + rng() % backoff_ms;
+      for (uint32_t slept = 0; slept < pause && !stopping_; slept += 20)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
       backoff_ms = std::min<uint32_t>(backoff_ms * 2, 1000);
     }
-  }
-
-  bool stopping() {
-    std::lock_guard<std::mutex> guard{mtx_};
-    return stopping_;
   }
 
   etcd_gateway client_;
   std::string prefix_;
   int64_t next_;
   caf::actor target_;
-  std::mutex mtx_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> finished_{false};
   std::thread thread_;
 };
 

@@ -347,17 +347,18 @@ etcd_gateway::watch(const std::string& prefix, int64_t start_revision, uint32_t 
   if (opts_.endpoints.empty())
     return make_error(errc::invalid_config, "no etcd endpoint");
   auto& endpoint = opts_.endpoints[current_ % opts_.endpoints.size()];
-  auto cli = make_client(endpoint, idle_ms);
+  std::shared_ptr<httplib::Client> cli = make_client(endpoint, idle_ms);
   if (!opts_.user.empty() && token_.empty())
     if (auto err = authenticate(*cli)) {
       ++current_;
       return err;
     }
-  {
-    std::lock_guard<std::mutex> guard{watch_mtx_};
-    if (cancelled_)
-      return make_error(errc::unavailable, "etcd client cancelled");
-    watching_ = cli.get();
+  // Published before the check, so a cancel either sees this client or is
+  // seen here.
+  std::atomic_store(&watching_, cli);
+  if (cancelled_) {
+    std::atomic_store(&watching_, std::shared_ptr<httplib::Client>{});
+    return make_error(errc::unavailable, "etcd client cancelled");
   }
   json create{{"key", base64_encode(prefix)},
               {"range_end", base64_encode(prefix_end(prefix))},
@@ -422,10 +423,7 @@ etcd_gateway::watch(const std::string& prefix, int64_t start_revision, uint32_t 
   httplib::Response res;
   httplib::Error err = httplib::Error::Success;
   cli->send(req, res, err);
-  {
-    std::lock_guard<std::mutex> guard{watch_mtx_};
-    watching_ = nullptr;
-  }
+  std::atomic_store(&watching_, std::shared_ptr<httplib::Client>{});
   if (failure)
     return failure;
   if (cancelled_)
@@ -443,10 +441,9 @@ etcd_gateway::watch(const std::string& prefix, int64_t start_revision, uint32_t 
 }
 
 void etcd_gateway::cancel() {
-  std::lock_guard<std::mutex> guard{watch_mtx_};
   cancelled_ = true;
-  if (watching_)
-    watching_->stop();
+  if (auto cli = std::atomic_load(&watching_))
+    cli->stop();
 }
 
 } // namespace kvroom

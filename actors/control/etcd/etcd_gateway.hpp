@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -115,7 +114,8 @@ public:
                                uint32_t idle_ms,
                                const std::function<void(std::vector<etcd_event>&)>& on_events);
 
-  /// Ends a `watch` running on another thread, now and for good.
+  /// Ends a `watch` running on another thread, for good. Call it until the
+  /// watch returned: a watch between two requests has no socket to shut.
   void cancel();
 
   /// The member calls go to ("host:port").
@@ -131,8 +131,9 @@ private:
   size_t current_ = 0;
   std::string token_;
   std::atomic<bool> cancelled_{false};
-  std::mutex watch_mtx_;
-  httplib::Client* watching_ = nullptr;
+  /// The client a watch reads with, for `cancel` from another thread
+  /// (std::atomic_load/store: it outlives whichever thread drops it last).
+  std::shared_ptr<httplib::Client> watching_;
 };
 
 /// Base64 as etcd's gateway writes it (standard alphabet, padded).
