@@ -86,8 +86,9 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
   // etcd's word is final: the rank's lease is gone, and with it its claim
   // to its id and place, whatever our link says.
   if (msg.final) {
-    if (auto listed = st.peers->listed(msg.rank.id);
-        listed && (msg.incarnation == 0 || listed->incarnation == msg.incarnation)) {
+    auto listed = st.peers->listed(msg.rank.id);
+    bool listed_same = listed && (msg.incarnation == 0 || listed->incarnation == msg.incarnation);
+    if (listed_same) {
       st.peers->unlist(msg.rank.id);
       st.joining.erase(msg.rank.id);
     }
@@ -95,9 +96,10 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
       if (auto peer = st.peers->take_peer(msg.rank.id))
         self->demonitor(peer->manager);
       on_peer_down(self, *e, msg.reason, msg.orderly);
-    } else if (!e) {
+    } else if (!e && (!listed || listed_same)) {
       // Never linked: remembered as lost all the same, so a room that
-      // names it fails at once instead of at its timeout.
+      // names it fails at once instead of at its timeout (unless a newer
+      // incarnation is listed already: it replaces the one gone).
       logger()->debug("{}: rank {} left the directory: {}", to_string(me(self)),
                       to_string(msg.rank), msg.reason);
       st.peers->lose(peer_lost{msg.rank, "rank " + to_string(msg.rank) + " lost: " + msg.reason},
