@@ -107,9 +107,10 @@ std::optional<admission_refused> admission_refusal(const std::vector<rank_entry>
                              "rank id " + std::to_string(candidate.rank.id) + " is held by the live "
                                + to_string(i->rank) + " (control endpoint " + i->control_host
                                + ":" + std::to_string(i->control_port)
-                               + "); a replacement registers once the old rank is gone"};
+                               + "); a replacement registers once the old rank is gone",
+                             true};
   if (auto why = place_conflict(ranks, candidate); !why.empty())
-    return admission_refused{errc::invalid_config, why};
+    return admission_refused{errc::invalid_config, why, true};
   if (auto why = layout_conflict(ranks, candidate); !why.empty())
     return admission_refused{errc::incompatible, why};
   if (i == ranks.end() && ranks.size() >= max_ranks)

@@ -30,6 +30,9 @@ std::string place_conflict(const std::vector<rank_entry>& ranks, const rank_entr
 struct admission_refused {
   errc code = errc::invalid_config;
   std::string why;
+  /// A live rank holds the id or the place: on a directory with leases it
+  /// is free once that rank's lease expires, so waiting may clear it.
+  bool held = false;
 };
 
 /// Whether `candidate` may register beside the live `ranks`, in this

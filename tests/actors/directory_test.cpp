@@ -61,15 +61,18 @@ TEST_CASE("admission: id, place, layout and size, in that order, each with its r
   REQUIRE(held);
   CHECK(held->code == errc::invalid_config);
   CHECK(held->why.find("is held by the live") != std::string::npos);
+  CHECK(held->held);
   auto place = admission_refusal(live, entry_of(role::prefill, 0, 0, 7), 8);
   REQUIRE(place);
   CHECK(place->why.find("takes the place of the live") != std::string::npos);
+  CHECK(place->held);
   auto misfit = entry_of(role::decode, 1, 0, 101);
   misfit.layout.kv.front().page_size_bytes = 8192;
   misfit.layout.kv.back().page_size_bytes = 8192;
   auto no = admission_refusal(live, misfit, 8);
   REQUIRE(no);
   CHECK(no->code == errc::incompatible);
+  CHECK_FALSE(no->held);
   auto full = admission_refusal(live, entry_of(role::decode, 1, 0, 101), 2);
   REQUIRE(full);
   CHECK(full->code == errc::limit_reached);

@@ -194,47 +194,47 @@ std::vector<rank_entry> verified(self_ptr self, const std::vector<etcd_kv>& kvs)
   return out;
 }
 
+/// What one admission decided: the live entries it decided from (with the
+/// entry in them), or why not.
+struct admission {
+  std::vector<rank_entry> live;
+  caf::error error;
+  /// Refused for an id or place a live rank holds (may clear with its lease).
+  bool held = false;
+};
+
 /// One admission: the rules over what etcd holds now, then a put that only
-/// lands if nothing under the prefix changed since that read. Returns the
-/// live entries it decided from (with `entry` in them) or why not.
-caf::expected<std::vector<rank_entry>> admit(self_ptr self, const rank_entry& entry) {
+/// lands if nothing under the prefix changed since that read.
+admission admit(self_ptr self, const rank_entry& entry) {
   auto& st = self->state;
   auto key = st.codec->key_of(entry.rank.id);
   auto value = st.codec->encode(entry, st.lease);
   for (uint32_t attempt = 0; attempt < 64; ++attempt) {
     auto all = st.client->range_prefix(st.codec->ranks_prefix());
     if (!all)
-      return all.error();
+      return admission{{}, all.error()};
     auto live = verified(self, all->kvs);
     if (auto no = admission_refusal(live, entry, st.opts.max_ranks))
-      return make_error(no->code, no->why);
+      return admission{{}, make_error(no->code, no->why), no->held};
     auto put = st.client->put_if_unchanged(st.codec->ranks_prefix(), all->revision, key, value,
                                            st.lease);
     if (!put)
-      return put.error();
+      return admission{{}, put.error()};
     if (*put) {
       live.erase(std::remove_if(live.begin(), live.end(),
                                 [&](auto& e) { return e.rank.id == entry.rank.id; }),
                  live.end());
       live.push_back(entry);
       live.back().manager = nullptr;
-      return live;
+      return admission{std::move(live), caf::none};
     }
     // Another rank registered meanwhile (many start at once): decide again
     // from what is there now, after a jittered pause that grows.
     auto cap = 2u << std::min<uint32_t>(attempt, 5);
     std::this_thread::sleep_for(std::chrono::milliseconds(1 + st.rng() % cap));
   }
-  return make_error(errc::unavailable,
-                    "the directory kept changing under 64 registration attempts");
-}
-
-/// Whether a refusal may clear by itself: the holder of the id or place is
-/// on a lease that expires unless it is renewed.
-bool may_clear(const caf::error& err) {
-  return is(err, errc::invalid_config)
-         && (describe(err).find("is held by the live") != std::string::npos
-             || describe(err).find("takes the place of the live") != std::string::npos);
+  return admission{{}, make_error(errc::unavailable,
+                                  "the directory kept changing under 64 registration attempts")};
 }
 
 void merge(self_ptr self, const std::vector<rank_entry>& live) {
@@ -255,8 +255,8 @@ void try_waiting(self_ptr self, rank_id id) {
     return;
   auto& w = i->second;
   auto res = admit(self, w.entry);
-  if (!res && ((may_clear(res.error()) && now_ms() < w.deadline_ms)
-               || (is(res.error(), errc::unavailable) && now_ms() < w.give_up_ms))) {
+  if (res.error && ((res.held && now_ms() < w.deadline_ms)
+                    || (is(res.error, errc::unavailable) && now_ms() < w.give_up_ms))) {
     self->delayed_send(self, std::chrono::milliseconds(100 + st.rng() % 300), retry_atom::value,
                        id);
     return;
@@ -264,10 +264,10 @@ void try_waiting(self_ptr self, rank_id id) {
   auto promise = std::move(w.promise);
   auto entry = std::move(w.entry);
   st.waiting.erase(i);
-  if (!res) {
-    logger()->warn("etcd directory: registration refused: {}", describe(res.error()));
-    promise.deliver(make_error(static_cast<errc>(res.error().code()),
-                               "registration refused: " + describe(res.error())));
+  if (res.error) {
+    logger()->warn("etcd directory: registration refused: {}", describe(res.error));
+    promise.deliver(make_error(static_cast<errc>(res.error.code()),
+                               "registration refused: " + describe(res.error)));
     return;
   }
   logger()->debug("etcd directory: {} registered under {}", to_string(entry.rank),
@@ -277,7 +277,7 @@ void try_waiting(self_ptr self, rank_id id) {
   st.locals[id] = local_rank{entry, manager};
   // The rank's reply is the directory as it was decided from; the watch
   // brings the same changes to everyone else.
-  merge(self, *res);
+  merge(self, res.live);
   promise.deliver(view(self));
 }
 
@@ -373,11 +373,11 @@ void renew(self_ptr self) {
   st.lease = *lease;
   for (auto& kvp : st.locals) {
     auto res = admit(self, kvp.second.entry);
-    if (res)
-      merge(self, *res);
+    if (!res.error)
+      merge(self, res.live);
     else
       logger()->error("etcd directory: {} cannot register again: {}",
-                      to_string(kvp.second.entry.rank), describe(res.error()));
+                      to_string(kvp.second.entry.rank), describe(res.error));
   }
   // While this process was cut off, its managers counted their peers lost
   // too (their links timed out): the whole directory again, so they list
