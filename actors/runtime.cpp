@@ -82,7 +82,7 @@ void runtime::init(uint32_t max_ranks, deployment_secret secret) {
   if (sys_->has_middleman() && !sys_->has_openssl_manager())
     door_ = std::make_unique<detail::control_door>(detail::install_control_door(*sys_, secret));
   members_ = std::make_shared<const membership>(std::move(secret));
-  link_keeper_ = sys_->spawn(link_keeper);
+  link_keeper_ = sys_->spawn(link_keeper, true);
   registry_ = sys_->spawn(bootstrap_registry, max_ranks, members_);
 }
 

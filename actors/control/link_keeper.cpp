@@ -7,7 +7,8 @@
 
 namespace kvroom {
 
-caf::behavior link_keeper(caf::stateful_actor<link_keeper_state>* self) {
+caf::behavior link_keeper(caf::stateful_actor<link_keeper_state>* self, bool close_idle) {
+  self->state.close_idle = close_idle;
   auto local = [=] {
     auto& sender = self->current_sender();
     return sender && sender->node() == self->node();
@@ -27,7 +28,7 @@ caf::behavior link_keeper(caf::stateful_actor<link_keeper_state>* self) {
       xs.erase(i);
       // A link that opens meanwhile finds the connection closing and its
       // handshake tries again on a new one.
-      if (close) {
+      if (close && self->state.close_idle) {
         detail::close_connection(self->home_system(), node);
         logger()->debug("connection to {} closed (idle)", caf::to_string(node));
       }

@@ -21,12 +21,16 @@ using link_gone_atom = caf::atom_constant<caf::atom("linkgone")>;
 
 struct link_keeper_state {
   std::unordered_map<caf::node_id, size_t> links;
+  /// Whether the last idle link takes its connection with it.
+  bool close_idle = true;
 
   static inline const char* name = "kvroom.link_keeper";
 };
 
 /// (link_up_atom, node) and (link_gone_atom, node, bool close), from this
-/// process only.
-caf::behavior link_keeper(caf::stateful_actor<link_keeper_state>* self);
+/// process only. With `close_idle` false it only counts. (It takes an
+/// argument: CAF 0.17 spawns a function actor without one through a null
+/// shared_ptr<tuple<>>, which UBSan reports.)
+caf::behavior link_keeper(caf::stateful_actor<link_keeper_state>* self, bool close_idle);
 
 } // namespace kvroom
