@@ -674,7 +674,10 @@ TEST_CASE("tcp: a stranger's connect/close loop leaves threads, maps and fds fla
   settle(fds);
   CHECK(thread_count() <= before);
   CHECK(count("/proc/self/maps", true) <= maps + 8);
-  CHECK(count("/proc/self/fd", false) <= fds);
+  // A leak shows as thousands; a member connection replaced under load (or
+  // any thread's short-lived fd at the moment of counting) as one or two:
+  // seen twice under ctest -j2 (15 vs 14, 16 vs 15).
+  CHECK(count("/proc/self/fd", false) <= fds + 2);
   CHECK(member_batch());
 }
 
