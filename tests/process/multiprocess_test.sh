@@ -96,14 +96,16 @@ link() {
   ip -n $nd addr add $2.2/24 dev d$1$$ && ip -n $nd link set d$1$$ up || fail "veth $1 up"
 }
 
-check_all_ok() { # check_all_ok N: every report has N successes, no failure
-  for r in p0 p1 d0 d1; do
+check_ok() { # check_ok N RANK...: each rank's report has N successes, no data mismatch
+  local n=$1; shift
+  for r in "$@"; do
     [ -f $r.json ] || fail "$r wrote no report"
-    [ "$(rooms $r.json success)" = "$1" ] || fail "$r: $(rooms $r.json success) of $1 rooms succeeded"
+    [ "$(rooms $r.json success)" = "$n" ] || fail "$r: $(rooms $r.json success) of $n rooms succeeded"
     grep -q data_error $r.json && fail "$r: data mismatch"
   done
   return 0
 }
+check_all_ok() { check_ok "$1" p0 p1 d0 d1; } # the 2P x 2D group
 
 case "$SCENARIO" in
 transfer|transfer_tcp|transfer_shm)
@@ -684,10 +686,7 @@ idle_links)
   fi
   touch "$WORK/go"
   for r in p0 d0; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
-  for r in p0 d0; do
-    [ "$(rooms $r.json success)" = 100 ] || fail "$r: $(rooms $r.json success) of 100 rooms succeeded"
-  done
-  grep -q data_error d0.json && fail "d0: data mismatch"
+  check_ok 100 p0 d0
   grep -q "lost" p0.log d0.log && fail "a rank counted its idle peer lost"
   echo "ok: the idle link closed (no connection left between the ranks) and was made again for the second batch: 100 rooms byte-exact"
   ;;
