@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <set>
 #include <random>
 #include <thread>
 
 #include "caf/all.hpp"
 
 #include "kvroom/actors/control/directory_rules.hpp"
+#include "kvroom/actors/control/etcd/lease_keeper.hpp"
 #include "kvroom/actors/control/etcd/signed_entry.hpp"
 #include "kvroom/actors/control/registration_door.hpp"
 #include "kvroom/actors/logging.hpp"
@@ -40,8 +42,13 @@ namespace {
 using detail::etcd_changes;
 using detail::etcd_snapshot;
 
-using renew_atom = caf::atom_constant<caf::atom("renew")>;
 using retry_atom = caf::atom_constant<caf::atom("retry")>;
+using again_atom = caf::atom_constant<caf::atom("again")>;
+
+/// A watch that saw nothing this long starts again (on a quiet prefix,
+/// one request per process every few seconds): a member frozen mid-stream
+/// holds no change back for longer.
+constexpr uint32_t watch_idle_ms = 10'000;
 
 /// Streams the prefix's changes to the directory actor from its own thread,
 /// resuming where it stopped on another member when one goes away.
@@ -78,7 +85,7 @@ private:
     uint32_t backoff_ms = 50;
     std::minstd_rand rng{std::random_device{}()};
     while (!stopping_) {
-      auto next = client_.watch(prefix_, next_, 30'000, [&](std::vector<etcd_event>& xs) {
+      auto next = client_.watch(prefix_, next_, watch_idle_ms, [&](std::vector<etcd_event>& xs) {
         caf::anon_send(target_, etcd_changes{std::move(xs)});
       });
       if (stopping_)
@@ -130,6 +137,9 @@ struct waiting_registration {
   uint64_t deadline_ms = 0;
   /// Until when an unreachable or overloaded etcd is tried again.
   uint64_t give_up_ms = 0;
+  /// The lease of the rank holding the id or place, once etcd said how
+  /// long it has left (the deadline then follows etcd's word).
+  int64_t holder_lease = 0;
 };
 
 struct etcd_directory_state {
@@ -145,9 +155,12 @@ struct etcd_directory_state {
   std::map<rank_id, local_rank> locals;
   std::map<rank_id, waiting_registration> waiting;
   std::shared_ptr<prefix_watch> watch;
+  std::shared_ptr<lease_keeper> keeper;
+  /// Local ranks whose entry vanished while their lease lived, being
+  /// registered again (each logged once).
+  std::set<rank_id> restoring;
   uint64_t unverified = 0;
   uint64_t last_unverified_log_ms = 0;
-  uint64_t renew_failures = 0;
   std::minstd_rand rng{std::random_device{}()};
 
   static inline const char* name = "kvroom.etcd_directory";
@@ -201,23 +214,48 @@ struct admission {
   caf::error error;
   /// Refused for an id or place a live rank holds (may clear with its lease).
   bool held = false;
+  /// That rank's lease, as etcd listed it.
+  int64_t holder_lease = 0;
 };
+
+/// The lease of the entry holding `entry`'s id or place in `all`.
+int64_t holder_lease_of(self_ptr self, const std::vector<rank_entry>& live,
+                        const std::vector<etcd_kv>& all, const rank_entry& entry) {
+  auto& c = entry.rank;
+  for (auto& e : live) {
+    auto& r = e.rank;
+    bool same_id = r.id == c.id && e.incarnation != entry.incarnation;
+    bool same_place = r.id != c.id && r.side == c.side && r.dp_rank == c.dp_rank
+                      && r.tp_rank == c.tp_rank && r.pp_rank == c.pp_rank;
+    if (!same_id && !same_place)
+      continue;
+    auto key = self->state.codec->key_of(r.id);
+    for (auto& kv : all)
+      if (kv.key == key)
+        return kv.lease;
+  }
+  return 0;
+}
 
 /// One admission: the rules over what etcd holds now, then a put that only
 /// lands if nothing under the prefix changed since that read.
 admission admit(self_ptr self, const rank_entry& entry) {
   auto& st = self->state;
   auto key = st.codec->key_of(entry.rank.id);
-  auto value = st.codec->encode(entry, st.lease);
+  // The lease held now: a replacement is registered on before its message
+  // comes (which then registers every rank again, the same entries).
+  auto lease = st.keeper->lease();
+  auto value = st.codec->encode(entry, lease);
   for (uint32_t attempt = 0; attempt < 64; ++attempt) {
     auto all = st.client->range_prefix(st.codec->ranks_prefix());
     if (!all)
       return admission{{}, all.error()};
     auto live = verified(self, all->kvs);
     if (auto no = admission_refusal(live, entry, st.opts.max_ranks))
-      return admission{{}, make_error(no->code, no->why), no->held};
+      return admission{{}, make_error(no->code, no->why), no->held,
+                       no->held ? holder_lease_of(self, live, all->kvs, entry) : 0};
     auto put = st.client->put_if_unchanged(st.codec->ranks_prefix(), all->revision, key, value,
-                                           st.lease);
+                                           lease);
     if (!put)
       return admission{{}, put.error()};
     if (*put) {
@@ -255,6 +293,20 @@ void try_waiting(self_ptr self, rank_id id) {
     return;
   auto& w = i->second;
   auto res = admit(self, w.entry);
+  if (res.error && res.held && res.holder_lease != 0 && res.holder_lease != w.holder_lease) {
+    // The holder may be a process that died: its id and place are free
+    // when etcd expires its lease, which etcd says when. Wait that long
+    // (and a second for etcd's expiry sweep), not a guess of ours; a holder
+    // that renews is still there then, and the registration is refused.
+    // Not knowing (the call failed) never shortens the wait.
+    auto left = st.client->time_to_live(res.holder_lease);
+    if (left) {
+      w.holder_lease = res.holder_lease;
+      w.deadline_ms = now_ms() + static_cast<uint64_t>(std::max<int64_t>(*left, 0)) * 1000 + 1000;
+    } else {
+      w.deadline_ms = std::max(w.deadline_ms, now_ms() + 1000);
+    }
+  }
   if (res.error && ((res.held && now_ms() < w.deadline_ms)
                     || (is(res.error, errc::unavailable) && now_ms() < w.give_up_ms))) {
     self->delayed_send(self, std::chrono::milliseconds(100 + st.rng() % 300), retry_atom::value,
@@ -318,11 +370,56 @@ void apply(self_ptr self, std::vector<etcd_event>& events) {
     }
     if (!ev.prev)
       continue;
-    if (auto gone = st.codec->decode(*ev.prev))
+    if (auto gone = st.codec->decode(*ev.prev)) {
       changed = forget(self, *gone) || changed;
+      auto mine = st.locals.find(gone->rank.id);
+      if (mine != st.locals.end() && mine->second.entry.incarnation == gone->incarnation)
+        self->send(self, again_atom::value, gone->rank.id, ev.prev->lease);
+    }
   }
   if (changed)
     broadcast(self);
+}
+
+/// A local rank's entry vanished from etcd while the rank lives. When its
+/// lease is gone, the lease keeper replaces it and every rank registers
+/// again then; when the lease lives (the key was deleted by hand, or by a
+/// tool), the rank registers again at once. Logged once per vanishing.
+void restore(self_ptr self, rank_id id, int64_t lease) {
+  auto& st = self->state;
+  auto i = st.locals.find(id);
+  if (i == st.locals.end())
+    return;
+  auto& rank = i->second.entry.rank;
+  if (lease != st.lease)
+    return; // a lease replaced since: its own registration covers the rank
+  auto left = st.client->time_to_live(lease);
+  if (left && *left <= 0) {
+    logger()->debug("etcd directory: {}'s entry went with lease {:x}; it registers again on "
+                    "the next lease",
+                    to_string(rank), lease);
+    return;
+  }
+  bool first = st.restoring.insert(id).second;
+  if (first)
+    logger()->warn("etcd directory: {}'s entry vanished from etcd while it lives (lease {:x} "
+                   "{}); registering it again",
+                   to_string(rank), lease,
+                   left ? "alive, " + std::to_string(*left) + " s left" : "not answered");
+  auto res = admit(self, i->second.entry);
+  if (!res.error) {
+    st.restoring.erase(id);
+    merge(self, res.live);
+    return;
+  }
+  if (is(res.error, errc::unavailable)) {
+    self->delayed_send(self, std::chrono::milliseconds(100 + st.rng() % 200), again_atom::value,
+                       id, lease);
+    return;
+  }
+  st.restoring.erase(id);
+  logger()->error("etcd directory: {} cannot register again: {}", to_string(rank),
+                  describe(res.error));
 }
 
 void reset(self_ptr self, etcd_gateway::range_result& all) {
@@ -344,33 +441,15 @@ void reset(self_ptr self, etcd_gateway::range_result& all) {
   broadcast(self);
 }
 
-void renew(self_ptr self) {
+/// The lease keeper says etcd lost lease `old` and `fresh` replaces it.
+void lease_replaced(self_ptr self, int64_t old, int64_t fresh) {
   auto& st = self->state;
-  auto period = std::chrono::milliseconds(std::max<int64_t>(300, st.ttl_s * 1000 / 3));
-  auto left = st.client->keep_alive(st.lease);
-  if (!left) {
-    if (st.renew_failures++ % 5 == 0)
-      logger()->warn("etcd directory: cannot renew lease {:x} ({}); retrying", st.lease,
-                     describe(left.error()));
-    self->delayed_send(self, period / 3, renew_atom::value);
-    return;
-  }
-  st.renew_failures = 0;
-  if (*left > 0) {
-    self->delayed_send(self, period, renew_atom::value);
-    return;
-  }
   // Cut off from etcd longer than the TTL: every peer has counted this
-  // process's ranks gone. A new lease, and each rank registers again.
+  // process's ranks gone. Each rank registers again on the new lease.
   logger()->error("etcd directory: lease {:x} expired; peers count this process's {} ranks "
-                  "lost; registering them again",
-                  st.lease, st.locals.size());
-  auto lease = st.client->grant(st.ttl_s);
-  if (!lease) {
-    self->delayed_send(self, period / 3, renew_atom::value);
-    return;
-  }
-  st.lease = *lease;
+                  "lost; registering them again on lease {:x}",
+                  old, st.locals.size(), fresh);
+  st.lease = fresh;
   for (auto& kvp : st.locals) {
     auto res = admit(self, kvp.second.entry);
     if (!res.error)
@@ -383,7 +462,6 @@ void renew(self_ptr self) {
   // too (their links timed out): the whole directory again, so they list
   // and link them anew.
   broadcast(self);
-  self->delayed_send(self, period, renew_atom::value);
 }
 
 caf::behavior etcd_directory(caf::stateful_actor<etcd_directory_state>* self,
@@ -397,24 +475,31 @@ caf::behavior etcd_directory(caf::stateful_actor<etcd_directory_state>* self,
   st.codec = std::make_unique<signed_entry_codec>(self->system(), st.opts.prefix, st.members);
   st.door.emplace(st.members, 64);
   st.lease = lease;
-  st.ttl_s = std::max<int64_t>(2, (st.opts.lease_ttl_ms + 999) / 1000);
+  lease_timing timing{st.opts.lease_ttl_ms, st.opts.etcd.request_timeout_ms};
+  st.ttl_s = timing.ttl_s();
   for (auto& e : verified(self, initial.kvs))
     st.table[e.rank.id] = std::move(e);
   st.watch = std::make_shared<prefix_watch>(st.opts.etcd, st.codec->ranks_prefix(),
                                             initial.revision + 1, caf::actor{self});
   // On the way out (the runtime ends): the watch stops, the lease goes and
   // every entry on it with it, so peers learn at once instead of a TTL later.
+  st.keeper = std::make_shared<lease_keeper>(st.opts.etcd, timing, lease, caf::actor{self});
   auto watch = st.watch;
-  self->attach_functor([watch] { watch->stop(); });
+  auto keeper = st.keeper;
+  self->attach_functor([watch, keeper] {
+    watch->stop();
+    keeper->stop();
+  });
   self->set_exit_handler([=](caf::exit_msg& msg) {
     auto& sender = self->current_sender();
     if (!sender || sender->node() != self->node() || msg.source.node() != self->node())
       return;
     auto& st = self->state;
     st.watch->stop();
+    st.keeper->stop();
     etcd_options quick = st.opts.etcd;
     quick.request_timeout_ms = std::min<uint32_t>(quick.request_timeout_ms, 1000);
-    etcd_gateway{quick}.revoke(st.lease);
+    etcd_gateway{quick}.revoke(st.keeper->lease());
     self->quit(msg.reason);
   });
   self->set_down_handler([=](caf::down_msg& msg) {
@@ -424,15 +509,13 @@ caf::behavior etcd_directory(caf::stateful_actor<etcd_directory_state>* self,
         continue;
       // The rank closed (or its manager died): its entry goes; peers hear
       // of it through the watch like everyone else.
-      if (auto err = st.client->delete_if_lease(st.codec->key_of(i->first), st.lease))
+      if (auto err = st.client->delete_if_lease(st.codec->key_of(i->first), st.keeper->lease()))
         logger()->warn("etcd directory: cannot remove {}: {}", to_string(i->second.entry.rank),
                        describe(err));
       st.locals.erase(i);
       return;
     }
   });
-  self->delayed_send(self, std::chrono::milliseconds(std::max<int64_t>(300, st.ttl_s * 1000 / 3)),
-                     renew_atom::value);
   return {
     [=](registry_hello& msg) -> caf::result<registry_challenge> {
       auto& sender = self->current_sender();
@@ -483,7 +566,16 @@ caf::behavior etcd_directory(caf::stateful_actor<etcd_directory_state>* self,
         return;
       reset(self, msg.all);
     },
-    [=](renew_atom) { renew(self); },
+    [=](lease_atom, int64_t old, int64_t fresh) {
+      if (self->current_sender() && self->current_sender()->node() != self->node())
+        return;
+      lease_replaced(self, old, fresh);
+    },
+    [=](again_atom, rank_id id, int64_t lease) {
+      if (self->current_sender() && self->current_sender()->node() != self->node())
+        return;
+      restore(self, id, lease);
+    },
   };
 }
 

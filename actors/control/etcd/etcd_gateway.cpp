@@ -33,25 +33,22 @@ etcd_kv read_kv(const json& j) {
   return out;
 }
 
-std::string error_text(const std::string& body) {
-  auto j = json::parse(body, nullptr, false);
-  if (j.is_object()) {
-    if (j.contains("message") && j["message"].is_string())
-      return j["message"].get<std::string>();
-    if (j.contains("error") && j["error"].is_string())
-      return j["error"].get<std::string>();
-  }
-  return body.substr(0, 200);
+/// The `error` of a body: a string (unary calls) or an object (streams:
+/// {"error": {"grpc_code": 14, "message": "etcdserver: no leader"}}).
+const json* error_of(const json& j) {
+  if (!j.is_object())
+    return nullptr;
+  auto i = j.find("error");
+  return i == j.end() || i->is_null() ? nullptr : &*i;
 }
 
-/// grpc codes a call survives by asking another member: unavailable,
-/// deadline exceeded, and what etcd says while it has no leader.
-bool try_elsewhere(const std::string& body) {
-  auto j = json::parse(body, nullptr, false);
-  auto code = j.is_object() ? j.value("code", 0) : 0;
-  auto text = error_text(body);
-  return code == 14 || code == 4 || text.find("leader") != std::string::npos
-         || text.find("timed out") != std::string::npos;
+int grpc_code_of(const json& j) {
+  if (j.contains("code") && j["code"].is_number())
+    return j["code"].get<int>();
+  if (auto e = error_of(j); e && e->is_object() && e->contains("grpc_code")
+                            && (*e)["grpc_code"].is_number())
+    return (*e)["grpc_code"].get<int>();
+  return 0;
 }
 
 /// A certificate that does not verify, or keys that do not load, do not get
@@ -61,13 +58,40 @@ bool permanent(httplib::Error e) {
          || e == httplib::Error::SSLConnection;
 }
 
-bool auth_failed(int status, const std::string& body) {
-  auto text = error_text(body);
-  return status == 401 || text.find("invalid auth token") != std::string::npos
-         || text.find("user name is empty") != std::string::npos;
+} // namespace
+
+std::string etcd_error_text(const std::string& body) {
+  auto j = json::parse(body, nullptr, false);
+  if (j.is_object()) {
+    if (j.contains("message") && j["message"].is_string())
+      return j["message"].get<std::string>();
+    if (auto e = error_of(j)) {
+      if (e->is_string())
+        return e->get<std::string>();
+      if (e->is_object() && e->contains("message") && (*e)["message"].is_string())
+        return (*e)["message"].get<std::string>();
+    }
+  }
+  return body.substr(0, 200);
 }
 
-} // namespace
+etcd_answer classify_etcd_answer(int status, const std::string& body) {
+  auto j = json::parse(body, nullptr, false);
+  if (status == 200 && !error_of(j))
+    return j.is_object() ? etcd_answer::ok : etcd_answer::elsewhere;
+  auto text = etcd_error_text(body);
+  auto has = [&](const char* what) { return text.find(what) != std::string::npos; };
+  if (status == 401 || has("invalid auth token") || has("user name is empty"))
+    return etcd_answer::auth;
+  // grpc unavailable (14) and deadline exceeded (4), and what a member says
+  // around an election or when cut off ("no leader", "leader changed",
+  // "request timed out", "too many requests").
+  auto code = grpc_code_of(j);
+  if (code == 14 || code == 4 || status == 503 || status == 504 || has("leader")
+      || has("timed out") || has("too many requests") || !j.is_object())
+    return etcd_answer::elsewhere;
+  return etcd_answer::refused;
+}
 
 std::string base64_encode(const std::string& bytes) {
   std::string out(4 * ((bytes.size() + 2) / 3), '\0');
@@ -196,7 +220,7 @@ caf::error etcd_gateway::authenticate(httplib::Client& cli) {
                         + httplib::to_string(res.error()));
   if (res->status != 200)
     return make_error(errc::unauthorized, "etcd " + current_endpoint() + ": authenticate as '"
-                                            + opts_.user + "': " + error_text(res->body));
+                                            + opts_.user + "': " + etcd_error_text(res->body));
   auto j = json::parse(res->body, nullptr, false);
   if (!j.is_object() || !j.contains("token"))
     return make_error(errc::unauthorized, "etcd " + current_endpoint() + ": no token");
@@ -205,7 +229,8 @@ caf::error etcd_gateway::authenticate(httplib::Client& cli) {
 }
 
 caf::expected<std::string> etcd_gateway::post(const std::string& path,
-                                              const std::string& body) {
+                                              const std::string& body, uint32_t timeout_ms) {
+  auto wait_ms = timeout_ms != 0 ? timeout_ms : opts_.request_timeout_ms;
   if (opts_.endpoints.empty())
     return make_error(errc::invalid_config, "no etcd endpoint");
   std::string last;
@@ -213,7 +238,7 @@ caf::expected<std::string> etcd_gateway::post(const std::string& path,
     if (cancelled_)
       return make_error(errc::unavailable, "etcd client cancelled");
     auto& endpoint = opts_.endpoints[current_ % opts_.endpoints.size()];
-    auto cli = make_client(endpoint, opts_.request_timeout_ms);
+    auto cli = make_client(endpoint, wait_ms);
     bool fresh_token = false;
     if (!opts_.user.empty() && token_.empty()) {
       if (auto err = authenticate(*cli)) {
@@ -229,6 +254,10 @@ caf::expected<std::string> etcd_gateway::post(const std::string& path,
       httplib::Headers headers;
       if (!token_.empty())
         headers.emplace("Authorization", token_);
+      // A member without a leader refuses at once instead of holding the
+      // call for etcd's own request timeout (7 s by default): the next
+      // member is asked while an election runs or when this one is cut off.
+      headers.emplace("Grpc-Metadata-hasleader", "true");
       auto res = cli->Post(path.c_str(), headers, body, "application/json");
       if (!res) {
         last = endpoint + ": " + httplib::to_string(res.error());
@@ -236,9 +265,10 @@ caf::expected<std::string> etcd_gateway::post(const std::string& path,
           return make_error(errc::unauthorized, "etcd " + last);
         break;
       }
-      if (res->status == 200)
+      auto answer = classify_etcd_answer(res->status, res->body);
+      if (answer == etcd_answer::ok)
         return std::move(res->body);
-      if (!opts_.user.empty() && !fresh_token && auth_failed(res->status, res->body)) {
+      if (answer == etcd_answer::auth && !opts_.user.empty() && !fresh_token) {
         // Tokens expire: one more session, once.
         token_.clear();
         if (auto err = authenticate(*cli))
@@ -246,9 +276,11 @@ caf::expected<std::string> etcd_gateway::post(const std::string& path,
         fresh_token = true;
         continue;
       }
-      last = endpoint + ": " + error_text(res->body);
-      if (!try_elsewhere(res->body))
-        return make_error(errc::invalid_argument, "etcd " + last);
+      last = endpoint + ": " + etcd_error_text(res->body);
+      if (answer != etcd_answer::elsewhere)
+        return make_error(answer == etcd_answer::auth ? errc::unauthorized
+                                                      : errc::invalid_argument,
+                          "etcd " + last);
       break;
     }
     ++current_;
@@ -267,14 +299,30 @@ caf::expected<int64_t> etcd_gateway::grant(int64_t ttl_s) {
   return as_int(j, "ID");
 }
 
-caf::expected<int64_t> etcd_gateway::keep_alive(int64_t lease) {
-  auto res = post("/v3/lease/keepalive", json{{"ID", std::to_string(lease)}}.dump());
+caf::expected<int64_t> etcd_gateway::keep_alive(int64_t lease, uint32_t timeout_ms) {
+  auto res = post("/v3/lease/keepalive", json{{"ID", std::to_string(lease)}}.dump(), timeout_ms);
+  if (!res)
+    return res.error();
+  // The stream's one answer: {"result": {"ID": ..., "TTL": ...}}; TTL is
+  // left out (proto3's zero) when etcd does not have the lease. An answer
+  // for another lease, or none, says nothing about ours.
+  auto j = json::parse(*res, nullptr, false);
+  if (!j.is_object() || !j.contains("result") || !j["result"].is_object()
+      || as_int(j["result"], "ID") != lease)
+    return make_error(errc::unavailable, "etcd: malformed keepalive answer: "
+                                           + res->substr(0, 200));
+  return as_int(j["result"], "TTL");
+}
+
+caf::expected<int64_t> etcd_gateway::time_to_live(int64_t lease, uint32_t timeout_ms) {
+  auto res = post("/v3/lease/timetolive", json{{"ID", std::to_string(lease)}}.dump(), timeout_ms);
   if (!res)
     return res.error();
   auto j = json::parse(*res, nullptr, false);
-  if (!j.is_object() || !j.contains("result"))
-    return make_error(errc::unavailable, "etcd: malformed keepalive answer");
-  return as_int(j["result"], "TTL");
+  if (!j.is_object() || !j.contains("header"))
+    return make_error(errc::unavailable, "etcd: malformed timetolive answer");
+  // etcd answers TTL -1 for a lease it does not have; proto3 leaves out a 0.
+  return as_int(j, "TTL");
 }
 
 caf::error etcd_gateway::revoke(int64_t lease) {
@@ -293,6 +341,10 @@ etcd_gateway::range_prefix(const std::string& prefix) {
     return make_error(errc::unavailable, "etcd: malformed range answer");
   range_result out;
   out.revision = as_int(j.value("header", json::object()), "revision");
+  // A store that answers has a revision (1 when empty): without one this is
+  // not a read of the prefix, and "no keys" must not be concluded from it.
+  if (out.revision <= 0)
+    return make_error(errc::unavailable, "etcd: range answered without a revision");
   if (j.contains("kvs"))
     for (auto& kv : j["kvs"])
       out.kvs.push_back(read_kv(kv));
@@ -372,6 +424,10 @@ etcd_gateway::watch(const std::string& prefix, int64_t start_revision, uint32_t 
   req.set_header("Content-Type", "application/json");
   if (!token_.empty())
     req.set_header("Authorization", token_);
+  // A member that loses its leader ends the stream ("no leader") instead of
+  // keeping it open and silent while the others move on: the watch resumes
+  // on a member that still hears the cluster.
+  req.set_header("Grpc-Metadata-hasleader", "true");
   int64_t next = start_revision;
   std::string buf;
   caf::error failure;
@@ -386,7 +442,7 @@ etcd_gateway::watch(const std::string& prefix, int64_t start_revision, uint32_t 
       if (!j.is_object())
         continue;
       if (j.contains("error")) {
-        failure = make_error(errc::unavailable, "etcd watch: " + error_text(line));
+        failure = make_error(errc::unavailable, "etcd watch: " + etcd_error_text(line));
         return false;
       }
       auto& r = j["result"];
@@ -424,8 +480,15 @@ etcd_gateway::watch(const std::string& prefix, int64_t start_revision, uint32_t 
   httplib::Error err = httplib::Error::Success;
   cli->send(req, res, err);
   std::atomic_store(&watching_, std::shared_ptr<httplib::Client>{});
-  if (failure)
+  if (failure) {
+    // This member cannot serve the watch (no leader, canceled): the next
+    // one is asked. A compacted revision is the same everywhere.
+    if (describe(failure).find("compacted") == std::string::npos) {
+      ++current_;
+      token_.clear();
+    }
     return failure;
+  }
   if (cancelled_)
     return next;
   if (err != httplib::Error::Success && err != httplib::Error::Read) {

@@ -35,9 +35,32 @@ struct etcd_options {
   /// etcd's own authentication (`etcdctl user add`): a token per session.
   std::string user;
   std::string password;
-  /// A call that gets no answer this long fails over to the next member.
+  /// A call that gets no answer this long fails over to the next member
+  /// (lease renewals use a shorter one: lease_timing.hpp).
   uint32_t request_timeout_ms = 3000;
 };
+
+/// What one member's answer to a call means for the call.
+enum class etcd_answer {
+  ok,
+  /// This member cannot serve it now (no leader, an election, a timeout,
+  /// unavailable): ask the next member at once.
+  elsewhere,
+  /// The session's token expired or is missing: authenticate again.
+  auth,
+  /// The request itself is wrong (a lease that does not exist, a bad
+  /// key): asking elsewhere gets the same answer.
+  refused,
+};
+
+/// Reads a member's HTTP answer. The gateway answers a stream's failure
+/// (keepalive, watch) with HTTP 200 and an `error` object in the body, so
+/// a 200 is not by itself a success.
+etcd_answer classify_etcd_answer(int status, const std::string& body);
+
+/// The message of an etcd error body ("etcdserver: no leader"), or the
+/// body's start.
+std::string etcd_error_text(const std::string& body);
 
 /// Parses "etcd://host:port[,host:port...]" (or "etcds://" for TLS).
 caf::expected<etcd_options> parse_etcd_url(const std::string& url);
@@ -77,8 +100,14 @@ public:
   caf::expected<int64_t> grant(int64_t ttl_s);
 
   /// Renews `lease`; the seconds it has left, 0 when it is gone (expired or
-  /// revoked: whatever was attached to it is deleted).
-  caf::expected<int64_t> keep_alive(int64_t lease);
+  /// revoked: whatever was attached to it is deleted). Only etcd's own
+  /// answer says 0: a call that failed is an error, never "gone".
+  /// `timeout_ms` bounds each member's answer (0: the options' timeout).
+  caf::expected<int64_t> keep_alive(int64_t lease, uint32_t timeout_ms = 0);
+
+  /// The seconds `lease` has left as etcd reports it (LeaseTimeToLive), -1
+  /// when it does not exist (expired or revoked).
+  caf::expected<int64_t> time_to_live(int64_t lease, uint32_t timeout_ms = 0);
 
   caf::error revoke(int64_t lease);
 
@@ -88,7 +117,9 @@ public:
     int64_t revision = 0;
   };
 
-  /// Every key under `prefix`.
+  /// Every key under `prefix`, read linearizably (through the leader: a
+  /// member cut off from the cluster refuses rather than answer stale). An
+  /// answer without the store's revision is an error, never "empty".
   caf::expected<range_result> range_prefix(const std::string& prefix);
 
   /// One transaction: puts `key` = `value` on `lease` only if no key under
@@ -122,7 +153,8 @@ public:
   const std::string& current_endpoint() const;
 
 private:
-  caf::expected<std::string> post(const std::string& path, const std::string& body);
+  caf::expected<std::string> post(const std::string& path, const std::string& body,
+                                  uint32_t timeout_ms = 0);
   std::unique_ptr<httplib::Client> make_client(const std::string& endpoint,
                                                uint32_t read_timeout_ms) const;
   caf::error authenticate(httplib::Client& cli);
