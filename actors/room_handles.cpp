@@ -47,6 +47,17 @@ std::optional<kv_transfer_error> room_handle::failure() {
   return slot_->failure;
 }
 
+kv_transfer_error room_handle::group_failure() {
+  if (auto f = failure())
+    return std::move(*f);
+  kv_transfer_error out;
+  out.bootstrap_room = room();
+  out.failure_reason = "failed on another rank (its root cause has not reached this rank yet)";
+  out.is_from_another_rank = true;
+  out.origin_rank = -1;
+  return out;
+}
+
 caf::error room_handle::check_init(bool& skip) const {
   if (auto err = check_live("init", skip); err || skip)
     return err;

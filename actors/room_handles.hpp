@@ -68,6 +68,17 @@ public:
   /// not Failed. Kept after `clear()`.
   std::optional<kv_transfer_error> failure();
 
+  /// The failure of a room that the scheduler's group says failed: SGLang
+  /// polls with a MIN all-reduce over its TP ranks, so one rank's Failed
+  /// reads Failed on every rank, possibly before kvroom's fan-out reached
+  /// this one. `failure()` once this rank knows; until then an error marked
+  /// from another rank with origin_rank -1 ("another rank said so"), whose
+  /// reason says the root cause has not arrived (a later call gives it).
+  /// Never claims this rank as the origin, changes nothing in the room
+  /// (it concludes once, with its one origin, when the fan-out arrives), and
+  /// costs what `failure()` does.
+  kv_transfer_error group_failure();
+
   /// Fails the room here and, propagated, on every other rank of the room.
   /// A no-op on a concluded room (also once its rank closed). The room's
   /// reason reads "aborted by <side> scheduler[: reason]".

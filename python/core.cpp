@@ -347,6 +347,12 @@ PYBIND11_MODULE(_core, m) {
     cls.def_property_readonly("room", [](handle& h) { return h.room(); })
       .def("poll", [](handle& h) { return static_cast<int>(h.poll()); })
       .def("failure", [](handle& h) { return failure_of(h); })
+      .def("group_failure",
+           [](handle& h) {
+             auto f = h.group_failure();
+             return py::make_tuple(f.bootstrap_room, f.failure_reason, f.is_from_another_rank,
+                                   f.origin_rank);
+           })
       .def("abort", [](handle& h, const std::string& why) { check(h.abort(why)); },
            py::arg("reason") = "")
       .def("clear", [](handle& h) { check(h.clear()); });

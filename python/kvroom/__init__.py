@@ -116,6 +116,14 @@ class _Handle:
         f = self._impl.failure()
         return None if f is None else KVTransferError(*f)
 
+    def group_failure(self):
+        """The KVTransferError of a room the scheduler's group says failed
+        (a MIN all-reduce over its ranks' polls): ``failure()`` once this rank
+        knows, until then one marked ``is_from_another_rank`` with
+        ``origin_rank`` -1 (its root cause follows the fan-out; a later call
+        gives it). Never claims this rank as the origin."""
+        return KVTransferError(*self._impl.group_failure())
+
     def abort(self, reason=""):
         """Fails the room everywhere; its reason reads "aborted by <side>
         scheduler[: reason]"."""

@@ -420,6 +420,81 @@ TEST_CASE("a failure injected on one rank of a 2P x 2D room has one origin and r
     CHECK(eventually([&] { return stats_of(*r).failure_records == 0; }));
 }
 
+TEST_CASE("a rank told Failed by its group's all-reduce answers a failure from another rank") {
+  // SGLang's scheduler polls with a MIN all-reduce over its TP group: one
+  // rank's Failed is every rank's, possibly before kvroom's fan-out reached
+  // them. A scripted all-reduce over the prefill group, polled until the
+  // group reads Failed, then each rank asked as SGLang asks.
+  group::options opt;
+  opt.prefill0_faults.rooms = {556};
+  opt.prefill0_faults.point = fault_point::after_post;
+  group g{opt};
+  auto h = open_room(g, 556);
+  drive_room(g, h, 556, {0, 1, 2}, {5, 6, 7}, 0, 0);
+  auto all_reduce_min = [&] {
+    auto out = kv_poll::success;
+    for (auto& s : h.senders)
+      out = std::min(out, s.poll());
+    return out;
+  };
+  REQUIRE(eventually([&] { return all_reduce_min() == kv_poll::failed; }));
+  auto origin_id = g.prefill[0]->ref().id;
+  // Asked as soon as the group reads Failed: a rank whose own Failed has
+  // not arrived (the origin too, by a few microseconds) says another rank,
+  // and never names itself or a wrong rank as the origin.
+  int origins = 0;
+  for (auto& s : h.senders) {
+    auto err = s.group_failure();
+    CHECK(err.bootstrap_room == 556);
+    if (!err.is_from_another_rank) {
+      ++origins;
+      CHECK(err.origin_rank == origin_id);
+      CHECK(err.failure_reason.find("injected fault after post (room 556)") != std::string::npos);
+    } else {
+      CHECK((err.origin_rank == -1 || err.origin_rank == origin_id));
+    }
+  }
+  CHECK(origins <= 1);
+  // Once the fan-out arrived everywhere, the same call gives every rank the
+  // root cause and origin, and exactly one rank is the origin.
+  origins = 0;
+  for (auto& s : h.senders) {
+    REQUIRE(reaches(s, kv_poll::failed));
+    auto later = s.group_failure();
+    CHECK(later.origin_rank == origin_id);
+    CHECK(later.failure_reason.find("injected fault after post (room 556)") != std::string::npos);
+    origins += later.is_from_another_rank ? 0 : 1;
+  }
+  CHECK(origins == 1);
+  CHECK_FALSE(h.senders[0].group_failure().is_from_another_rank);
+  for (auto& x : h.senders)
+    REQUIRE_FALSE(x.clear());
+  for (auto& x : h.receivers)
+    REQUIRE_FALSE(x.clear());
+}
+
+TEST_CASE("a rank told Failed before any failure reached it says another rank, origin unknown, "
+          "and its room goes on") {
+  group g{group::options{}};
+  auto h = open_room(g, 557);
+  REQUIRE(reaches(h.receivers[1], kv_poll::waiting_for_input));
+  // Nothing failed anywhere: the group's word alone.
+  auto err = h.receivers[1].group_failure();
+  CHECK(err.bootstrap_room == 557);
+  CHECK(err.is_from_another_rank);
+  CHECK(err.origin_rank == -1);
+  CHECK(err.failure_reason.find("failed on another rank") != std::string::npos);
+  CHECK_FALSE(h.receivers[1].failure());
+  // Asking changed nothing: the room concludes as it would have.
+  drive_room(g, h, 557, {0, 1, 2}, {5, 6, 7}, 0, 0);
+  for (auto& r : h.receivers)
+    CHECK(reaches(r, kv_poll::success));
+  for (auto& x : h.senders)
+    REQUIRE_FALSE(x.clear());
+  for (auto& x : h.receivers)
+    REQUIRE_FALSE(x.clear());
+}
+
 TEST_CASE("a failure of the aux data fails the room even though every KV page landed") {
   group::options opt;
   opt.tp = 1;

@@ -146,6 +146,33 @@ def test_a_failure_raises_kvtransfererror_with_the_origin(bootstrap):
     d.close()
 
 
+def test_told_failed_by_the_group_before_kvroom_knows_is_from_another_rank(bootstrap):
+    # SGLang's poll_and_all_reduce: another TP rank's Failed reads Failed
+    # here while this rank's room still waits. failure_exception() then
+    # raises an error from another rank (logged at debug by SGLang), never
+    # "no failure recorded", and the room goes on as it would have.
+    p, d, sender, receiver = waiting_room(bootstrap, 4, 404)
+    for room in (sender, receiver):
+        with pytest.raises(KVTransferError) as told:
+            room.failure_exception()
+        assert told.value.is_from_another_rank
+        assert told.value.origin_rank == -1
+        assert "failed on another rank" in told.value.failure_reason
+    assert receiver.poll() == KVPoll.WaitingForInput
+    # Once the failure reached it, the same call carries the root cause.
+    receiver.abort()
+    assert until(lambda: sender.poll() == KVPoll.Failed)
+    with pytest.raises(KVTransferError) as later:
+        sender.failure_exception()
+    assert later.value.is_from_another_rank
+    assert later.value.failure_reason == "aborted by decode scheduler"
+    assert later.value.origin_rank >= 0
+    sender.clear()
+    receiver.clear()
+    p.close()
+    d.close()
+
+
 def test_what_is_not_supported_yet_is_refused_clearly(bootstrap):
     sargs = ServerArgs(disaggregation_bootstrap_port=bootstrap.port)
     a, _, _ = kv_args(2)

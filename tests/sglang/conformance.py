@@ -118,6 +118,65 @@ class _Events:
         return True
 
 
+class _Watch:
+    """Instrumentation for the fault scenarios, outside SGLang's code and
+    kvroom's: rooms this rank's data plane fails (the `fail_rooms` test hook
+    of kvroom's ranks), every KVTransferError that `failure_exception()`
+    raised to SGLang, and what this process logged at warning or above
+    (Python's loggers, and kvroom's own log on fd 2)."""
+
+    def __init__(self, spec):
+        import logging
+        import kvroom
+        import kvroom.sglang as ks
+        self.raised = {}
+        self.records = []
+        self.stderr = None
+        if spec.get("fail_rooms"):
+            add_rank = kvroom.Runtime.add_rank
+            rooms = list(spec["fail_rooms"])
+
+            def failing(rt, *args, **kwargs):
+                kwargs["fail_rooms"] = rooms
+                return add_rank(rt, *args, **kwargs)
+            kvroom.Runtime.add_rank = failing
+        if not spec.get("watch"):
+            return
+        raise_it = ks._Room.failure_exception
+        raised = self.raised
+
+        def recorded(room):
+            try:
+                raise_it(room)
+            except ks.KVTransferError as e:
+                raised.setdefault(int(room.bootstrap_room), []).append(
+                    (bool(e.is_from_another_rank), int(e.origin_rank), e.failure_reason))
+                raise
+        ks._Room.failure_exception = recorded
+        records = self.records
+
+        class _Keep(logging.Handler):
+            def emit(self, record):
+                records.append((record.levelname, record.getMessage()))
+        handler = _Keep(level=logging.WARNING)
+        logging.getLogger().addHandler(handler)
+        # kvroom's C++ log (spdlog) writes to fd 2: into a file of ours.
+        import tempfile
+        self.stderr = tempfile.NamedTemporaryFile(prefix="kvroom-log-", delete=False)
+        os.dup2(self.stderr.fileno(), 2)
+
+    def fill(self, report):
+        report["raised"] = self.raised
+        logged = list(self.records)
+        if self.stderr is not None:
+            with open(self.stderr.name, errors="replace") as f:
+                for line in f:
+                    for level in ("error", "critical", "warning"):
+                        if f"[{level}]" in line:
+                            logged.append((level.upper(), line.strip()))
+        report["logged"] = logged
+
+
 def run_prefill(spec, conn, events):
     """A prefill scheduler: bootstrap queue, forward (chunked), inflight
     queue, until every request ended."""
@@ -131,6 +190,7 @@ def run_prefill(spec, conn, events):
         from sglang.srt.mem_cache.chunk_cache import ChunkCache
         import kvroom.sglang as ks
 
+        watch = _Watch(spec)
         ev = _Events(events)
         tp_rank, tp_size = spec.get("tp_rank", 0), spec.get("tp_size", 1)
         if tp_rank == 0:
@@ -225,6 +285,7 @@ def run_prefill(spec, conn, events):
                 req.disagg_kv_sender.clear()
         report["metadata_free"] = side.metadata_alloc.available_size()
         report["calls_after_conclusion"] = queue.kv_manager.calls_after_conclusion
+        watch.fill(report)
         conn.send(("report", report))
     except Exception:
         conn.send(("error", traceback.format_exc()))
@@ -259,6 +320,7 @@ def run_decode(spec, conn, events):
         from sglang.srt.managers.schedule_batch import FINISH_ABORT
         from sglang.srt.mem_cache.common import release_kv_cache
 
+        watch = _Watch(spec)
         ev = _Events(events)
         tp_rank, tp_size = spec.get("tp_rank", 0), spec.get("tp_size", 1)
         port = spec["bootstrap_port"]
@@ -360,6 +422,7 @@ def run_decode(spec, conn, events):
             "metadata_slots": free0[2] - side.metadata_alloc.available_size(),
         }
         report["calls_after_conclusion"] = side.prealloc.kv_manager.calls_after_conclusion
+        watch.fill(report)
         conn.send(("report", report))
     except Exception:
         conn.send(("error", traceback.format_exc()))

@@ -38,9 +38,11 @@ def requests(n, first_room=1, tokens=lambda i: 17 + (i * 37) % 150, **extra):
 
 
 def run_pair(reqs, prefill=None, decode=None, events=(), kill_prefill_after=None, tp=1,
-             seconds=60, secret=None):
+             seconds=60, secret=None, ranks=None):
     """Runs TP `tp` prefill and decode schedulers over `reqs`; returns their
-    reports (prefill ranks first)."""
+    reports (prefill ranks first). `ranks`: more of the spec for one rank,
+    by ("prefill" or "decode", TP rank)."""
+    ranks = ranks or {}
     ctx = mp.get_context("spawn")
     ev = {name: ctx.Event() for name in events}
     pspec = dict(dict(requests=reqs, gloo_port=H._free_port(), tp_size=tp, seconds=seconds),
@@ -50,7 +52,7 @@ def run_pair(reqs, prefill=None, decode=None, events=(), kill_prefill_after=None
     procs, pipes = [], []
     for t in range(tp):
         mine, theirs = ctx.Pipe()
-        spec = dict(pspec, tp_rank=t)
+        spec = dict(pspec, tp_rank=t, **ranks.get(("prefill", t), {}))
         if t > 0:
             spec["bootstrap_port"] = port
         p = ctx.Process(target=conformance.run_prefill, args=(spec, theirs, ev), daemon=True)
@@ -62,7 +64,7 @@ def run_pair(reqs, prefill=None, decode=None, events=(), kill_prefill_after=None
             assert kind == "port", port
     for t in range(tp):
         mine, theirs = ctx.Pipe()
-        spec = dict(dspec, tp_rank=t, bootstrap_port=port)
+        spec = dict(dspec, tp_rank=t, bootstrap_port=port, **ranks.get(("decode", t), {}))
         p = ctx.Process(target=conformance.run_decode, args=(spec, theirs, ev), daemon=True)
         p.start()
         procs.append(p)
@@ -183,6 +185,37 @@ def test_decode_tp2_with_sglangs_gloo_all_reduce():
     reqs = requests(8)
     reports = run_pair(reqs, tp=2)
     check_outcomes(reqs, reports, tp=2)
+
+
+def test_a_failure_on_one_tp_rank_reaches_the_others_marked_from_another_rank():
+    # TP 2 on both sides; SGLang polls with poll_and_all_reduce over gloo, so
+    # a rank is told Failed by its group, possibly before kvroom's fan-out
+    # reached it. Prefill tp1's data plane fails rooms 3 and 6: it is their
+    # one origin. Every other rank's KVTransferError is marked from another
+    # rank (SGLang then logs it at debug), and nothing but the origin logs
+    # at error; the rooms end once everywhere, no page leaks.
+    reqs = requests(8)
+    failing = {3, 6}
+    reports = run_pair(reqs, tp=2, prefill=dict(watch=True), decode=dict(watch=True),
+                       ranks={("prefill", 1): dict(fail_rooms=sorted(failing))})
+    check_outcomes(reqs, reports, aborted={r["rid"] for r in reqs if r["room"] in failing},
+                   tp=2)
+    names = ["prefill tp0", "prefill tp1", "decode tp0", "decode tp1"]
+    for name, rep in zip(names, reports):
+        origin = name == "prefill tp1"
+        for room in failing:
+            errs = rep["raised"].get(room, [])
+            assert errs, f"{name}: SGLang asked for no failure of room {room}"
+            for from_another, origin_rank, reason in errs:
+                assert from_another != origin, \
+                    f"{name}, room {room}: is_from_another_rank={from_another}: {reason}"
+                assert "no failure recorded" not in reason, f"{name}: {reason}"
+        if origin:
+            continue
+        errors = [m for level, m in rep["logged"] if level in ("ERROR", "CRITICAL")]
+        assert not errors, f"{name} (not the origin) logged at error: {errors[:3]}"
+        told = [m for level, m in rep["logged"] if "failed for request" in m]
+        assert not told, f"{name} (not the origin) logged the failure above debug: {told[:3]}"
 
 
 def _fresh_python(code):

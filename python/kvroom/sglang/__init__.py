@@ -443,12 +443,20 @@ class _Room:
 
     def failure_exception(self):
         """Raises the room's KVTransferError (SGLang's contract: only when
-        ``poll()`` returned Failed; any number of times)."""
+        the polled state was Failed; any number of times). SGLang polls with
+        a MIN all-reduce over the TP group, so this rank may be told Failed
+        before kvroom's fan-out reached it: the error is then marked
+        ``is_from_another_rank`` (SGLang logs it at debug), with the root
+        cause and origin rank once they arrived (a later call has them)."""
         err = self._failure
         if err is None and self._handle is not None:
-            err = self._handle.failure()
+            err = self._handle.group_failure()
         if err is None:
-            err = KVTransferError(self.bootstrap_room, "no failure recorded for this room")
+            # No room here at all (never opened, nothing recorded): the
+            # group's word is all there is, and it is another rank's.
+            err = KVTransferError(self.bootstrap_room,
+                                  "failed on another rank (its root cause has not reached "
+                                  "this rank yet)", is_from_another_rank=True)
         raise err
 
     def _fail_here(self, reason):
