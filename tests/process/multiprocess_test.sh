@@ -99,7 +99,11 @@ link() {
 check_ok() { # check_ok N RANK...: each rank's report has N successes, no data mismatch
   local n=$1; shift
   for r in "$@"; do
-    [ -f $r.json ] || fail "$r wrote no report"
+    if [ ! -f $r.json ]; then
+      local pid; eval "pid=\${PID_$r:-}"
+      local status=unknown; [ -n "$pid" ] && { wait "$pid" 2>/dev/null; status=$?; }
+      fail "$r wrote no report (exit status $status)"
+    fi
     [ "$(rooms $r.json success)" = "$n" ] || fail "$r: $(rooms $r.json success) of $n rooms succeeded"
     grep -q data_error $r.json && fail "$r: data mismatch"
   done

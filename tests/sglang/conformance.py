@@ -289,6 +289,8 @@ def run_prefill(spec, conn, events):
         conn.send(("report", report))
     except Exception:
         conn.send(("error", traceback.format_exc()))
+    finally:
+        H.close_groups()
 
 
 def _wait_concluded(room, seconds=20):
@@ -426,6 +428,8 @@ def run_decode(spec, conn, events):
         conn.send(("report", report))
     except Exception:
         conn.send(("error", traceback.format_exc()))
+    finally:
+        H.close_groups()
 
 
 class _Batch:
@@ -438,3 +442,51 @@ class _Batch:
     @property
     def reqs(self):
         return self.hook()
+
+
+def run_exit(spec, conn, events=None):
+    """A TP-2 prefill scheduler's life cut to what its exit needs: a
+    kvroom.sglang KVManager and a room, polled as SGLang polls
+    (poll_and_all_reduce: a MIN all-reduce over gloo) until both ranks are
+    up, then the process ends one of three ways (`way`): its target
+    returns, it calls sys.exit, or a SIGTERM reaches its handler (which
+    exits, as a scheduler's does). Whatever the way, the process must exit
+    0: no thread or actor system of kvroom's left to the interpreter's
+    teardown."""
+    import signal
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import kvroom.sglang as ks
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        tp = spec["tp_rank"]
+        if tp == 0:
+            boot = ks.KVBootstrapServer("127.0.0.1", 0)
+            conn.send(("port", boot.port))
+            port = boot.port
+        else:
+            port = spec["bootstrap_port"]
+        group = H.gloo_group(tp, 2, spec["gloo_port"])
+        kv = [np.zeros(H.PAGE * 64 * 8, np.uint8) for _ in range(4)]
+        aux = np.zeros(64 * 8, np.uint8)
+        a = ks.KVArgs()
+        a.engine_rank = tp
+        a.kv_data_ptrs = [b.ctypes.data for b in kv]
+        a.kv_data_lens = [b.nbytes for b in kv]
+        a.kv_item_lens = [H.PAGE * 64] * len(kv)
+        a.aux_data_ptrs, a.aux_data_lens, a.aux_item_lens = [aux.ctypes.data], [aux.nbytes], [64]
+        mgr = ks.KVManager(a, ks.DisaggregationMode.PREFILL,
+                           ks.ServerArgs(tp_size=2, disaggregation_bootstrap_port=port))
+        sender = ks.KVSender(mgr, f"127.0.0.1:{port}", spec["room"], [tp], 0)
+        for _ in range(100):
+            polls = torch.tensor([int(sender.poll())], dtype=torch.uint8)
+            dist.all_reduce(polls, op=dist.ReduceOp.MIN, group=group)
+        conn.send(("ready", None))
+        if spec["way"] == "sigterm":
+            time.sleep(60)  # until the SIGTERM's handler exits
+        elif spec["way"] == "exit":
+            sys.exit(0)
+    finally:
+        H.close_groups()

@@ -39,6 +39,19 @@ def gloo_group(rank=0, world=1, port=None):
     return dist.new_group(backend="gloo")
 
 
+def close_groups():
+    """Ends this process's torch.distributed groups, as SGLang's own
+    shutdown does (parallel_state.destroy_distributed_environment). Left to
+    interpreter exit, a gloo worker thread may drop the last reference to
+    its tensor while Python finalizes: it takes the GIL, is ended by
+    pthread_exit inside torch's noexcept run loop, and the process aborts
+    ("terminate called without an active exception"; core dump, thread
+    c10d::ProcessGroupGloo::runLoop)."""
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def _free_port():
     import socket
     with socket.socket() as s:

@@ -83,8 +83,13 @@ def run_pair(reqs, prefill=None, decode=None, events=(), kill_prefill_after=None
         kind, value = _recv(pipe, seconds + 120)
         assert kind == "report", f"a scheduler process died (raised):\n{value}"
         reports.append(value)
-    for p in procs:
+    for i, p in enumerate(procs):
         p.join(30)
+        if kill_prefill_after is not None and i < tp:
+            continue
+        # A scheduler process that holds kvroom exits cleanly: no abort
+        # (SIGABRT: -6) from a thread or actor system left behind.
+        assert p.exitcode == 0, f"scheduler process {i} exited with {p.exitcode}"
     return reports
 
 
@@ -216,6 +221,36 @@ def test_a_failure_on_one_tp_rank_reaches_the_others_marked_from_another_rank():
         assert not errors, f"{name} (not the origin) logged at error: {errors[:3]}"
         told = [m for level, m in rep["logged"] if "failed for request" in m]
         assert not told, f"{name} (not the origin) logged the failure above debug: {told[:3]}"
+
+
+def test_scheduler_processes_exit_cleanly_every_way_twenty_times():
+    # TP 2 over gloo with kvroom in each process; each pair ends by its
+    # target returning, sys.exit, or SIGTERM (its handler exits), in turn.
+    ctx = mp.get_context("spawn")
+    ways = ["return", "exit", "sigterm"]
+    for i in range(20):
+        way = ways[i % 3]
+        spec = dict(gloo_port=H._free_port(), way=way, room=7000 + i)
+        procs, pipes = [], []
+        for t in range(2):
+            mine, theirs = ctx.Pipe()
+            p = ctx.Process(target=conformance.run_exit, args=(dict(spec, tp_rank=t), theirs),
+                            daemon=True)
+            p.start()
+            procs.append(p)
+            pipes.append(mine)
+            if t == 0:
+                kind, spec["bootstrap_port"] = _recv(mine, 120)
+                assert kind == "port"
+        for pipe in pipes:
+            kind, _ = _recv(pipe, 120)
+            assert kind == "ready"
+        if way == "sigterm":
+            for p in procs:
+                os.kill(p.pid, signal.SIGTERM)
+        for t, p in enumerate(procs):
+            p.join(60)
+            assert p.exitcode == 0, f"run {i} ({way}): tp{t} exited with {p.exitcode}"
 
 
 def _fresh_python(code):

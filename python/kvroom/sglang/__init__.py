@@ -44,10 +44,12 @@ GPU.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import enum
 import logging
 import os
+import weakref
 from typing import Dict, List, Optional
 
 from .. import Error, KVPoll, KVTransferError, Runtime
@@ -153,13 +155,26 @@ class PrefillServerInfo:
 
 # -- the process's runtime ----------------------------------------------------
 
-_process = {"runtime": None, "registry": None, "secret": None}
+_process = {"runtime": None, "registry": None, "secret": None, "managers": weakref.WeakSet()}
+
+
+def _close_at_exit():
+    """Every rank of this process closes before Python tears itself down
+    (a normal return, ``sys.exit``, or a SIGTERM handler that exits): each
+    joins the threads and actors it started while the interpreter is whole,
+    instead of leaving them to the order of interpreter and C++ teardown."""
+    for mgr in list(_process["managers"]):
+        try:
+            mgr.close()
+        except Exception:  # an exit path never raises for kvroom
+            logger.debug("kvroom: closing a rank at exit failed", exc_info=True)
 
 
 def _runtime(secret_file):
     if _process["runtime"] is None:
         _process["runtime"] = Runtime(network=True, secret_file=secret_file or "")
         _process["secret"] = secret_file
+        atexit.register(_close_at_exit)
     elif (secret_file or None) != (_process["secret"] or None):
         raise ValueError("kvroom: this process's runtime uses another secret file")
     return _process["runtime"]
@@ -256,6 +271,7 @@ class KVManager:
         self._side = side
         self._rank = None
         self._rt = _runtime(_secret(server_args))
+        _process["managers"].add(self)
         if self._side == "prefill":
             self.register_to_bootstrap()
 
