@@ -287,8 +287,13 @@ std::string run_one(const scale_config& cfg, const std::string& exe, const std::
         if (i == victim || knew[i] >= 0)
           continue;
         sample now;
+        // Known gone: counted lost, or no longer linked or listed. The lost
+        // count alone tells it too when the sample before the kill was short
+        // of a peer that was listed since (a count that drops by one and
+        // rises by one reads the same).
         if (scrape(procs[i].metrics, now)
-            && now.usable + now.listed < before[i].usable + before[i].listed)
+            && (now.lost > before[i].lost
+                || now.usable + now.listed < before[i].usable + before[i].listed))
           knew[i] = harness::wall_ms() - t_kill;
         else
           all = false;

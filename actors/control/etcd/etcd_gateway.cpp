@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 #include <openssl/evp.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <nlohmann/json.hpp>
 
@@ -57,6 +59,46 @@ bool permanent(httplib::Error e) {
   return e == httplib::Error::SSLServerVerification || e == httplib::Error::SSLLoadingCerts
          || e == httplib::Error::SSLConnection;
 }
+
+/// OpenSSL writes to its socket with write(2), not send(MSG_NOSIGNAL): a
+/// TLS connection the member closed (a close_notify on shutdown, a request
+/// on a connection etcd dropped) raises SIGPIPE, whose default action ends
+/// the whole process (seen: a `kvroom serve` of the TLS scenario exiting
+/// 141 while its rank closed). Held around every call: SIGPIPE is blocked on
+/// this thread, the write fails with EPIPE instead, and a SIGPIPE raised
+/// meanwhile is taken before the mask is restored. The process's own
+/// disposition is left alone (an embedder's choice).
+class sigpipe_guard {
+public:
+  sigpipe_guard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    pending_before_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+
+  ~sigpipe_guard() {
+    if (!pending_before_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        timespec none{0, 0};
+        sigtimedwait(&pipe_, nullptr, &none);
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+  sigpipe_guard(const sigpipe_guard&) = delete;
+  sigpipe_guard& operator=(const sigpipe_guard&) = delete;
+
+private:
+  sigset_t pipe_;
+  sigset_t old_;
+  bool pending_before_ = false;
+};
 
 } // namespace
 
@@ -187,7 +229,11 @@ etcd_gateway::etcd_gateway(etcd_options opts) : opts_(std::move(opts)) {
   // nop
 }
 
-etcd_gateway::~etcd_gateway() = default;
+etcd_gateway::~etcd_gateway() {
+  // The watch's client may be the last one to go, with its TLS session.
+  sigpipe_guard guard;
+  std::atomic_store(&watching_, std::shared_ptr<httplib::Client>{});
+}
 
 const std::string& etcd_gateway::current_endpoint() const {
   static const std::string none;
@@ -230,6 +276,7 @@ caf::error etcd_gateway::authenticate(httplib::Client& cli) {
 
 caf::expected<std::string> etcd_gateway::post(const std::string& path,
                                               const std::string& body, uint32_t timeout_ms) {
+  sigpipe_guard guard; // first: clients (and their TLS sessions) go before it
   auto wait_ms = timeout_ms != 0 ? timeout_ms : opts_.request_timeout_ms;
   if (opts_.endpoints.empty())
     return make_error(errc::invalid_config, "no etcd endpoint");
@@ -396,6 +443,7 @@ caf::error etcd_gateway::put(const std::string& key, const std::string& value, i
 caf::expected<int64_t>
 etcd_gateway::watch(const std::string& prefix, int64_t start_revision, uint32_t idle_ms,
                     const std::function<void(std::vector<etcd_event>&)>& on_events) {
+  sigpipe_guard guard;
   if (opts_.endpoints.empty())
     return make_error(errc::invalid_config, "no etcd endpoint");
   auto& endpoint = opts_.endpoints[current_ % opts_.endpoints.size()];
@@ -504,6 +552,7 @@ etcd_gateway::watch(const std::string& prefix, int64_t start_revision, uint32_t 
 }
 
 void etcd_gateway::cancel() {
+  sigpipe_guard guard; // stopping a TLS client writes its close_notify
   cancelled_ = true;
   if (auto cli = std::atomic_load(&watching_))
     cli->stop();
