@@ -8,16 +8,29 @@ export ETCDCTL_API=3
 # etcd_members N: N members e0..e(N-1) on loopback, one cluster; sets
 # ETCD_URL (for --directory) and ETCD_EPS (for etcdctl).
 etcd_members() {
-  local n=$1 base; base=$(port)
-  ETCD_CLUSTER="" ETCD_EPS=""
-  for ((i = 0; i < n; ++i)); do
-    ECP[$i]=$((base + 2 * i)); EPP[$i]=$((base + 2 * i + 1))
-    ETCD_CLUSTER+="${ETCD_CLUSTER:+,}e$i=http://127.0.0.1:${EPP[$i]}"
-    ETCD_EPS+="${ETCD_EPS:+,}127.0.0.1:${ECP[$i]}"
+  local n=$1 base attempt
+  # Ports are drawn at random: one another process holds makes its member
+  # exit at once (and something else may answer there), so every member
+  # must still run once the cluster is healthy, else new ports.
+  for attempt in 1 2 3; do
+    base=$(port)
+    ETCD_CLUSTER="" ETCD_EPS=""
+    for ((i = 0; i < n; ++i)); do
+      ECP[$i]=$((base + 2 * i)); EPP[$i]=$((base + 2 * i + 1))
+      ETCD_CLUSTER+="${ETCD_CLUSTER:+,}e$i=http://127.0.0.1:${EPP[$i]}"
+      ETCD_EPS+="${ETCD_EPS:+,}127.0.0.1:${ECP[$i]}"
+    done
+    ETCD_URL="etcd://$ETCD_EPS"
+    rm -rf "$WORK"/e*.data
+    for ((i = 0; i < n; ++i)); do etcd_start $i new; done
+    local up=1
+    etcd_healthy "$ETCD_EPS" 30 || up=0
+    for ((i = 0; i < n; ++i)); do eval "kill -0 \$PID_e$i" 2>/dev/null || up=0; done
+    [ $up = 1 ] && return 0
+    echo "etcd members on ports from $base did not all start (a port in use?); new ports"
+    for ((i = 0; i < n; ++i)); do eval "kill -9 \$PID_e$i" 2>/dev/null; done
   done
-  ETCD_URL="etcd://$ETCD_EPS"
-  for ((i = 0; i < n; ++i)); do etcd_start $i new; done
-  etcd_healthy "$ETCD_EPS" 30 || fail "etcd cluster not healthy"
+  fail "etcd cluster not healthy"
 }
 
 # etcd_start I STATE: member eI (again, with its data, for STATE=existing).

@@ -45,10 +45,12 @@ def run_pair(reqs, prefill=None, decode=None, events=(), kill_prefill_after=None
     ranks = ranks or {}
     ctx = mp.get_context("spawn")
     ev = {name: ctx.Event() for name in events}
-    pspec = dict(dict(requests=reqs, gloo_port=H._free_port(), tp_size=tp, seconds=seconds),
-                 **(prefill or {}))
+    # `watch`: each scheduler reports the failures SGLang asked it for and
+    # what it logged at warning or above (check_outcomes reads both).
+    pspec = dict(dict(requests=reqs, gloo_port=H._free_port(), tp_size=tp, seconds=seconds,
+                      watch=True), **(prefill or {}))
     dspec = dict(dict(requests=[dict(r) for r in reqs], gloo_port=H._free_port(), tp_size=tp,
-                      seconds=seconds), **(decode or {}))
+                      seconds=seconds, watch=True), **(decode or {}))
     procs, pipes = [], []
     for t in range(tp):
         mine, theirs = ctx.Pipe()
@@ -122,6 +124,16 @@ def check_outcomes(reqs, reports, aborted=(), tp=1):
             assert d["token"][rid] == [r["token"]], f"{rid}: metadata differs"
     for d in decode:
         assert d["leaks"] == {"pages": 0, "request_slots": 0, "metadata_slots": 0}, d["leaks"]
+    # A failure is logged at error once, at its origin: a rank that is the
+    # origin of none of its failed rooms logs nothing at error.
+    for rep in prefill + decode:
+        if rep is None:
+            continue
+        origin = any(not from_another for errs in rep.get("raised", {}).values()
+                     for from_another, _, _ in errs)
+        errors = [m for level, m in rep.get("logged", []) if level in ("ERROR", "CRITICAL")]
+        assert origin or not errors, f"a rank that is no failure's origin logged at error: " \
+                                     f"{errors[:3]}"
     for p in prefill:
         if p is not None:
             assert p["metadata_free"] == H.SLOTS
