@@ -326,6 +326,18 @@ etcd_lease)
   start p0 "$K" serve "$SECRET" "${D[@]}" --role=prefill --rooms=100 --pace-us=10000 --then-rooms=40 --then-wait-file="$WORK/go" --report=p0.json
   start d0 "$K" serve "$SECRET" "${D[@]}" --role=decode --rooms=100 --pace-us=10000 --then-rooms=40 --then-wait-file="$WORK/go" --report=d0.json
   for r in p0 d0; do wait_for '"ready"' $r.log 30 || fail "$r not ready"; done
+  # An entry deleted by hand while its rank lives (an operator's etcdctl
+  # del): the rank registers again at once, on its live lease, and says so
+  # once.
+  etcdctl --endpoints="$ETCD_EPS" del /kvroom/t$$/ranks/0 > /dev/null || fail "cannot delete p0's entry"
+  wait_for "vanished from etcd while it lives" p0.log 10 || fail "p0 did not notice its entry vanish"
+  deadline=$(( $(date +%s) + 10 ))
+  until [ -n "$(etcdctl --endpoints="$ETCD_EPS" get --prefix /kvroom/t$$/ranks/0 --keys-only)" ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "p0's entry did not come back"
+    sleep 0.1
+  done
+  [ "$(grep -c 'vanished from etcd' p0.log)" = 1 ] || fail "p0 logged its entry's loss more than once"
+  echo "p0's entry deleted by hand: registered again at once ($(grep -o 'lease [0-9a-f]* alive[^)]*' p0.log | head -n 1))"
   sleep 0.3
   kill -STOP "$PID_d0"
   stopped=$(now_ms)
