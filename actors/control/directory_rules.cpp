@@ -83,17 +83,29 @@ std::string layout_conflict(const std::vector<rank_entry>& ranks, const rank_ent
   return {};
 }
 
-std::string place_conflict(const std::vector<rank_entry>& ranks, const rank_entry& candidate) {
+namespace {
+
+/// The live rank of another id in `candidate`'s place, if any.
+const rank_entry* place_holder(const std::vector<rank_entry>& ranks, const rank_entry& candidate) {
   auto& c = candidate.rank;
   for (auto& e : ranks) {
     auto& r = e.rank;
     if (r.id != c.id && r.side == c.side && r.dp_rank == c.dp_rank && r.tp_rank == c.tp_rank
         && r.pp_rank == c.pp_rank)
-      return to_string(c) + " takes the place of the live " + to_string(r)
-             + " (control endpoint " + e.control_host + ":" + std::to_string(e.control_port)
-             + "); a replacement registers once the old rank is gone";
+      return &e;
   }
-  return {};
+  return nullptr;
+}
+
+} // namespace
+
+std::string place_conflict(const std::vector<rank_entry>& ranks, const rank_entry& candidate) {
+  auto* e = place_holder(ranks, candidate);
+  if (!e)
+    return {};
+  return to_string(candidate.rank) + " takes the place of the live " + to_string(e->rank)
+         + " (control endpoint " + e->control_host + ":" + std::to_string(e->control_port)
+         + "); a replacement registers once the old rank is gone";
 }
 
 std::optional<admission_refused> admission_refusal(const std::vector<rank_entry>& ranks,
@@ -108,9 +120,10 @@ std::optional<admission_refused> admission_refusal(const std::vector<rank_entry>
                                + to_string(i->rank) + " (control endpoint " + i->control_host
                                + ":" + std::to_string(i->control_port)
                                + "); a replacement registers once the old rank is gone",
-                             true};
-  if (auto why = place_conflict(ranks, candidate); !why.empty())
-    return admission_refused{errc::invalid_config, why, true};
+                             true, i->rank.id};
+  if (auto* holder = place_holder(ranks, candidate))
+    return admission_refused{errc::invalid_config, place_conflict(ranks, candidate), true,
+                             holder->rank.id};
   if (auto why = layout_conflict(ranks, candidate); !why.empty())
     return admission_refused{errc::incompatible, why};
   if (i == ranks.end() && ranks.size() >= max_ranks)

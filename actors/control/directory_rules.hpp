@@ -33,6 +33,8 @@ struct admission_refused {
   /// A live rank holds the id or the place: on a directory with leases it
   /// is free once that rank's lease expires, so waiting may clear it.
   bool held = false;
+  /// That rank's id (when `held`).
+  rank_id holder = -1;
 };
 
 /// Whether `candidate` may register beside the live `ranks`, in this

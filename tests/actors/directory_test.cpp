@@ -62,10 +62,12 @@ TEST_CASE("admission: id, place, layout and size, in that order, each with its r
   CHECK(held->code == errc::invalid_config);
   CHECK(held->why.find("is held by the live") != std::string::npos);
   CHECK(held->held);
+  CHECK(held->holder == 0);
   auto place = admission_refusal(live, entry_of(role::prefill, 0, 0, 7), 8);
   REQUIRE(place);
   CHECK(place->why.find("takes the place of the live") != std::string::npos);
   CHECK(place->held);
+  CHECK(place->holder == 0);
   auto misfit = entry_of(role::decode, 1, 0, 101);
   misfit.layout.kv.front().page_size_bytes = 8192;
   misfit.layout.kv.back().page_size_bytes = 8192;

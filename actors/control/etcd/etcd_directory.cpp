@@ -218,22 +218,12 @@ struct admission {
   int64_t holder_lease = 0;
 };
 
-/// The lease of the entry holding `entry`'s id or place in `all`.
-int64_t holder_lease_of(self_ptr self, const std::vector<rank_entry>& live,
-                        const std::vector<etcd_kv>& all, const rank_entry& entry) {
-  auto& c = entry.rank;
-  for (auto& e : live) {
-    auto& r = e.rank;
-    bool same_id = r.id == c.id && e.incarnation != entry.incarnation;
-    bool same_place = r.id != c.id && r.side == c.side && r.dp_rank == c.dp_rank
-                      && r.tp_rank == c.tp_rank && r.pp_rank == c.pp_rank;
-    if (!same_id && !same_place)
-      continue;
-    auto key = self->state.codec->key_of(r.id);
-    for (auto& kv : all)
-      if (kv.key == key)
-        return kv.lease;
-  }
+/// The lease of rank `holder`'s entry as etcd listed it in `all`.
+int64_t lease_of(self_ptr self, const std::vector<etcd_kv>& all, rank_id holder) {
+  auto key = self->state.codec->key_of(holder);
+  for (auto& kv : all)
+    if (kv.key == key)
+      return kv.lease;
   return 0;
 }
 
@@ -253,7 +243,7 @@ admission admit(self_ptr self, const rank_entry& entry) {
     auto live = verified(self, all->kvs);
     if (auto no = admission_refusal(live, entry, st.opts.max_ranks))
       return admission{{}, make_error(no->code, no->why), no->held,
-                       no->held ? holder_lease_of(self, live, all->kvs, entry) : 0};
+                       no->held ? lease_of(self, all->kvs, no->holder) : 0};
     auto put = st.client->put_if_unchanged(st.codec->ranks_prefix(), all->revision, key, value,
                                            lease);
     if (!put)
