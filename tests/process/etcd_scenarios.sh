@@ -67,6 +67,19 @@ lost_peers() {
   curl -sf "http://$1/metrics" | sed -n 's/^kvroom_peers{.*state="lost"} \([0-9]*\).*/\1/p' | head -n 1
 }
 
+# wait_key listed|gone KEY SECONDS: until etcd lists KEY (or no longer
+# does); 1 when the time is up.
+wait_key() {
+  local deadline=$(( $(date +%s) + $3 )) keys
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    keys=$(etcdctl --endpoints="$ETCD_EPS" get --prefix "$2" --keys-only)
+    [ "$1" = listed ] && [ -n "$keys" ] && return 0
+    [ "$1" = gone ] && [ -z "$keys" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 metrics_of() { sed -n 's/.*"metrics": "\([0-9.]*:[0-9]*\)".*/\1/p' "$1.log" | head -n 1; }
 id_of() { sed -n 's/.*"rank_id": \([0-9]*\).*/\1/p' "$1.log" | head -n 1; }
 
@@ -331,30 +344,18 @@ etcd_lease)
   # once.
   etcdctl --endpoints="$ETCD_EPS" del /kvroom/t$$/ranks/0 > /dev/null || fail "cannot delete p0's entry"
   wait_for "vanished from etcd while it lives" p0.log 10 || fail "p0 did not notice its entry vanish"
-  deadline=$(( $(date +%s) + 10 ))
-  until [ -n "$(etcdctl --endpoints="$ETCD_EPS" get --prefix /kvroom/t$$/ranks/0 --keys-only)" ]; do
-    [ "$(date +%s)" -lt "$deadline" ] || fail "p0's entry did not come back"
-    sleep 0.1
-  done
+  wait_key listed /kvroom/t$$/ranks/0 10 || fail "p0's entry did not come back"
   [ "$(grep -c 'vanished from etcd' p0.log)" = 1 ] || fail "p0 logged its entry's loss more than once"
   echo "p0's entry deleted by hand: registered again at once ($(grep -o 'lease [0-9a-f]* alive[^)]*' p0.log | head -n 1))"
   sleep 0.3
   kill -STOP "$PID_d0"
   stopped=$(now_ms)
-  deadline=$(( $(date +%s) + 10 ))
-  until [ -z "$(etcdctl --endpoints="$ETCD_EPS" get --prefix /kvroom/t$$/ranks/65536 --keys-only)" ]; do
-    [ "$(date +%s)" -lt "$deadline" ] || { kill -CONT "$PID_d0"; fail "d0's entry outlived its lease"; }
-    sleep 0.1
-  done
+  wait_key gone /kvroom/t$$/ranks/65536 10 || { kill -CONT "$PID_d0"; fail "d0's entry outlived its lease"; }
   echo "d0's entry gone from etcd $(( $(now_ms) - stopped )) ms after it froze"
   sleep 0.5
   kill -CONT "$PID_d0"
   wait_for "registering them again" d0.log 10 || fail "d0 did not register again after its lease expired"
-  deadline=$(( $(date +%s) + 10 ))
-  until [ -n "$(etcdctl --endpoints="$ETCD_EPS" get --prefix /kvroom/t$$/ranks/65536 --keys-only)" ]; do
-    [ "$(date +%s)" -lt "$deadline" ] || fail "d0's entry did not come back"
-    sleep 0.1
-  done
+  wait_key listed /kvroom/t$$/ranks/65536 10 || fail "d0's entry did not come back"
   for r in p0 d0; do wait_for batch_done $r.log 60 || fail "$r did not finish phase 1"; done
   touch "$WORK/go"
   for r in p0 d0; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish phase 2"; done
