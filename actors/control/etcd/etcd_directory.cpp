@@ -381,8 +381,10 @@ void restore(self_ptr self, rank_id id, int64_t lease) {
   if (i == st.locals.end())
     return;
   auto& rank = i->second.entry.rank;
-  if (lease != st.lease)
+  if (lease != st.lease) {
+    st.restoring.erase(id);
     return; // a lease replaced since: its own registration covers the rank
+  }
   auto left = st.client->time_to_live(lease);
   if (left && *left <= 0) {
     logger()->debug("etcd directory: {}'s entry went with lease {:x}; it registers again on "
