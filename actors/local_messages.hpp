@@ -10,6 +10,7 @@
 #include "caf/atom.hpp"
 #include "caf/message.hpp"
 
+#include "kvroom/actors/control/side_shape.hpp"
 #include "kvroom/messages/room_messages.hpp"
 
 namespace kvroom {
@@ -84,6 +85,12 @@ struct to_rank {
   caf::message payload;
 };
 
+/// Rank -> its manager: what the directory lists of side `side` (answered
+/// with a `side_shape`).
+struct get_side_shape {
+  role side = role::prefill;
+};
+
 /// Manager -> every open room: a rank of the deployment is gone.
 struct peer_lost {
   rank_ref rank;
@@ -100,3 +107,5 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::peer_lost)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::to_decider)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::fence_room)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::to_rank)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::get_side_shape)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::side_shape)

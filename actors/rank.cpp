@@ -333,6 +333,19 @@ caf::expected<manager_stats> rank::stats() {
   return result;
 }
 
+caf::expected<side_shape> rank::shape_of_side(role side) {
+  caf::scoped_actor tmp{rt_.system()};
+  caf::expected<side_shape> result{make_error(errc::timeout)};
+  tmp
+    ->request(manager_, std::chrono::milliseconds(cfg_.limits.query_timeout_ms),
+              get_side_shape{side})
+    .receive([&](side_shape& x) { result = x; },
+             [&](caf::error& err) {
+               result = make_error(errc::timeout, "side query: " + caf::to_string(err));
+             });
+  return result;
+}
+
 void rank::forget(room_id room) {
   rooms_.erase(room);
 }

@@ -8,6 +8,7 @@
 #include "caf/scoped_actor.hpp"
 
 #include "kvroom/actors/config.hpp"
+#include "kvroom/actors/control/side_shape.hpp"
 #include "kvroom/actors/inline_path.hpp"
 #include "kvroom/actors/rank_metrics.hpp"
 #include "kvroom/actors/room_handles.hpp"
@@ -81,6 +82,11 @@ public:
 
   /// The manager's counters (a bounded blocking query).
   caf::expected<manager_stats> stats();
+
+  /// What the directory lists of side `side` as this rank knows it: DP
+  /// groups, TP and PP sizes (a bounded blocking query). A decode rank asks
+  /// it of the prefill side before it names a room's prefill DP group.
+  caf::expected<side_shape> shape_of_side(role side);
 
   /// What the rank counts for operators (rooms, failures by cause and
   /// origin, bytes, latency histograms, peers, refusals): read without a

@@ -340,6 +340,27 @@ PYBIND11_MODULE(_core, m) {
            out["calls_after_conclusion"] = r.get().calls_after_conclusion();
            return out;
          })
+    .def("shape_of_side",
+         [](py_rank& r, const std::string& side) {
+           if (side != "prefill" && side != "decode")
+             throw py::value_error("side must be 'prefill' or 'decode', got '" + side + "'");
+           caf::expected<side_shape> x{side_shape{}};
+           {
+             py::gil_scoped_release nogil;
+             x = r.get().shape_of_side(side == "prefill" ? role::prefill : role::decode);
+           }
+           if (!x)
+             raise(x.error());
+           py::dict out;
+           out["ranks"] = x->ranks;
+           out["dp_size"] = x->dp_size;
+           out["tp_size"] = x->tp_size;
+           out["pp_size"] = x->pp_size;
+           out["tokens_per_page"] = x->tokens_per_page;
+           out["complete"] = x->complete;
+           return out;
+         },
+         py::arg("side"))
     .def("close", &py_rank::close);
 
   auto common = [](auto& cls) {

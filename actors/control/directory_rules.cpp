@@ -74,8 +74,10 @@ std::string layout_conflict(const std::vector<rank_entry>& ranks, const rank_ent
             || (e.has_parallel && e.parallel.pp_size > 1)))
       return to_string(candidate.rank) + " and " + who
              + " carry state buffers: state moves between equal TP sizes without PP only";
-    // Undeclared layouts move whole pages: one prefill rank per decode rank.
-    if (!candidate.has_parallel && e.rank.tp_size != candidate.rank.tp_size)
+    // Undeclared layouts on both sides move whole pages: one prefill rank
+    // per decode rank. Beside a declared one, the undeclared rank holds the
+    // model at its TP size (checked above), and the two are mapped.
+    if (!candidate.has_parallel && !e.has_parallel && e.rank.tp_size != candidate.rank.tp_size)
       return to_string(candidate.rank) + " has TP size " + std::to_string(candidate.rank.tp_size)
              + ", " + who + " has " + std::to_string(e.rank.tp_size)
              + " (unequal TP sizes need parallel layouts declared on every rank)";

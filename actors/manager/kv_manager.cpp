@@ -181,6 +181,11 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
         return make_error(errc::unauthorized, "not a member");
       return group_reply{self->state.peers->group(msg.side, msg.dp_rank)};
     },
+    [=](const get_side_shape& msg) -> caf::result<side_shape> {
+      if (!from_member(self, "get_side_shape"))
+        return make_error(errc::unauthorized, "not a member");
+      return self->state.peers->shape(msg.side);
+    },
     [=](const take_failure& msg) -> caf::result<failure_reply> {
       if (!from_member(self, "take_failure"))
         return make_error(errc::unauthorized, "not a member");

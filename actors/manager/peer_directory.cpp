@@ -143,10 +143,18 @@ peer_directory::fan_out_targets(const rank_ref& self,
   return out;
 }
 
+side_shape peer_directory::shape(role side) const {
+  auto ranks = directory_;
+  for (auto& kvp : listed_)
+    ranks.push_back(kvp.second);
+  return shape_of(ranks, side);
+}
+
 int32_t peer_directory::decode_tp() const {
+  // A decode rank that declares no layout holds the model at its TP size.
   for (auto& e : directory_)
-    if (e->rank.side == role::decode && e->has_parallel)
-      return e->parallel.tp_size;
+    if (e->rank.side == role::decode)
+      return e->has_parallel ? e->parallel.tp_size : e->rank.tp_size;
   return 0;
 }
 

@@ -90,8 +90,11 @@ public:
                                          const std::vector<rank_ref>& counterparts) const;
 
   /// The decode side's TP size (every decode rank has the same; the registry
-  /// refuses another), or 0 while no decode rank with a layout is known.
+  /// refuses another), or 0 while no decode rank is known.
   int32_t decode_tp() const;
+
+  /// What this rank knows of side `side`: its listed and usable ranks.
+  side_shape shape(role side) const;
 
   const std::vector<entry_ptr>& all() const noexcept {
     return directory_;

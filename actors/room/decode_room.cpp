@@ -43,9 +43,7 @@ void maybe_send_dst(self_ptr self) {
     // without declared layouts, the one source of this slot.
     // With the integrity check on, this rank checks every part itself and
     // reports its slot: no source's part reaches the decider without it.
-    bool reports = !st.hashing
-                   && (!core.params().self_entry->has_parallel
-                       || is_decider(s->rank, core.protocol().decider()));
+    bool reports = !st.hashing && (!st.mapped || is_decider(s->rank, core.protocol().decider()));
     core.dst_sent(s->rank.id, reports);
     dst_info info;
     info.room = core.params().room;
@@ -63,24 +61,58 @@ void maybe_send_dst(self_ptr self) {
   }
 }
 
+/// The layouts of the prefill group (empty: a rank without one, and the room
+/// failed).
+std::vector<parallel_layout>
+group_layouts(self_ptr self, const std::vector<std::shared_ptr<const rank_entry>>& group) {
+  std::vector<parallel_layout> layouts;
+  for (auto& entry : group) {
+    if (!entry->has_parallel) {
+      self->state.core.fail_local("prefill " + to_string(entry->rank)
+                                  + " declares no parallel layout");
+      return {};
+    }
+    layouts.push_back(entry->parallel);
+  }
+  return layouts;
+}
+
+/// Whether this rank, which declares no layout, is mapped all the same: its
+/// prefill group declares layouts and either has another TP size or PP
+/// stages (SGLang's decode names no heads; it holds the model at its TP
+/// size). At equal TP without stages it takes whole pages from its slot.
+bool mapped_without_layout(const std::vector<std::shared_ptr<const rank_entry>>& group,
+                           const rank_ref& me) {
+  for (auto& entry : group)
+    if (!entry->has_parallel)
+      return false;
+  for (auto& entry : group)
+    if (entry->parallel.tp_size != me.tp_size || entry->parallel.pp_size > 1)
+      return true;
+  return false;
+}
+
 /// The prefill ranks of the group that write into this rank: by the rank
-/// mapping when both sides declared parallel layouts (empty: not every rank
-/// of the group registered yet), else the one of this TP slot. Fails the
-/// room when they cannot be mapped.
+/// mapping when the prefill group declares parallel layouts and this rank
+/// does or must be mapped (empty: not every rank of the group registered
+/// yet), else the one of this TP slot. Fails the room when they cannot be
+/// mapped.
 std::vector<std::shared_ptr<const rank_entry>>
 pick_sources(self_ptr self, const std::vector<std::shared_ptr<const rank_entry>>& group) {
-  auto& core = self->state.core;
+  auto& st = self->state;
+  auto& core = st.core;
   auto& mine = *core.params().self_entry;
   auto& me = core.params().self;
   std::vector<std::shared_ptr<const rank_entry>> out;
-  if (!mine.has_parallel) {
+  if (!mine.has_parallel && !mapped_without_layout(group, me)) {
     for (auto& entry : group) {
       if (entry->rank.tp_size != me.tp_size) {
         core.fail_local("unsupported: prefill group dp"
                         + std::to_string(core.params().peer_dp_rank) + " has tp_size "
                         + std::to_string(entry->rank.tp_size) + ", decode " + to_string(me)
                         + " has tp_size " + std::to_string(me.tp_size)
-                        + " (head-sliced transfers need parallel layouts declared on both sides)");
+                        + " (head-sliced transfers need parallel layouts declared on the "
+                          "prefill side)");
         return {};
       }
       if (entry->rank.tp_rank == me.tp_rank)
@@ -88,24 +120,32 @@ pick_sources(self_ptr self, const std::vector<std::shared_ptr<const rank_entry>>
     }
     return out;
   }
-  std::vector<parallel_layout> layouts;
-  for (auto& entry : group) {
-    if (!entry->has_parallel) {
-      core.fail_local("prefill " + to_string(entry->rank) + " declares no parallel layout");
-      return {};
-    }
-    layouts.push_back(entry->parallel);
-  }
+  auto layouts = group_layouts(self, group);
+  if (layouts.empty())
+    return {};
   auto& first = layouts.front();
   if (layouts.size() < static_cast<size_t>(first.tp_size) * static_cast<size_t>(first.pp_size))
     return {}; // not every rank of the group registered yet
-  auto m = map_decode_rank(layouts, mine.parallel);
+  if (mine.has_parallel) {
+    st.layout = mine.parallel;
+  } else {
+    // The model the prefill group declares, at this rank's TP size: the
+    // registry checked at registration that these pages are its pages.
+    auto implied = implied_layout(first, me.tp_size, me.tp_rank, mine.layout.kv);
+    if (!implied) {
+      core.fail_local("decode " + to_string(me) + " declares no parallel layout: "
+                      + describe(implied.error()));
+      return {};
+    }
+    st.layout = *implied;
+  }
+  auto m = map_decode_rank(layouts, st.layout);
   if (!m) {
     core.fail_local(describe(m.error()));
     return {};
   }
-  self->state.mapping = *m;
-  self->state.mapped = true;
+  st.mapping = *m;
+  st.mapped = true;
   for (auto& place : m->sources)
     for (auto& entry : group)
       if (entry->parallel.tp_rank == place.tp_rank && entry->parallel.pp_rank == place.pp_rank)
@@ -191,7 +231,7 @@ std::string check_part(self_ptr self, const transfer_done& msg) {
     part.mapping = &st.mapping;
     part.src_place = place_of((*src)->parallel);
     part.src_parallel = &(*src)->parallel;
-    part.dst_parallel = &me.parallel;
+    part.dst_parallel = &st.layout;
   }
   // Any valid source pages: where bytes land depends on this side alone.
   auto& init = st.init;

@@ -27,9 +27,11 @@ struct decode_room_state {
   receiver_init init;
   bool dst_sent = false;
   bool started = false;
-  /// Declared layouts on both sides: what each source writes here.
+  /// Mapped by layouts (the prefill group's declared ones, and this rank's
+  /// own or the one they imply at its TP size): what each source writes here.
   bool mapped = false;
   decode_mapping mapping;
+  parallel_layout layout;
   /// The deployment checks integrity: each part is hashed as it completes.
   bool hashing = false;
 

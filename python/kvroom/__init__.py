@@ -194,6 +194,13 @@ class Rank:
     def stats(self):
         return self._impl.stats()
 
+    def shape_of_side(self, side):
+        """What the directory lists of side 'prefill' or 'decode' as this
+        rank knows it: ``ranks``, ``dp_size`` (highest DP rank + 1),
+        ``tp_size``, ``pp_size``, ``tokens_per_page`` (0: no layout
+        declared) and ``complete`` (every DP group holds TP x PP ranks)."""
+        return self._impl.shape_of_side(side)
+
     def close(self):
         self._impl.close()
 

@@ -133,10 +133,25 @@ TEST_CASE("peer directory: a failure fans out to the rank's group and its counte
         == std::vector<rank_id>{1, 100, 101});
   // No counterpart known yet: the whole other side too.
   CHECK(ids(dir.fan_out_targets(self, {})) == std::vector<rank_id>{1, 100, 101, 102});
-  CHECK(dir.decode_tp() == 0); // no decode rank declared a layout
+}
+
+TEST_CASE("peer directory: the decode TP size, declared or not") {
+  peer_directory dir{0, 500};
+  CHECK(dir.decode_tp() == 0); // no decode rank known
+  rank_entry prefill{make_rank(role::prefill, 0, 0, 0), {}, {}, {}};
+  prefill.rank.tp_size = 2;
+  dir.update({prefill});
+  CHECK(dir.decode_tp() == 0);
+  // SGLang's decode declares no layout: it holds the model at its TP size.
+  rank_entry undeclared{make_rank(role::decode, 0, 0, 100), {}, {}, {}};
+  undeclared.rank.tp_size = 3;
+  dir.update({undeclared});
+  CHECK(dir.decode_tp() == 3);
+  peer_directory other{0, 500};
   rank_entry declared{make_rank(role::decode, 1, 1, 103), {}, {}, {}};
   declared.has_parallel = true;
   declared.parallel.tp_size = 4;
-  dir.update({declared});
-  CHECK(dir.decode_tp() == 4);
+  declared.rank.tp_size = 4;
+  other.update({declared});
+  CHECK(other.decode_tp() == 4);
 }

@@ -27,6 +27,10 @@ struct deployment_shape {
   page_order prefill_order = page_order::hnd;
   page_order decode_order = page_order::hnd;
   integrity_mode integrity = integrity_mode::off;
+  /// Decode ranks declare their layouts; else they name only their TP size
+  /// and pages, as SGLang's decode does, and hold the model the prefill
+  /// group declares at that size.
+  bool decode_declares = true;
 };
 
 /// Rank `i` of a side: TP rank i % tp of PP stage i / tp (each stage holds
@@ -79,7 +83,8 @@ side make_side(runtime& rt, const deployment_shape& s, bool prefill) {
     c.tp_rank = x.tp_rank;
     c.tp_size = tp;
     c.memory = out.caches.back()->layout();
-    c.parallel = x;
+    if (prefill || s.decode_declares)
+      c.parallel = x;
     c.integrity = s.integrity;
     c.timeouts = room_timeouts{10'000, 10'000, 10'000};
     auto r = rt.add_rank(c);
@@ -194,6 +199,45 @@ TEST_CASE("mapped rooms: decode TP beyond the KV heads replicates them (2P -> 4D
   s.decode_tp = 2;
   s.kv_heads = 1;
   run_rooms(s, 2);
+}
+
+TEST_CASE("mapped rooms: a decode rank that declares no layout holds the prefill's model at its "
+          "TP size (SGLang's decode)") {
+  deployment_shape s;
+  s.decode_declares = false;
+  s.prefill_order = s.decode_order = page_order::nhd; // SGLang's pools
+  SECTION("2P -> 1D") {
+    s.prefill_tp = 2;
+    s.decode_tp = 1;
+    run_rooms(s, 3);
+  }
+  SECTION("1P -> 2D") {
+    s.prefill_tp = 1;
+    s.decode_tp = 2;
+    run_rooms(s, 3);
+  }
+  SECTION("4P -> 2D") {
+    s.prefill_tp = 4;
+    s.decode_tp = 2;
+    run_rooms(s, 3);
+  }
+  SECTION("4P -> 2D over 2 KV heads: replicated prefill heads, two dummies") {
+    s.prefill_tp = 4;
+    s.decode_tp = 2;
+    s.kv_heads = 2;
+    run_rooms(s, 3);
+  }
+  SECTION("TP 2 x PP 2 -> 2D") {
+    s.prefill_tp = 2;
+    s.decode_tp = 2;
+    s.prefill_pp = 2;
+    run_rooms(s, 2);
+  }
+  SECTION("equal TP (whole pages from the rank of its slot)") {
+    s.prefill_tp = 2;
+    s.decode_tp = 2;
+    run_rooms(s, 2);
+  }
 }
 
 TEST_CASE("mapped rooms: MLA sends from one prefill rank per decode rank, the rest are dummies") {

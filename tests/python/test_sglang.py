@@ -563,8 +563,18 @@ def test_sglangs_own_calls_mode_gpu_id_decode_layout_and_attributes(bootstrap):
     addr = f"127.0.0.1:{bootstrap.port}"
     assert p.kv_args.page_size == 16 and d.kv_args.kv_head_num is None
     # Decode's pending queue: parallel info, then the dp rank from the table.
-    assert d.try_ensure_parallel_info(addr)
-    assert d.prefill_info_table[addr].dp_size == 1
+    # The registry lists prefill DP group 8 alone: groups 0..7 have not
+    # registered, so SGLang is told to ask again (it retries once a second).
+    assert not d.try_ensure_parallel_info(addr)
+    assert addr not in d.prefill_info_table
+    sargs = ServerArgs(disaggregation_bootstrap_port=bootstrap.port)
+    groups = [kv_args(g) for g in range(8)]
+    others = [KVManager(a, SGLangMode.PREFILL, sargs, False) for a, _, _ in groups]
+    assert until(lambda: d.try_ensure_parallel_info(addr))
+    info = d.prefill_info_table[addr]
+    assert (info.dp_size, info.attn_tp_size, info.pp_size) == (9, 1, 1)
+    for m in others:
+        m.close()
     receiver = KVReceiver(d, addr, 801)
     assert receiver.conclude_state is None
     receiver.init(8)

@@ -87,13 +87,19 @@ def _common(ns, side_name, outputs, tp_rank, tp_size):
 
 
 def _digest(side, req, start, end):
-    """The KV bytes of tokens [start, end) of `req`, every layer, K and V."""
+    """The KV bytes of tokens [start, end) of `req`, every layer (K and V),
+    by model head: {head: sha1} (MLA: the latent, head 0). Ranks of other TP
+    sizes hold other heads; each head is compared with the rank that sent it."""
+    import torch
     locs = side.req_to_token.req_to_token[req.req_pool_idx, start:end].long()
-    h = hashlib.sha1()
-    for buf in side.kv_pool.k_buffer + side.kv_pool.v_buffer:
-        h.update(buf[locs].contiguous().view(-1).view(__import__("torch").uint8).numpy()
-                 .tobytes())
-    return h.hexdigest()
+    out = {}
+    for h in range(side.heads):
+        digest = hashlib.sha1()
+        for buf in H.kv_buffers(side.kv_pool):
+            digest.update(buf[locs][:, h].contiguous().view(-1).view(torch.uint8).numpy()
+                          .tobytes())
+        out[side.first_head() + h] = digest.hexdigest()
+    return out
 
 
 def _abort(sched, rid):
@@ -199,8 +205,8 @@ def run_prefill(spec, conn, events):
         port = spec["bootstrap_port"] if tp_rank else boot.port
         group = H.gloo_group(tp_rank, tp_size, spec["gloo_port"])
         sargs = H.server_args("prefill", port, ["--tp-size", str(tp_size)])
-        side = H.Side("prefill", sargs, group, seed=1000 + tp_rank,
-                      tokens=spec.get("pool_tokens", 8192))
+        side = H.Side("prefill", sargs, group, seed=1000, tokens=spec.get("pool_tokens", 8192),
+                      tp_size=tp_size, tp_rank=tp_rank, mla=bool(spec.get("mla")))
         outputs = _Outputs()
         ns = side.scheduler
         _common(ns, "prefill", outputs, tp_rank, tp_size)
@@ -222,7 +228,7 @@ def run_prefill(spec, conn, events):
             side.place(req, r["tokens"])
             req.output_ids = [r["token"]]
             reqs[r["rid"]] = (req, r)
-            queue.add(req, H.HEADS)
+            queue.add(req, side.heads)
             if r.get("abort") == ("prefill", "bootstrapping"):
                 _abort(sched, req.rid)
         chunk = spec.get("chunk_tokens") or 10 ** 9
@@ -335,7 +341,7 @@ def run_decode(spec, conn, events):
             extra.append("--disable-radix-cache")
         sargs = H.server_args("decode", port, extra)
         side = H.decode_side(sargs, group, port, radix=radix, tokens=spec.get("pool_tokens"),
-                             tp_rank=tp_rank, tp_size=tp_size)
+                             tp_rank=tp_rank, tp_size=tp_size, mla=bool(spec.get("mla")))
         outputs = _Outputs()
         ns = side.scheduler
         _common(ns, "decode", outputs, tp_rank, tp_size)

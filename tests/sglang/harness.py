@@ -22,8 +22,11 @@ if SRC:
     sglang_env.install(SRC)
 
 PAGE = 16        # tokens per page
-HEADS = 2        # KV heads per rank
+MODEL_HEADS = 4  # the model's KV heads; a rank of TP t holds MODEL_HEADS // t
+HEADS = 2        # KV heads per rank at TP 2
 HEAD_DIM = 64
+KV_LORA_RANK = 32   # MLA: the latent and rope dims of one token's cache
+QK_ROPE_DIM = 16
 LAYERS = 2
 TOKENS = 1024    # KV pool size in tokens
 SLOTS = 32       # metadata slots
@@ -73,24 +76,56 @@ def server_args(mode, bootstrap_port, extra=()):
     return ServerArgs.from_cli_args(args)
 
 
+def heads_per_rank(tp_size):
+    """The KV heads one rank of attention TP `tp_size` holds (SGLang splits
+    the model's heads; beyond them it replicates)."""
+    return max(1, MODEL_HEADS // int(tp_size))
+
+
+def kv_buffers(pool):
+    """A pool's KV buffers in SGLang's order (MHA: K of every layer, then V;
+    MLA: one latent buffer per layer)."""
+    if hasattr(pool, "kv_buffer"):
+        return list(pool.kv_buffer)
+    return list(pool.k_buffer) + list(pool.v_buffer)
+
+
 class Side:
     """One scheduler's pools and the stand-in scheduler SGLang's methods
-    run on."""
+    run on. `tp_size`, `tp_rank`: its attention TP place (its heads are
+    heads [tp_rank * h, (tp_rank + 1) * h) of the model's); `mla`: SGLang's
+    MLATokenToKVPool (one latent buffer per layer, the same on every rank)."""
 
-    def __init__(self, mode, sargs, group, seed=None, tokens=None):
+    def __init__(self, mode, sargs, group, seed=None, tokens=None, tp_size=1, tp_rank=0,
+                 mla=False):
         import torch
         from sglang.srt.disaggregation.utils import (MetadataBuffers,
                                                       ReqToMetadataIdxAllocator)
-        from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+        from sglang.srt.mem_cache.memory_pool import (MHATokenToKVPool, MLATokenToKVPool,
+                                                      ReqToTokenPool)
         self.tokens = tokens or TOKENS
-        self.kv_pool = MHATokenToKVPool(size=self.tokens, page_size=PAGE, dtype=torch.bfloat16,
-                                        head_num=HEADS, head_dim=HEAD_DIM, layer_num=LAYERS,
-                                        device="cpu", enable_memory_saver=False)
+        self.mla = mla
+        self.tp_size, self.tp_rank = int(tp_size), int(tp_rank)
+        self.heads = 1 if mla else heads_per_rank(tp_size)
+        if mla:
+            self.kv_pool = MLATokenToKVPool(size=self.tokens, page_size=PAGE,
+                                            dtype=torch.bfloat16, kv_lora_rank=KV_LORA_RANK,
+                                            qk_rope_head_dim=QK_ROPE_DIM, layer_num=LAYERS,
+                                            device="cpu", enable_memory_saver=False)
+        else:
+            self.kv_pool = MHATokenToKVPool(size=self.tokens, page_size=PAGE,
+                                            dtype=torch.bfloat16, head_num=self.heads,
+                                            head_dim=HEAD_DIM, layer_num=LAYERS, device="cpu",
+                                            enable_memory_saver=False)
         if seed is not None:
-            g = torch.Generator().manual_seed(seed)
-            for buf in self.kv_pool.k_buffer + self.kv_pool.v_buffer:
-                buf.view(torch.int16).copy_(
-                    torch.randint(-2**15, 2**15 - 1, buf.shape, generator=g, dtype=torch.int16))
+            # Per model head, so that every rank holding a head holds the
+            # same bytes of it (the MLA latent: one "head" on every rank).
+            for b, buf in enumerate(kv_buffers(self.kv_pool)):
+                for h in range(self.heads):
+                    g = torch.Generator().manual_seed(seed * 1000 + b * 64 + self.first_head() + h)
+                    part = buf[:, h]
+                    part.view(torch.int16).copy_(torch.randint(
+                        -2**15, 2**15 - 1, part.shape, generator=g, dtype=torch.int16))
         self.req_to_token = ReqToTokenPool(size=SLOTS, max_context_len=TOKENS, device="cpu",
                                            enable_memory_saver=False)
         self.metadata = MetadataBuffers(SLOTS, hidden_size=HEAD_DIM,
@@ -106,10 +141,8 @@ class Side:
         self.scheduler = types.SimpleNamespace(
             server_args=sargs,
             ps=types.SimpleNamespace(dp_rank=0, gpu_id=0),  # SGLang passes its GPU id
-            # Each TP rank holds HEADS of the model's KV heads.
             model_config=types.SimpleNamespace(
-                get_total_num_kv_heads=lambda: HEADS * int(sargs.tp_size),
-                num_hidden_layers=LAYERS),
+                get_total_num_kv_heads=lambda: MODEL_HEADS, num_hidden_layers=LAYERS),
             tp_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(
                 effective_max_total_num_tokens=self.tokens), is_hybrid_swa=False),
             # attention CP of size 1: SGLang all-reduces over it too
@@ -120,6 +153,12 @@ class Side:
             enable_hisparse=False,
             sliding_window_size=None,
         )
+
+    def first_head(self):
+        """The model head this rank's local head 0 is."""
+        if self.mla:
+            return 0
+        return (self.tp_rank * self.heads) % MODEL_HEADS
 
     def place(self, req, n_tokens):
         """What SGLang's extend allocation leaves on a prefill request: a
@@ -149,7 +188,8 @@ def make_req(rid, n_tokens, room, bootstrap_port, mode):
     return req
 
 
-def decode_side(sargs, group, bootstrap_port, radix=False, tokens=None, tp_rank=0, tp_size=1):
+def decode_side(sargs, group, bootstrap_port, radix=False, tokens=None, tp_rank=0, tp_size=1,
+                mla=False):
     """SGLang's DecodePreallocQueue and DecodeTransferQueue over its real
     paged allocator and prefix cache (ChunkCache, or RadixCache when the
     decode radix cache is on), on a scheduler stand-in."""
@@ -161,7 +201,8 @@ def decode_side(sargs, group, bootstrap_port, radix=False, tokens=None, tp_rank=
     get_parallel()._overrides.update(attn_tp_size=tp_size, attn_tp_rank=tp_rank,
                                      attn_cp_size=1, attn_cp_rank=0, attn_dp_size=1,
                                      attn_dp_rank=0)
-    side = Side("decode", sargs, group, tokens=tokens)
+    side = Side("decode", sargs, group, tokens=tokens, tp_size=tp_size, tp_rank=tp_rank,
+                mla=mla)
     alloc = side.allocator
     params = CacheInitParams(disable=not radix, req_to_token_pool=side.req_to_token,
                              token_to_kv_pool_allocator=alloc, page_size=PAGE)

@@ -38,18 +38,20 @@ def requests(n, first_room=1, tokens=lambda i: 17 + (i * 37) % 150, **extra):
 
 
 def run_pair(reqs, prefill=None, decode=None, events=(), kill_prefill_after=None, tp=1,
-             seconds=60, secret=None, ranks=None):
-    """Runs TP `tp` prefill and decode schedulers over `reqs`; returns their
-    reports (prefill ranks first). `ranks`: more of the spec for one rank,
-    by ("prefill" or "decode", TP rank)."""
+             seconds=60, secret=None, ranks=None, decode_tp=None):
+    """Runs TP `tp` prefill and TP `decode_tp` (default `tp`) decode
+    schedulers over `reqs`; returns their reports (prefill ranks first).
+    `ranks`: more of the spec for one rank, by ("prefill" or "decode", TP
+    rank)."""
     ranks = ranks or {}
+    ptp, dtp = tp, decode_tp or tp
     ctx = mp.get_context("spawn")
     ev = {name: ctx.Event() for name in events}
     # `watch`: each scheduler reports the failures SGLang asked it for and
     # what it logged at warning or above (check_outcomes reads both).
     pspec = dict(dict(requests=reqs, gloo_port=H._free_port(), tp_size=tp, seconds=seconds,
                       watch=True), **(prefill or {}))
-    dspec = dict(dict(requests=[dict(r) for r in reqs], gloo_port=H._free_port(), tp_size=tp,
+    dspec = dict(dict(requests=[dict(r) for r in reqs], gloo_port=H._free_port(), tp_size=dtp,
                       seconds=seconds, watch=True), **(decode or {}))
     procs, pipes = [], []
     for t in range(tp):
@@ -64,7 +66,7 @@ def run_pair(reqs, prefill=None, decode=None, events=(), kill_prefill_after=None
         if t == 0:
             kind, port = _recv(mine, 120)
             assert kind == "port", port
-    for t in range(tp):
+    for t in range(dtp):
         mine, theirs = ctx.Pipe()
         spec = dict(dspec, tp_rank=t, bootstrap_port=port, **ranks.get(("decode", t), {}))
         p = ctx.Process(target=conformance.run_decode, args=(spec, theirs, ev), daemon=True)
@@ -103,7 +105,10 @@ def _recv(pipe, seconds):
 
 def check_outcomes(reqs, reports, aborted=(), tp=1):
     """Every request ended once on every rank: finished (byte-exact, its
-    first token carried) or, for `aborted`, aborted on both sides."""
+    first token carried) or, for `aborted`, aborted on both sides. Bytes
+    are compared head by head (each decode rank's heads against the prefill
+    rank that holds them, any TP sizes), and the decode ranks together hold
+    every head the prefill ranks sent."""
     prefill, decode = reports[:tp], reports[tp:]
     for r in reqs:
         rid = r["rid"]
@@ -119,9 +124,22 @@ def check_outcomes(reqs, reports, aborted=(), tp=1):
                 assert rid in rep["finished"], f"{rid} did not finish"
         if rid in aborted:
             continue
-        for p, d in zip(prefill, decode):
-            assert d["digest"][rid] == p["digest"][rid], f"{rid}: KV bytes differ"
+        sent = {}
+        for p in prefill:
+            if p is not None:
+                sent.update(p["digest"][rid])
+        held = set()
+        for i, d in enumerate(decode):
+            for head, digest in d["digest"][rid].items():
+                assert head in sent, f"{rid}: decode rank {i} holds head {head}, no prefill " \
+                                     f"rank sent it"
+                assert digest == sent[head], f"{rid}: KV bytes of head {head} differ on " \
+                                             f"decode rank {i}"
+                held.add(head)
             assert d["token"][rid] == [r["token"]], f"{rid}: metadata differs"
+        if all(p is not None for p in prefill):
+            assert held == set(sent), f"{rid}: decode holds heads {sorted(held)} of " \
+                                      f"{sorted(sent)}"
     for d in decode:
         assert d["leaks"] == {"pages": 0, "request_slots": 0, "metadata_slots": 0}, d["leaks"]
     # A failure is logged at error once, at its origin: a rank that is the
@@ -202,6 +220,28 @@ def test_decode_tp2_with_sglangs_gloo_all_reduce():
     reqs = requests(8)
     reports = run_pair(reqs, tp=2)
     check_outcomes(reqs, reports, tp=2)
+
+
+@pytest.mark.parametrize("prefill_tp,decode_tp", [(2, 1), (1, 2), (4, 2)])
+def test_unequal_tp_mha_maps_heads_without_staging(prefill_tp, decode_tp):
+    # SGLang's decode declares no heads outside its staging path (decode.py:
+    # kv_head_num only with SGLANG_DISAGG_STAGING_BUFFER); kvroom maps the
+    # model's heads from the prefill's declared layout at the decode's TP
+    # size, straight into SGLang's decode pages. Staging stays off.
+    reqs = requests(8)
+    reports = run_pair(reqs, tp=prefill_tp, decode_tp=decode_tp)
+    check_outcomes(reqs, reports, tp=prefill_tp)
+
+
+@pytest.mark.parametrize("prefill_tp,decode_tp", [(2, 1), (1, 2)])
+def test_mla_pools_move_the_latent_from_one_rank_per_decode_rank(prefill_tp, decode_tp):
+    # SGLang's MLATokenToKVPool on both sides (one latent buffer per layer,
+    # the same on every TP rank): one prefill rank writes each decode rank,
+    # the others are dummies that conclude with the room.
+    reqs = requests(8)
+    reports = run_pair(reqs, tp=prefill_tp, decode_tp=decode_tp, prefill=dict(mla=True),
+                       decode=dict(mla=True))
+    check_outcomes(reqs, reports, tp=prefill_tp)
 
 
 def test_a_failure_on_one_tp_rank_reaches_the_others_marked_from_another_rank():

@@ -263,7 +263,9 @@ class KVManager:
             raise ValueError("kvroom: an MLA backend needs KVArgs.page_size (its layout is declared)")
         self.disaggregation_mode = disaggregation_mode
         self.server_args = server_args
-        self.tp_size = int(getattr(server_args, "tp_size", 1) or 1)
+        #: The attention TP size: what one DP group's ranks split (SGLang's
+        #: ``attn_tp_size``; ``tp_size`` without DP attention).
+        self.tp_size = _attn_tp_size(server_args)
         #: SGLang's decode: prefill deployments by bootstrap address.
         self.prefill_info_table: Dict[str, PrefillServerInfo] = {}
         self._late_calls = 0
@@ -288,20 +290,30 @@ class KVManager:
     def try_ensure_parallel_info(self, bootstrap_addr: str) -> bool:
         """SGLang's decode, before it routes a request: one attempt (a few
         seconds at most) to join the registry at ``bootstrap_addr``; True once
-        this rank is registered there, with the prefill deployment's entry in
-        ``prefill_info_table``. A failure is logged and answered False (the
-        scheduler retries, then aborts the request): it never raises."""
+        this rank is registered there and the directory lists every rank of
+        the prefill deployment, whose shape (DP groups, attention TP, PP,
+        page size) is then in ``prefill_info_table`` (SGLang's decode sends a
+        room to prefill DP group ``bootstrap_room % dp_size``). Anything else
+        is logged and answered False (the scheduler retries once a second,
+        then aborts the request): it never raises."""
         if bootstrap_addr in self.prefill_info_table:
             return True
         try:
             host, port = _bootstrap_endpoint(bootstrap_addr)
-            self._ensure_rank(host, port, timeout_ms=3000)
+            rank = self._ensure_rank(host, port, timeout_ms=3000)
+            shape = rank.shape_of_side("prefill")
         except (Error, ValueError) as e:
             logger.warning("kvroom: cannot join the bootstrap registry at %s: %s",
                            bootstrap_addr, e)
             return False
+        if not shape["complete"]:
+            logger.info("kvroom: the prefill deployment at %s is not complete yet (%d ranks "
+                        "listed, %d DP groups of TP %d x PP %d); asking again", bootstrap_addr,
+                        shape["ranks"], shape["dp_size"], shape["tp_size"], shape["pp_size"])
+            return False
         self.prefill_info_table[bootstrap_addr] = PrefillServerInfo(
-            attn_tp_size=self.tp_size, page_size=getattr(self.kv_args, "page_size", None))
+            attn_tp_size=shape["tp_size"], dp_size=shape["dp_size"], pp_size=shape["pp_size"],
+            page_size=shape["tokens_per_page"] or getattr(self.kv_args, "page_size", None))
         return True
 
     def _bootstrap(self):
@@ -411,6 +423,21 @@ def _layout_of(a, mla, tp_size, pp_size):
         layout.update(pp_size=pp_size, pp_rank=int(getattr(a, "pp_rank", 0) or 0),
                       first_layer=int(getattr(a, "prefill_start_layer", 0) or 0))
     return layout
+
+
+def _attn_tp_size(server_args):
+    """SGLang's ``attn_tp_size``: ``tp_size`` split over the DP groups (with
+    ``enable_dp_attention``) and attention CP; each DP group's ranks are a TP
+    group of this size (``compute_dp_attention_world_info``)."""
+    tp = int(getattr(server_args, "tp_size", 1) or 1)
+    dp = int(getattr(server_args, "dp_size", 1) or 1)
+    if not getattr(server_args, "enable_dp_attention", False):
+        dp = 1
+    cp = int(getattr(server_args, "attn_cp_size", 1) or 1)
+    if tp % (dp * cp):
+        raise ValueError(f"kvroom: tp_size {tp} is not a multiple of dp_size {dp} x "
+                         f"attn_cp_size {cp}")
+    return tp // (dp * cp)
 
 
 def _bootstrap_endpoint(bootstrap_addr):
