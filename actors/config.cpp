@@ -13,6 +13,7 @@ rank_ref rank_config::ref() const noexcept {
   rank_ref out;
   out.side = side;
   out.dp_rank = dp_rank;
+  out.dp_size = dp_size;
   out.tp_rank = tp_rank;
   out.tp_size = tp_size;
   out.pp_rank = parallel ? parallel->pp_rank : 0;
@@ -57,6 +58,10 @@ caf::error validate(const rank_config& cfg) {
                         + " outside [0, tp_size)");
   if (cfg.dp_rank < 0)
     return make_error(errc::invalid_config, "dp_rank must not be negative");
+  if (cfg.dp_size < 0 || (cfg.dp_size > 0 && cfg.dp_rank >= cfg.dp_size))
+    return make_error(errc::invalid_config,
+                      "dp_rank " + std::to_string(cfg.dp_rank) + " outside [0, dp_size "
+                        + std::to_string(cfg.dp_size) + ")");
   if (cfg.memory.kv.empty())
     return make_error(errc::invalid_config, "no KV buffers registered");
   if (auto err = check_buffers(cfg.memory.kv, "kv"))

@@ -64,6 +64,10 @@ struct control_chaos {
 struct rank_config {
   role side = role::prefill;
   int32_t dp_rank = 0;
+  /// DP groups of this side (0: not said; then the directory infers it from
+  /// the highest DP rank listed, which is wrong until every group has
+  /// registered). Say it where peers route by it (SGLang's DP attention).
+  int32_t dp_size = 0;
   int32_t tp_rank = 0;
   int32_t tp_size = 1;
   /// Deployment-wide id; -1 picks `default_rank_id`.

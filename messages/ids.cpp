@@ -29,7 +29,8 @@ std::string to_string(const rank_ref& x) {
 
 bool operator==(const rank_ref& x, const rank_ref& y) noexcept {
   return x.side == y.side && x.dp_rank == y.dp_rank && x.tp_rank == y.tp_rank
-         && x.tp_size == y.tp_size && x.id == y.id && x.pp_rank == y.pp_rank;
+         && x.tp_size == y.tp_size && x.id == y.id && x.pp_rank == y.pp_rank
+         && x.dp_size == y.dp_size;
 }
 
 } // namespace kvroom

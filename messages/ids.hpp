@@ -33,12 +33,16 @@ struct rank_ref {
   /// Pipeline stage (prefill ranks of a pipeline-parallel group; 0
   /// otherwise): a group's ranks are its TP x PP grid.
   int32_t pp_rank = 0;
+  /// DP groups of its side, as the rank said (0: not said). A side's shape
+  /// must not depend on which groups happen to be listed yet: SGLang's decode
+  /// sends room r to prefill group r % dp_size as soon as it knows a size.
+  int32_t dp_size = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rank_ref& x) {
   return f(caf::meta::type_name("kvroom.rank_ref"), x.side, x.dp_rank,
-           x.tp_rank, x.tp_size, x.id, x.pp_rank);
+           x.tp_rank, x.tp_size, x.id, x.pp_rank, x.dp_size);
 }
 
 /// Rank ids when the operator sets none: prefill ranks count from 0,

@@ -254,7 +254,7 @@ PYBIND11_MODULE(_core, m) {
             const std::vector<buffer_spec>& aux, int32_t device_id, const std::string& transport,
             bool network, const std::string& host, const std::vector<uint64_t>& fail_rooms,
             const std::vector<buffer_spec>& state, const py::object& layout,
-            const std::string& integrity) {
+            const std::string& integrity, int32_t dp_size) {
            rank_config cfg;
            if (side == "prefill")
              cfg.side = role::prefill;
@@ -265,6 +265,7 @@ PYBIND11_MODULE(_core, m) {
            cfg.tp_rank = tp_rank;
            cfg.tp_size = tp_size;
            cfg.dp_rank = dp_rank;
+           cfg.dp_size = dp_size;
            cfg.id = static_cast<rank_id>(id);
            cfg.memory = layout_of(kv, aux, state, device_id);
            cfg.parallel = layout_from(layout, tp_size, tp_rank);
@@ -297,7 +298,7 @@ PYBIND11_MODULE(_core, m) {
          py::arg("transport") = "local", py::arg("network") = false,
          py::arg("host") = "127.0.0.1", py::arg("fail_rooms") = std::vector<uint64_t>{},
          py::arg("state") = std::vector<buffer_spec>{}, py::arg("layout") = py::none(),
-         py::arg("integrity") = "off",
+         py::arg("integrity") = "off", py::arg("dp_size") = 0,
          py::keep_alive<0, 1>());
 
   py::class_<py_rank>(m, "Rank")

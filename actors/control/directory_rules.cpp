@@ -32,6 +32,11 @@ std::string layout_conflict(const std::vector<rank_entry>& ranks, const rank_ent
     if (e.rank.id == candidate.rank.id)
       continue;
     auto who = to_string(e.rank);
+    // One side, one DP size: a decode routes by it.
+    if (e.rank.side == candidate.rank.side && e.rank.dp_size > 0 && candidate.rank.dp_size > 0
+        && e.rank.dp_size != candidate.rank.dp_size)
+      return to_string(candidate.rank) + " says its side has " + std::to_string(candidate.rank.dp_size)
+             + " DP groups, " + who + " says " + std::to_string(e.rank.dp_size);
     // Both sides of every part hash it, or neither does.
     if (e.integrity != candidate.integrity)
       return to_string(candidate.rank) + " checks integrity '" + candidate.integrity + "', "

@@ -13,7 +13,8 @@ side_shape shape_of(const std::vector<std::shared_ptr<const rank_entry>>& ranks,
       continue;
     ++out.ranks;
     ++per_group[e->rank.dp_rank];
-    out.dp_size = std::max(out.dp_size, e->rank.dp_rank + 1);
+    // What a rank said, else what the listed ranks imply (a lower bound).
+    out.dp_size = std::max({out.dp_size, e->rank.dp_rank + 1, e->rank.dp_size});
     out.tp_size = std::max(out.tp_size, e->rank.tp_size);
     if (e->has_parallel) {
       out.pp_size = std::max(out.pp_size, e->parallel.pp_size);

@@ -18,7 +18,8 @@ namespace kvroom {
 struct side_shape {
   /// Ranks of that side the directory lists (usable or not yet linked).
   int32_t ranks = 0;
-  /// The highest DP rank listed, plus one (0: no rank of that side).
+  /// The DP size its ranks said, or else the highest DP rank listed plus one
+  /// (0: no rank of that side).
   int32_t dp_size = 0;
   /// Every rank's TP size (the directory admits one per side).
   int32_t tp_size = 0;

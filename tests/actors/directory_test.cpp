@@ -10,6 +10,7 @@
 #include "kvroom/actors/control/etcd/etcd_gateway.hpp"
 #include "kvroom/actors/control/etcd/signed_entry.hpp"
 #include "kvroom/actors/control/registration_door.hpp"
+#include "kvroom/actors/control/side_shape.hpp"
 #include "kvroom/actors/manager/parking.hpp"
 #include "kvroom/actors/manager/peer_directory.hpp"
 #include "kvroom/messages/registration.hpp"
@@ -80,6 +81,49 @@ TEST_CASE("admission: id, place, layout and size, in that order, each with its r
   CHECK(full->code == errc::limit_reached);
   // A rank registering again does not count against the limit.
   CHECK_FALSE(admission_refusal(live, entry_of(role::decode, 0, 0, 100), 2));
+}
+
+TEST_CASE("admission: one DP size per side, where ranks say it") {
+  auto said = [](role side, int32_t dp, rank_id id, int32_t dp_size) {
+    auto e = entry_of(side, dp, 0, id);
+    e.rank.dp_size = dp_size;
+    return e;
+  };
+  std::vector<rank_entry> live{said(role::prefill, 0, 0, 2), said(role::decode, 0, 100, 4)};
+  CHECK_FALSE(admission_refusal(live, said(role::prefill, 1, 1, 2), 8));
+  CHECK_FALSE(admission_refusal(live, said(role::prefill, 1, 1, 0), 8)); // says nothing
+  CHECK_FALSE(admission_refusal(live, said(role::decode, 1, 101, 4), 8)); // the other side's
+  auto no = admission_refusal(live, said(role::prefill, 1, 1, 3), 8);
+  REQUIRE(no);
+  CHECK(no->code == errc::incompatible);
+  CHECK(no->why.find("says its side has 3 DP groups") != std::string::npos);
+}
+
+TEST_CASE("side shape: said DP sizes count before every group is listed") {
+  auto entry = [](role side, int32_t dp, int32_t tp, int32_t tp_size, int32_t dp_size) {
+    auto e = std::make_shared<rank_entry>(entry_of(side, dp, tp, dp * 10 + tp));
+    e->rank.tp_size = tp_size;
+    e->rank.dp_size = dp_size;
+    return std::shared_ptr<const rank_entry>(e);
+  };
+  // Group 0 of two listed: the side is not complete (it would read as one
+  // group of one if the size were inferred).
+  auto part = shape_of({entry(role::prefill, 0, 0, 1, 2), entry(role::decode, 0, 0, 1, 1)},
+                       role::prefill);
+  CHECK(part.ranks == 1);
+  CHECK(part.dp_size == 2);
+  CHECK_FALSE(part.complete);
+  auto whole = shape_of({entry(role::prefill, 0, 0, 2, 2), entry(role::prefill, 0, 1, 2, 2),
+                         entry(role::prefill, 1, 0, 2, 2), entry(role::prefill, 1, 1, 2, 2)},
+                        role::prefill);
+  CHECK(whole.dp_size == 2);
+  CHECK(whole.tp_size == 2);
+  CHECK(whole.complete);
+  // Unsaid: inferred from the highest DP rank listed.
+  auto inferred = shape_of({entry(role::prefill, 1, 0, 1, 0)}, role::prefill);
+  CHECK(inferred.dp_size == 2);
+  CHECK_FALSE(inferred.complete);
+  CHECK(shape_of({entry(role::decode, 0, 0, 1, 0)}, role::prefill).ranks == 0);
 }
 
 TEST_CASE("registration door: a proof over this door's challenge, once") {

@@ -792,6 +792,11 @@ TEST_CASE("bad rank configurations are refused with the field named") {
   cfg.tp_size = 2;
   CHECK(describe(rt.add_rank(cfg).error()).find("tp_rank 2") != std::string::npos);
   cfg.tp_rank = 0;
+  cfg.dp_rank = 2;
+  cfg.dp_size = 2;
+  CHECK(describe(rt.add_rank(cfg).error()).find("dp_rank 2 outside [0, dp_size 2)") != std::string::npos);
+  cfg.dp_rank = 0;
+  cfg.dp_size = 0;
   cfg.memory.kv[0].page_size_bytes = 100;
   CHECK(describe(rt.add_rank(cfg).error()).find("not a multiple") != std::string::npos);
   cfg.memory = cache.layout();

@@ -86,6 +86,11 @@ def _common(ns, side_name, outputs, tp_rank, tp_size):
     ns.req_to_metadata_buffer_idx_allocator = None
 
 
+def _dp_flags(dp_size):
+    """SGLang's launch flags for `dp_size` DP-attention groups."""
+    return ["--dp-size", str(dp_size), "--enable-dp-attention"] if dp_size > 1 else []
+
+
 def _digest(side, req, start, end):
     """The KV bytes of tokens [start, end) of `req`, every layer (K and V),
     by model head: {head: sha1} (MLA: the latent, head 0). Ranks of other TP
@@ -198,18 +203,23 @@ def run_prefill(spec, conn, events):
 
         watch = _Watch(spec)
         ev = _Events(events)
+        # The attention TP place (gloo group, heads) and the DP group: SGLang's
+        # scheduler TP rank and size span every DP group (DP attention).
         tp_rank, tp_size = spec.get("tp_rank", 0), spec.get("tp_size", 1)
-        if tp_rank == 0:
+        dp_rank, dp_size = spec.get("dp_rank", 0), spec.get("dp_size", 1)
+        global_rank, global_tp = dp_rank * tp_size + tp_rank, dp_size * tp_size
+        if global_rank == 0:
             boot = ks.KVBootstrapServer("127.0.0.1", spec.get("bootstrap_port", 0))
             conn.send(("port", boot.port))
-        port = spec["bootstrap_port"] if tp_rank else boot.port
+        port = spec["bootstrap_port"] if global_rank else boot.port
         group = H.gloo_group(tp_rank, tp_size, spec["gloo_port"])
-        sargs = H.server_args("prefill", port, ["--tp-size", str(tp_size)])
+        sargs = H.server_args("prefill", port, ["--tp-size", str(global_tp), *_dp_flags(dp_size)])
         side = H.Side("prefill", sargs, group, seed=1000, tokens=spec.get("pool_tokens", 8192),
                       tp_size=tp_size, tp_rank=tp_rank, mla=bool(spec.get("mla")))
         outputs = _Outputs()
         ns = side.scheduler
-        _common(ns, "prefill", outputs, tp_rank, tp_size)
+        _common(ns, "prefill", outputs, global_rank, global_tp)
+        ns.ps.dp_rank = dp_rank
         ns.tree_cache = ChunkCache(CacheInitParams(
             disable=True, req_to_token_pool=side.req_to_token,
             token_to_kv_pool_allocator=side.allocator, page_size=H.PAGE))
@@ -217,11 +227,11 @@ def run_prefill(spec, conn, events):
         ns.disagg_prefill_inflight_queue = []
         sched = _scheduler_class()(ns)
         queue = PrefillBootstrapQueue(side.kv_pool, None, side.metadata_alloc, side.metadata,
-                                      tp_rank, tp_size, 0, port, group, H.TOKENS, sched, 0, 1,
+                                      global_rank, global_tp, 0, port, group, H.TOKENS, sched, 0, 1,
                                       TransferBackend("kvroom"))
         sched.disagg_prefill_bootstrap_queue = queue
         report = {"finished": {}, "aborted": outputs.aborted, "digest": {}, "token": {},
-                  "errors": []}
+                  "errors": [], "given": [r["rid"] for r in spec["requests"]]}
         reqs = {}
         for r in spec["requests"]:
             req = H.make_req(r["rid"], r["tokens"], r["room"], port, DisaggregationMode.PREFILL)
@@ -331,9 +341,11 @@ def run_decode(spec, conn, events):
         watch = _Watch(spec)
         ev = _Events(events)
         tp_rank, tp_size = spec.get("tp_rank", 0), spec.get("tp_size", 1)
+        dp_rank, dp_size = spec.get("dp_rank", 0), spec.get("dp_size", 1)
+        global_rank, global_tp = dp_rank * tp_size + tp_rank, dp_size * tp_size
         port = spec["bootstrap_port"]
         group = H.gloo_group(tp_rank, tp_size, spec["gloo_port"])
-        extra = ["--tp-size", str(tp_size)]
+        extra = ["--tp-size", str(global_tp), *_dp_flags(dp_size)]
         radix = bool(spec.get("radix_prefix"))
         if radix:
             extra.append("--disaggregation-decode-enable-radix-cache")
@@ -341,10 +353,12 @@ def run_decode(spec, conn, events):
             extra.append("--disable-radix-cache")
         sargs = H.server_args("decode", port, extra)
         side = H.decode_side(sargs, group, port, radix=radix, tokens=spec.get("pool_tokens"),
-                             tp_rank=tp_rank, tp_size=tp_size, mla=bool(spec.get("mla")))
+                             tp_rank=tp_rank, tp_size=tp_size, mla=bool(spec.get("mla")),
+                             dp_rank=dp_rank, dp_size=dp_size)
         outputs = _Outputs()
         ns = side.scheduler
-        _common(ns, "decode", outputs, tp_rank, tp_size)
+        _common(ns, "decode", outputs, global_rank, global_tp)
+        ns.ps.dp_rank = dp_rank
         ns.req_to_metadata_buffer_idx_allocator = side.metadata_alloc
         sched = _scheduler_class()(ns)
         side.prealloc.scheduler = sched
@@ -373,7 +387,7 @@ def run_decode(spec, conn, events):
         if radix:
             prefix = H.seed_radix_prefix(side, spec["radix_prefix"])
         report = {"finished": {}, "aborted": outputs.aborted, "digest": {}, "token": {},
-                  "prefix": {}, "errors": []}
+                  "prefix": {}, "errors": [], "given": [r["rid"] for r in spec["requests"]]}
         pending = list(spec["requests"])
         reqs = {}
         deadline = time.monotonic() + spec.get("seconds", 60)

@@ -189,7 +189,7 @@ def make_req(rid, n_tokens, room, bootstrap_port, mode):
 
 
 def decode_side(sargs, group, bootstrap_port, radix=False, tokens=None, tp_rank=0, tp_size=1,
-                mla=False):
+                mla=False, dp_rank=0, dp_size=1):
     """SGLang's DecodePreallocQueue and DecodeTransferQueue over its real
     paged allocator and prefix cache (ChunkCache, or RadixCache when the
     decode radix cache is on), on a scheduler stand-in."""
@@ -199,8 +199,8 @@ def decode_side(sargs, group, bootstrap_port, radix=False, tokens=None, tp_rank=
     from sglang.srt.mem_cache.cache_init_params import CacheInitParams
     from sglang.srt.runtime_context import get_parallel
     get_parallel()._overrides.update(attn_tp_size=tp_size, attn_tp_rank=tp_rank,
-                                     attn_cp_size=1, attn_cp_rank=0, attn_dp_size=1,
-                                     attn_dp_rank=0)
+                                     attn_cp_size=1, attn_cp_rank=0, attn_dp_size=dp_size,
+                                     attn_dp_rank=dp_rank)
     side = Side("decode", sargs, group, tokens=tokens, tp_size=tp_size, tp_rank=tp_rank,
                 mla=mla)
     alloc = side.allocator
@@ -213,6 +213,7 @@ def decode_side(sargs, group, bootstrap_port, radix=False, tokens=None, tp_rank=
         from sglang.srt.mem_cache.chunk_cache import ChunkCache
         tree = ChunkCache(params)
     s = side.scheduler
+    s.ps.dp_rank = dp_rank  # the KVManager reads it as it is built
     s.token_to_kv_pool_allocator = alloc
     s.tree_cache = tree
     s.running_batch = types.SimpleNamespace(reqs=[])
@@ -226,7 +227,8 @@ def decode_side(sargs, group, bootstrap_port, radix=False, tokens=None, tp_rank=
     side.transfer = DecodeTransferQueue(group, side.metadata_alloc, 0, side.metadata, s, tree)
     side.prealloc = DecodePreallocQueue(
         side.req_to_token, alloc, None, side.metadata_alloc, side.metadata, s, side.transfer,
-        tree, group, tp_rank, tp_size, 1, 0, bootstrap_port, side.tokens, 0, 0,
+        tree, group, dp_rank * tp_size + tp_rank, dp_size * tp_size, dp_size, 0, bootstrap_port,
+        side.tokens, 0, 0,
         TransferBackend("kvroom"))
     s.disagg_decode_transfer_queue = side.transfer
     s.disagg_decode_prealloc_queue = side.prealloc

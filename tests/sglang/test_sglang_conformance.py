@@ -38,50 +38,65 @@ def requests(n, first_room=1, tokens=lambda i: 17 + (i * 37) % 150, **extra):
 
 
 def run_pair(reqs, prefill=None, decode=None, events=(), kill_prefill_after=None, tp=1,
-             seconds=60, secret=None, ranks=None, decode_tp=None):
-    """Runs TP `tp` prefill and TP `decode_tp` (default `tp`) decode
-    schedulers over `reqs`; returns their reports (prefill ranks first).
-    `ranks`: more of the spec for one rank, by ("prefill" or "decode", TP
+             seconds=60, secret=None, ranks=None, decode_tp=None, dp=1, decode_dp=None):
+    """Runs `dp` DP groups of TP `tp` prefill schedulers and `decode_dp` (default
+    `dp`) groups of TP `decode_tp` (default `tp`) decode schedulers over
+    `reqs` (with DP attention when a side has more than one group; TP is the
+    attention TP); returns their reports (prefill ranks first, each side by
+    DP group, then TP rank). A request goes to prefill group room % dp (as
+    SGLang's router sends it, following the bootstrap room) and to decode
+    group (room // dp) % decode_dp, so rooms cross groups. `ranks`: more of
+    the spec for one rank, by ("prefill" or "decode", DP group x TP + TP
     rank)."""
     ranks = ranks or {}
     ptp, dtp = tp, decode_tp or tp
+    pdp, ddp = dp, decode_dp or dp
     ctx = mp.get_context("spawn")
     ev = {name: ctx.Event() for name in events}
     # `watch`: each scheduler reports the failures SGLang asked it for and
     # what it logged at warning or above (check_outcomes reads both).
-    pspec = dict(dict(requests=reqs, gloo_port=H._free_port(), tp_size=tp, seconds=seconds,
-                      watch=True), **(prefill or {}))
-    dspec = dict(dict(requests=[dict(r) for r in reqs], gloo_port=H._free_port(), tp_size=dtp,
-                      seconds=seconds, watch=True), **(decode or {}))
+    pspec = dict(dict(tp_size=ptp, dp_size=pdp, seconds=seconds, watch=True), **(prefill or {}))
+    dspec = dict(dict(tp_size=dtp, dp_size=ddp, seconds=seconds, watch=True), **(decode or {}))
     procs, pipes = [], []
-    for t in range(tp):
-        mine, theirs = ctx.Pipe()
-        spec = dict(pspec, tp_rank=t, **ranks.get(("prefill", t), {}))
-        if t > 0:
-            spec["bootstrap_port"] = port
-        p = ctx.Process(target=conformance.run_prefill, args=(spec, theirs, ev), daemon=True)
-        p.start()
-        procs.append(p)
-        pipes.append(mine)
-        if t == 0:
-            kind, port = _recv(mine, 120)
-            assert kind == "port", port
-    for t in range(dtp):
-        mine, theirs = ctx.Pipe()
-        spec = dict(dspec, tp_rank=t, bootstrap_port=port, **ranks.get(("decode", t), {}))
-        p = ctx.Process(target=conformance.run_decode, args=(spec, theirs, ev), daemon=True)
-        p.start()
-        procs.append(p)
-        pipes.append(mine)
+    n_prefill = pdp * ptp
+    port = None
+    for g in range(pdp):
+        gloo = H._free_port()
+        mine_reqs = [r for r in reqs if r["room"] % pdp == g]
+        for t in range(ptp):
+            i = g * ptp + t
+            mine, theirs = ctx.Pipe()
+            spec = dict(pspec, requests=mine_reqs, gloo_port=gloo, tp_rank=t, dp_rank=g,
+                        **ranks.get(("prefill", i), {}))
+            if i > 0:
+                spec["bootstrap_port"] = port
+            p = ctx.Process(target=conformance.run_prefill, args=(spec, theirs, ev), daemon=True)
+            p.start()
+            procs.append(p)
+            pipes.append(mine)
+            if i == 0:
+                kind, port = _recv(mine, 120)
+                assert kind == "port", port
+    for g in range(ddp):
+        gloo = H._free_port()
+        mine_reqs = [dict(r) for r in reqs if (r["room"] // pdp) % ddp == g]
+        for t in range(dtp):
+            mine, theirs = ctx.Pipe()
+            spec = dict(dspec, requests=mine_reqs, gloo_port=gloo, tp_rank=t, dp_rank=g,
+                        bootstrap_port=port, **ranks.get(("decode", g * dtp + t), {}))
+            p = ctx.Process(target=conformance.run_decode, args=(spec, theirs, ev), daemon=True)
+            p.start()
+            procs.append(p)
+            pipes.append(mine)
     if kill_prefill_after is not None:
         # Once decode holds rooms in flight (preallocated, metadata sent).
         assert ev["decode_preallocated"].wait(120), "decode never preallocated"
         time.sleep(kill_prefill_after)
-        for p in procs[:tp]:
+        for p in procs[:n_prefill]:
             os.kill(p.pid, signal.SIGKILL)
     reports = []
     for i, pipe in enumerate(pipes):
-        if kill_prefill_after is not None and i < tp:
+        if kill_prefill_after is not None and i < n_prefill:
             reports.append(None)
             continue
         kind, value = _recv(pipe, seconds + 120)
@@ -89,7 +104,7 @@ def run_pair(reqs, prefill=None, decode=None, events=(), kill_prefill_after=None
         reports.append(value)
     for i, p in enumerate(procs):
         p.join(30)
-        if kill_prefill_after is not None and i < tp:
+        if kill_prefill_after is not None and i < n_prefill:
             continue
         # A scheduler process that holds kvroom exits cleanly: no abort
         # (SIGABRT: -6) from a thread or actor system left behind.
@@ -113,8 +128,8 @@ def check_outcomes(reqs, reports, aborted=(), tp=1):
     for r in reqs:
         rid = r["rid"]
         for rep in prefill + decode:
-            if rep is None:
-                continue
+            if rep is None or rid not in rep["given"]:
+                continue  # killed, or another DP group's request
             ends = rep["finished"].get(rid, 0) + rep["aborted"].get(rid, 0)
             assert ends == 1, f"{rid} ended {ends} times: {rep['finished'].get(rid)} " \
                               f"finished, {rep['aborted'].get(rid)} aborted"
@@ -126,10 +141,12 @@ def check_outcomes(reqs, reports, aborted=(), tp=1):
             continue
         sent = {}
         for p in prefill:
-            if p is not None:
+            if p is not None and rid in p["given"]:
                 sent.update(p["digest"][rid])
         held = set()
         for i, d in enumerate(decode):
+            if rid not in d["given"]:
+                continue
             for head, digest in d["digest"][rid].items():
                 assert head in sent, f"{rid}: decode rank {i} holds head {head}, no prefill " \
                                      f"rank sent it"
@@ -137,7 +154,7 @@ def check_outcomes(reqs, reports, aborted=(), tp=1):
                                              f"decode rank {i}"
                 held.add(head)
             assert d["token"][rid] == [r["token"]], f"{rid}: metadata differs"
-        if all(p is not None for p in prefill):
+        if sent and all(p is not None for p in prefill):
             assert held == set(sent), f"{rid}: decode holds heads {sorted(held)} of " \
                                       f"{sorted(sent)}"
     for d in decode:
@@ -242,6 +259,37 @@ def test_mla_pools_move_the_latent_from_one_rank_per_decode_rank(prefill_tp, dec
     reports = run_pair(reqs, tp=prefill_tp, decode_tp=decode_tp, prefill=dict(mla=True),
                        decode=dict(mla=True))
     check_outcomes(reqs, reports, tp=prefill_tp)
+
+
+@pytest.mark.parametrize("attn_tp", [1, 2])
+def test_dp_attention_sends_each_room_to_its_prefill_dp_group(attn_tp):
+    # --enable-dp-attention, dp_size 2 on both sides (TP 2 x attention TP 1,
+    # or TP 4 x attention TP 2). SGLang's decode reads the prefill's DP size
+    # from prefill_info_table and routes room % 2 (DecodePreallocQueue.
+    # _resolve_prefill_dp_rank); each decode group gets rooms of both
+    # prefill groups.
+    reqs = requests(8)
+    reports = run_pair(reqs, tp=attn_tp, dp=2)
+    check_outcomes(reqs, reports, tp=2 * attn_tp)
+
+
+def test_a_failure_in_one_dp_group_leaves_the_other_untouched():
+    # Prefill DP group 1 fails rooms 3 and 7 (its own: room % 2 == 1); both
+    # go to decode group 1. Prefill group 0 and decode group 0 hear of no
+    # failure and log nothing at error; every other room moves byte-exact.
+    reqs = requests(8)
+    failing = {3, 7}
+    reports = run_pair(reqs, dp=2, ranks={("prefill", 1): dict(fail_rooms=sorted(failing))})
+    check_outcomes(reqs, reports, aborted={r["rid"] for r in reqs if r["room"] in failing},
+                   tp=2)
+    prefill0, prefill1, decode0, decode1 = reports
+    for name, rep in (("prefill dp0", prefill0), ("decode dp0", decode0)):
+        assert not rep["raised"], f"{name} was told of failures: {rep['raised']}"
+        errors = [m for level, m in rep["logged"] if level in ("ERROR", "CRITICAL")]
+        assert not errors, f"{name} logged at error: {errors[:3]}"
+    for room in failing:
+        assert prefill1["raised"].get(room), f"prefill dp1 was not told of room {room}"
+        assert decode1["raised"].get(room), f"decode dp1 was not told of room {room}"
 
 
 def test_a_failure_on_one_tp_rank_reaches_the_others_marked_from_another_rank():

@@ -341,7 +341,10 @@ class KVManager:
         layout = _layout_of(a, self.is_mla_backend, self.tp_size, pp_size)
         self._rank = self._rt.add_rank(
             self._side, tp_rank=int(a.engine_rank) % self.tp_size, tp_size=self.tp_size,
-            dp_rank=int(getattr(a, "system_dp_rank", 0) or 0), kv=kv, aux=aux, state=state,
+            dp_rank=int(getattr(a, "system_dp_rank", 0) or 0),
+            # Said, not inferred from the groups listed so far: SGLang's
+            # decode routes room r to prefill group r % dp_size at once.
+            dp_size=int(getattr(self.server_args, "dp_size", 1) or 1), kv=kv, aux=aux, state=state,
             layout=layout,
             # Host or GPU by each buffer's pointer: gpu_id names the
             # scheduler's GPU, also with CPU pools and host aux buffers.
