@@ -104,6 +104,11 @@ def _digest(side, req, start, end):
             digest.update(buf[locs][:, h].contiguous().view(-1).view(torch.uint8).numpy()
                           .tobytes())
         out[side.first_head() + h] = digest.hexdigest()
+    if side.mamba:  # the request's Mamba state (conv and SSM of every layer)
+        digest = hashlib.sha1()
+        for view in side.state_slots(req):
+            digest.update(view.tobytes())
+        out["state"] = digest.hexdigest()
     return out
 
 
@@ -215,7 +220,8 @@ def run_prefill(spec, conn, events):
         group = H.gloo_group(tp_rank, tp_size, spec["gloo_port"])
         sargs = H.server_args("prefill", port, ["--tp-size", str(global_tp), *_dp_flags(dp_size)])
         side = H.Side("prefill", sargs, group, seed=1000, tokens=spec.get("pool_tokens", 8192),
-                      tp_size=tp_size, tp_rank=tp_rank, mla=bool(spec.get("mla")))
+                      tp_size=tp_size, tp_rank=tp_rank, mla=bool(spec.get("mla")),
+                      mamba=bool(spec.get("mamba")))
         outputs = _Outputs()
         ns = side.scheduler
         _common(ns, "prefill", outputs, global_rank, global_tp)
@@ -236,6 +242,8 @@ def run_prefill(spec, conn, events):
         for r in spec["requests"]:
             req = H.make_req(r["rid"], r["tokens"], r["room"], port, DisaggregationMode.PREFILL)
             side.place(req, r["tokens"])
+            if side.mamba:
+                side.seed_state(req, r["room"])
             req.output_ids = [r["token"]]
             reqs[r["rid"]] = (req, r)
             queue.add(req, side.heads)
@@ -354,7 +362,7 @@ def run_decode(spec, conn, events):
         sargs = H.server_args("decode", port, extra)
         side = H.decode_side(sargs, group, port, radix=radix, tokens=spec.get("pool_tokens"),
                              tp_rank=tp_rank, tp_size=tp_size, mla=bool(spec.get("mla")),
-                             dp_rank=dp_rank, dp_size=dp_size)
+                             dp_rank=dp_rank, dp_size=dp_size, mamba=bool(spec.get("mamba")))
         outputs = _Outputs()
         ns = side.scheduler
         _common(ns, "decode", outputs, global_rank, global_tp)
@@ -382,8 +390,11 @@ def run_decode(spec, conn, events):
             return []
 
         sched.running_batch = _Batch(between_handshake_and_metadata)
+        def state_free():
+            return side.req_to_token.mamba_allocator.available_size() if side.mamba else 0
+
         free0 = (side.allocator.available_size(), side.req_to_token.available_size(),
-                 side.metadata_alloc.available_size())
+                 side.metadata_alloc.available_size(), state_free())
         if radix:
             prefix = H.seed_radix_prefix(side, spec["radix_prefix"])
         report = {"finished": {}, "aborted": outputs.aborted, "digest": {}, "token": {},
@@ -442,6 +453,7 @@ def run_decode(spec, conn, events):
             "pages": free0[0] - side.allocator.available_size(),
             "request_slots": free0[1] - side.req_to_token.available_size(),
             "metadata_slots": free0[2] - side.metadata_alloc.available_size(),
+            "state_slots": free0[3] - state_free(),
         }
         report["calls_after_conclusion"] = side.prealloc.kv_manager.calls_after_conclusion
         watch.fill(report)

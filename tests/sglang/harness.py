@@ -28,6 +28,9 @@ HEAD_DIM = 64
 KV_LORA_RANK = 32   # MLA: the latent and rope dims of one token's cache
 QK_ROPE_DIM = 16
 LAYERS = 2
+# A hybrid model: full attention on even layers, Mamba on odd ones.
+ATTENTION_LAYERS = [0, 2]
+MAMBA_LAYERS = [1, 3]
 TOKENS = 1024    # KV pool size in tokens
 SLOTS = 32       # metadata slots
 
@@ -84,20 +87,41 @@ def heads_per_rank(tp_size):
 
 def kv_buffers(pool):
     """A pool's KV buffers in SGLang's order (MHA: K of every layer, then V;
-    MLA: one latent buffer per layer)."""
+    MLA: one latent buffer per layer; a hybrid pool: its full-attention
+    layers')."""
+    pool = getattr(pool, "full_kv_pool", pool)
     if hasattr(pool, "kv_buffer"):
         return list(pool.kv_buffer)
     return list(pool.k_buffer) + list(pool.v_buffer)
+
+
+def mamba_params():
+    """A small Mamba2 model's state (Qwen3-Next/Nemotron-H style): a conv and
+    a temporal (SSM) state per Mamba layer, per request slot."""
+    from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateShape
+    shape = Mamba2StateShape.create(tp_world_size=1, intermediate_size=64, n_groups=1,
+                                    num_heads=4, head_dim=16, state_size=8, conv_kernel=4)
+    return Mamba2CacheParams(shape=shape, layers=MAMBA_LAYERS)
+
+
+def slot_bytes(ptr, item):
+    """A writable numpy view of `item` bytes at `ptr` (one state slot)."""
+    import ctypes
+    import numpy as np
+    return np.ctypeslib.as_array((ctypes.c_uint8 * item).from_address(ptr))
 
 
 class Side:
     """One scheduler's pools and the stand-in scheduler SGLang's methods
     run on. `tp_size`, `tp_rank`: its attention TP place (its heads are
     heads [tp_rank * h, (tp_rank + 1) * h) of the model's); `mla`: SGLang's
-    MLATokenToKVPool (one latent buffer per layer, the same on every rank)."""
+    MLATokenToKVPool (one latent buffer per layer, the same on every rank);
+    `mamba`: a hybrid model (SGLang's HybridReqToTokenPool, or the decode's
+    HybridMambaDecodeReqToTokenPool, with a Mamba state slot per request,
+    beside HybridLinearKVPool for the full-attention layers)."""
 
     def __init__(self, mode, sargs, group, seed=None, tokens=None, tp_size=1, tp_rank=0,
-                 mla=False):
+                 mla=False, mamba=False):
         import torch
         from sglang.srt.disaggregation.utils import (MetadataBuffers,
                                                       ReqToMetadataIdxAllocator)
@@ -105,9 +129,17 @@ class Side:
                                                       ReqToTokenPool)
         self.tokens = tokens or TOKENS
         self.mla = mla
+        self.mamba = mamba
         self.tp_size, self.tp_rank = int(tp_size), int(tp_rank)
         self.heads = 1 if mla else heads_per_rank(tp_size)
-        if mla:
+        if mamba:
+            self.req_to_token = self._hybrid_req_pool(mode)
+            from sglang.srt.mem_cache.memory_pool import HybridLinearKVPool
+            self.kv_pool = HybridLinearKVPool(
+                size=self.tokens, dtype=torch.bfloat16, page_size=PAGE, head_num=self.heads,
+                head_dim=HEAD_DIM, full_attention_layer_ids=ATTENTION_LAYERS, device="cpu",
+                mamba_pool=self.req_to_token.mamba_pool)
+        elif mla:
             self.kv_pool = MLATokenToKVPool(size=self.tokens, page_size=PAGE,
                                             dtype=torch.bfloat16, kv_lora_rank=KV_LORA_RANK,
                                             qk_rope_head_dim=QK_ROPE_DIM, layer_num=LAYERS,
@@ -126,8 +158,9 @@ class Side:
                     part = buf[:, h]
                     part.view(torch.int16).copy_(torch.randint(
                         -2**15, 2**15 - 1, part.shape, generator=g, dtype=torch.int16))
-        self.req_to_token = ReqToTokenPool(size=SLOTS, max_context_len=TOKENS, device="cpu",
-                                           enable_memory_saver=False)
+        if not mamba:
+            self.req_to_token = ReqToTokenPool(size=SLOTS, max_context_len=TOKENS,
+                                               device="cpu", enable_memory_saver=False)
         self.metadata = MetadataBuffers(SLOTS, hidden_size=HEAD_DIM,
                                         hidden_states_dtype=torch.float32)
         self.metadata_alloc = ReqToMetadataIdxAllocator(SLOTS)
@@ -142,7 +175,8 @@ class Side:
             server_args=sargs,
             ps=types.SimpleNamespace(dp_rank=0, gpu_id=0),  # SGLang passes its GPU id
             model_config=types.SimpleNamespace(
-                get_total_num_kv_heads=lambda: MODEL_HEADS, num_hidden_layers=LAYERS),
+                get_total_num_kv_heads=lambda: MODEL_HEADS,
+                num_hidden_layers=len(ATTENTION_LAYERS + MAMBA_LAYERS) if mamba else LAYERS),
             tp_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(
                 effective_max_total_num_tokens=self.tokens), is_hybrid_swa=False),
             # attention CP of size 1: SGLang all-reduces over it too
@@ -153,6 +187,41 @@ class Side:
             enable_hisparse=False,
             sliding_window_size=None,
         )
+
+    def _hybrid_req_pool(self, mode):
+        if mode == "decode":
+            from sglang.srt.disaggregation.decode import HybridMambaDecodeReqToTokenPool
+            return HybridMambaDecodeReqToTokenPool(
+                size=SLOTS, max_context_len=TOKENS, device="cpu", enable_memory_saver=False,
+                cache_params=mamba_params(), mamba_layer_ids=MAMBA_LAYERS,
+                speculative_num_draft_tokens=None, enable_mamba_extra_buffer=False,
+                pre_alloc_size=0, enable_overlap_schedule=False)
+        from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
+        pool = HybridReqToTokenPool(
+            size=SLOTS, mamba_size=SLOTS + 3, mamba_spec_state_size=SLOTS,
+            max_context_len=TOKENS, device="cpu", enable_memory_saver=False,
+            cache_params=mamba_params(), mamba_layer_ids=MAMBA_LAYERS,
+            enable_mamba_extra_buffer=False, enable_overlap_schedule=False)
+        # Slots held by other requests: a request's slot differs between
+        # prefill and decode, as it does in a running server.
+        pool.mamba_allocator.alloc(3)
+        return pool
+
+    def state_slots(self, req):
+        """A request's Mamba state: one byte view per state buffer (conv and
+        temporal of every Mamba layer) of its slot, in SGLang's buffer order
+        (what kvroom registers from ``get_state_buf_infos``)."""
+        idx = int(self.req_to_token.req_index_to_mamba_index_mapping[req.req_pool_idx])
+        ptrs, _, items = self.kv_pool.get_state_buf_infos()
+        return [slot_bytes(p + idx * i, i) for p, i in zip(ptrs, items)]
+
+    def seed_state(self, req, seed):
+        """Fills the request's state slot with bytes only it has: what the
+        prefill's forward pass left there."""
+        import numpy as np
+        rng = np.random.default_rng(seed)
+        for view in self.state_slots(req):
+            view[:] = rng.integers(0, 256, view.size, dtype=np.uint8)
 
     def first_head(self):
         """The model head this rank's local head 0 is."""
@@ -189,7 +258,7 @@ def make_req(rid, n_tokens, room, bootstrap_port, mode):
 
 
 def decode_side(sargs, group, bootstrap_port, radix=False, tokens=None, tp_rank=0, tp_size=1,
-                mla=False, dp_rank=0, dp_size=1):
+                mla=False, dp_rank=0, dp_size=1, mamba=False):
     """SGLang's DecodePreallocQueue and DecodeTransferQueue over its real
     paged allocator and prefix cache (ChunkCache, or RadixCache when the
     decode radix cache is on), on a scheduler stand-in."""
@@ -202,7 +271,7 @@ def decode_side(sargs, group, bootstrap_port, radix=False, tokens=None, tp_rank=
                                      attn_cp_size=1, attn_cp_rank=0, attn_dp_size=dp_size,
                                      attn_dp_rank=dp_rank)
     side = Side("decode", sargs, group, tokens=tokens, tp_size=tp_size, tp_rank=tp_rank,
-                mla=mla)
+                mla=mla, mamba=mamba)
     alloc = side.allocator
     params = CacheInitParams(disable=not radix, req_to_token_pool=side.req_to_token,
                              token_to_kv_pool_allocator=alloc, page_size=PAGE)

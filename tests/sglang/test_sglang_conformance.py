@@ -158,7 +158,8 @@ def check_outcomes(reqs, reports, aborted=(), tp=1):
             assert held == set(sent), f"{rid}: decode holds heads {sorted(held)} of " \
                                       f"{sorted(sent)}"
     for d in decode:
-        assert d["leaks"] == {"pages": 0, "request_slots": 0, "metadata_slots": 0}, d["leaks"]
+        assert d["leaks"] == {"pages": 0, "request_slots": 0, "metadata_slots": 0,
+                              "state_slots": 0}, d["leaks"]
     # A failure is logged at error once, at its origin: a rank that is the
     # origin of none of its failed rooms logs nothing at error.
     for rep in prefill + decode:
@@ -259,6 +260,23 @@ def test_mla_pools_move_the_latent_from_one_rank_per_decode_rank(prefill_tp, dec
     reports = run_pair(reqs, tp=prefill_tp, decode_tp=decode_tp, prefill=dict(mla=True),
                        decode=dict(mla=True))
     check_outcomes(reqs, reports, tp=prefill_tp)
+
+
+def test_hybrid_mamba_state_moves_byte_exact_beside_the_kv():
+    # A hybrid model (full attention on layers 0 and 2, Mamba2 on 1 and 3):
+    # SGLang's HybridReqToTokenPool gives each request a state slot,
+    # setup_state_kv_args registers the conv and SSM buffers (state_type
+    # mamba), send_kv_chunk sends the slot with the last chunk, and the
+    # decode's HybridMambaDecodeReqToTokenPool slot receives it. Each
+    # request's state is seeded apart from every other's; one is aborted on
+    # decode in flight, and every state slot is free at the end.
+    reqs = requests(12)
+    reqs[5]["abort"] = ("decode", "transferring")
+    reports = run_pair(reqs, prefill=dict(mamba=True, chunk_tokens=48), decode=dict(mamba=True))
+    check_outcomes(reqs, reports, aborted={reqs[5]["rid"]})
+    for rep in reports:
+        for rid, digest in rep["digest"].items():
+            assert "state" in digest, f"{rid}: no state digest"
 
 
 @pytest.mark.parametrize("attn_tp", [1, 2])
@@ -417,3 +435,32 @@ def test_kvroom_classes_follow_sglangs_base_classes():
     assert fields <= set(vars(ks.KVArgs())), fields - set(vars(ks.KVArgs()))
     assert [m.value for m in ks.KVPoll] == [0, 1, 2, 3, 4]
     assert [int(getattr(base.KVPoll, m.name)) for m in ks.KVPoll] == [0, 1, 2, 3, 4]
+
+
+def test_every_abstract_method_of_sglangs_base_classes_is_implemented():
+    # SGLang calls what its base classes declare (base/conn.py); kvroom's
+    # classes do not import SGLang, so nothing but this checks that a newer
+    # SGLang's new abstract method (get_transfer_metric was one) is there,
+    # with every parameter SGLang passes.
+    import inspect
+    H.sglang_env.install(SRC)
+    from sglang.srt.disaggregation.base import conn as base
+    import kvroom.sglang as ks
+    pairs = [(base.BaseKVManager, ks.KVManager), (base.BaseKVSender, ks.KVSender),
+             (base.BaseKVReceiver, ks.KVReceiver),
+             (base.BaseKVBootstrapServer, ks.KVBootstrapServer)]
+    missing = []
+    for theirs, ours in pairs:
+        for name in sorted(getattr(theirs, "__abstractmethods__", ())):
+            mine = getattr(ours, name, None)
+            if not callable(mine):
+                missing.append(f"{ours.__name__}.{name}")
+                continue
+            want = inspect.signature(getattr(theirs, name)).parameters
+            have = inspect.signature(mine).parameters
+            takes_any = any(p.kind == p.VAR_KEYWORD for p in have.values())
+            for pname, p in want.items():
+                if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or pname in have or takes_any:
+                    continue
+                missing.append(f"{ours.__name__}.{name}({pname})")
+    assert not missing, f"SGLang's base classes declare what kvroom lacks: {missing}"
