@@ -98,6 +98,17 @@ def _digest(side, req, start, end):
     import torch
     locs = side.req_to_token.req_to_token[req.req_pool_idx, start:end].long()
     out = {}
+    if side.by_layer:  # pipeline stages: each sent its layers (K and V)
+        bufs = H.kv_buffers(side.kv_pool)
+        n = len(bufs) // 2
+        for h in range(side.heads):
+            for layer in range(n):
+                digest = hashlib.sha1()
+                for buf in (bufs[layer], bufs[n + layer]):
+                    digest.update(buf[locs][:, h].contiguous().view(-1).view(torch.uint8)
+                                  .numpy().tobytes())
+                out[(side.first_head() + h, side.first_layer + layer)] = digest.hexdigest()
+        return out
     for h in range(side.heads):
         digest = hashlib.sha1()
         for buf in H.kv_buffers(side.kv_pool):
@@ -109,6 +120,16 @@ def _digest(side, req, start, end):
         for view in side.state_slots(req):
             digest.update(view.tobytes())
         out["state"] = digest.hexdigest()
+    if side.swa and end == len(req.origin_input_ids):
+        # The window's bytes in the SWA pool, by head (the last chunk, and
+        # decode: what SGLang's state_type swa names).
+        locs = side.window_locs(req, end)
+        for h in range(side.heads):
+            digest = hashlib.sha1()
+            for buf in H.kv_buffers(side.kv_pool.swa_kv_pool):
+                digest.update(buf[locs][:, h].contiguous().view(-1).view(torch.uint8).numpy()
+                              .tobytes())
+            out[("window", side.first_head() + h)] = digest.hexdigest()
     return out
 
 
@@ -202,8 +223,6 @@ def run_prefill(spec, conn, events):
         load_plugins()  # kvroom's entry point registers the backend
         from sglang.srt.disaggregation.prefill import PrefillBootstrapQueue
         from sglang.srt.disaggregation.utils import DisaggregationMode, TransferBackend
-        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-        from sglang.srt.mem_cache.chunk_cache import ChunkCache
         import kvroom.sglang as ks
 
         watch = _Watch(spec)
@@ -212,28 +231,33 @@ def run_prefill(spec, conn, events):
         # scheduler TP rank and size span every DP group (DP attention).
         tp_rank, tp_size = spec.get("tp_rank", 0), spec.get("tp_size", 1)
         dp_rank, dp_size = spec.get("dp_rank", 0), spec.get("dp_size", 1)
+        pp_rank, pp_size = spec.get("pp_rank", 0), spec.get("pp_size", 1)
         global_rank, global_tp = dp_rank * tp_size + tp_rank, dp_size * tp_size
-        if global_rank == 0:
+        first = global_rank == 0 and pp_rank == 0
+        if first:
             boot = ks.KVBootstrapServer("127.0.0.1", spec.get("bootstrap_port", 0))
             conn.send(("port", boot.port))
-        port = spec["bootstrap_port"] if global_rank else boot.port
+        port = boot.port if first else spec["bootstrap_port"]
         group = H.gloo_group(tp_rank, tp_size, spec["gloo_port"])
-        sargs = H.server_args("prefill", port, ["--tp-size", str(global_tp), *_dp_flags(dp_size)])
+        sargs = H.server_args("prefill", port, ["--tp-size", str(global_tp), *_dp_flags(dp_size),
+                                                "--pp-size", str(pp_size)])
         side = H.Side("prefill", sargs, group, seed=1000, tokens=spec.get("pool_tokens", 8192),
                       tp_size=tp_size, tp_rank=tp_rank, mla=bool(spec.get("mla")),
-                      mamba=bool(spec.get("mamba")))
+                      mamba=bool(spec.get("mamba")), swa=bool(spec.get("swa")),
+                      pp_size=pp_size, pp_rank=pp_rank)
+        side.by_layer = bool(spec.get("by_layer"))
         outputs = _Outputs()
         ns = side.scheduler
         _common(ns, "prefill", outputs, global_rank, global_tp)
         ns.ps.dp_rank = dp_rank
-        ns.tree_cache = ChunkCache(CacheInitParams(
-            disable=True, req_to_token_pool=side.req_to_token,
-            token_to_kv_pool_allocator=side.allocator, page_size=H.PAGE))
+        ns.ps.pp_size, ns.ps.pp_rank = pp_size, pp_rank
+        ns.tree_cache = side.chunk_cache()
         ns.req_to_metadata_buffer_idx_allocator = side.metadata_alloc
         ns.disagg_prefill_inflight_queue = []
         sched = _scheduler_class()(ns)
         queue = PrefillBootstrapQueue(side.kv_pool, None, side.metadata_alloc, side.metadata,
-                                      global_rank, global_tp, 0, port, group, H.TOKENS, sched, 0, 1,
+                                      global_rank, global_tp, 0, port, group, H.TOKENS, sched,
+                                      pp_rank, pp_size,
                                       TransferBackend("kvroom"))
         sched.disagg_prefill_bootstrap_queue = queue
         report = {"finished": {}, "aborted": outputs.aborted, "digest": {}, "token": {},
@@ -362,7 +386,9 @@ def run_decode(spec, conn, events):
         sargs = H.server_args("decode", port, extra)
         side = H.decode_side(sargs, group, port, radix=radix, tokens=spec.get("pool_tokens"),
                              tp_rank=tp_rank, tp_size=tp_size, mla=bool(spec.get("mla")),
-                             dp_rank=dp_rank, dp_size=dp_size, mamba=bool(spec.get("mamba")))
+                             dp_rank=dp_rank, dp_size=dp_size, mamba=bool(spec.get("mamba")),
+                             swa=bool(spec.get("swa")))
+        side.by_layer = bool(spec.get("by_layer"))
         outputs = _Outputs()
         ns = side.scheduler
         _common(ns, "decode", outputs, global_rank, global_tp)

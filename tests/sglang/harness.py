@@ -31,6 +31,10 @@ LAYERS = 2
 # A hybrid model: full attention on even layers, Mamba on odd ones.
 ATTENTION_LAYERS = [0, 2]
 MAMBA_LAYERS = [1, 3]
+# A sliding-window model (Gemma/GPT-OSS style): full attention on even
+# layers, a window of WINDOW tokens on odd ones.
+SWA_LAYERS = [1, 3]
+WINDOW = 40
 TOKENS = 1024    # KV pool size in tokens
 SLOTS = 32       # metadata slots
 
@@ -121,7 +125,7 @@ class Side:
     beside HybridLinearKVPool for the full-attention layers)."""
 
     def __init__(self, mode, sargs, group, seed=None, tokens=None, tp_size=1, tp_rank=0,
-                 mla=False, mamba=False):
+                 mla=False, mamba=False, swa=False, pp_size=1, pp_rank=0):
         import torch
         from sglang.srt.disaggregation.utils import (MetadataBuffers,
                                                       ReqToMetadataIdxAllocator)
@@ -130,6 +134,11 @@ class Side:
         self.tokens = tokens or TOKENS
         self.mla = mla
         self.mamba = mamba
+        self.swa = swa
+        # A pipeline stage holds layers [first_layer, first_layer + layers).
+        self.layers = LAYERS // int(pp_size)
+        self.first_layer = int(pp_rank) * self.layers
+        self.by_layer = False  # digests by (head, layer): set where a side has stages
         self.tp_size, self.tp_rank = int(tp_size), int(tp_rank)
         self.heads = 1 if mla else heads_per_rank(tp_size)
         if mamba:
@@ -139,6 +148,12 @@ class Side:
                 size=self.tokens, dtype=torch.bfloat16, page_size=PAGE, head_num=self.heads,
                 head_dim=HEAD_DIM, full_attention_layer_ids=ATTENTION_LAYERS, device="cpu",
                 mamba_pool=self.req_to_token.mamba_pool)
+        elif swa:
+            from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+            self.kv_pool = SWAKVPool(
+                size=self.tokens, size_swa=self.tokens, page_size=PAGE, dtype=torch.bfloat16,
+                head_num=self.heads, head_dim=HEAD_DIM, swa_attention_layer_ids=SWA_LAYERS,
+                full_attention_layer_ids=ATTENTION_LAYERS, device="cpu")
         elif mla:
             self.kv_pool = MLATokenToKVPool(size=self.tokens, page_size=PAGE,
                                             dtype=torch.bfloat16, kv_lora_rank=KV_LORA_RANK,
@@ -147,45 +162,67 @@ class Side:
         else:
             self.kv_pool = MHATokenToKVPool(size=self.tokens, page_size=PAGE,
                                             dtype=torch.bfloat16, head_num=self.heads,
-                                            head_dim=HEAD_DIM, layer_num=LAYERS, device="cpu",
-                                            enable_memory_saver=False)
+                                            head_dim=HEAD_DIM, layer_num=self.layers,
+                                            device="cpu", enable_memory_saver=False,
+                                            start_layer=self.first_layer,
+                                            end_layer=self.first_layer + self.layers - 1)
         if seed is not None:
             # Per model head, so that every rank holding a head holds the
             # same bytes of it (the MLA latent: one "head" on every rank).
-            for b, buf in enumerate(kv_buffers(self.kv_pool)):
-                for h in range(self.heads):
-                    g = torch.Generator().manual_seed(seed * 1000 + b * 64 + self.first_head() + h)
-                    part = buf[:, h]
-                    part.view(torch.int16).copy_(torch.randint(
-                        -2**15, 2**15 - 1, part.shape, generator=g, dtype=torch.int16))
+            pools = [(0, kv_buffers(self.kv_pool))]
+            if swa:  # the window layers' own pool, seeded apart
+                pools.append((500, kv_buffers(self.kv_pool.swa_kv_pool)))
+            for base, bufs in pools:
+                for b, buf in enumerate(bufs):
+                    # By the model's buffer (a stage's local buffer b is K
+                    # or V of layer first_layer + b % layers).
+                    if not mla and self.layers != LAYERS:
+                        b = (b // self.layers) * LAYERS + self.first_layer + b % self.layers
+                    for h in range(self.heads):
+                        g = torch.Generator().manual_seed(
+                            seed * 1000 + base + b * 64 + self.first_head() + h)
+                        part = buf[:, h]
+                        part.view(torch.int16).copy_(torch.randint(
+                            -2**15, 2**15 - 1, part.shape, generator=g, dtype=torch.int16))
         if not mamba:
             self.req_to_token = ReqToTokenPool(size=SLOTS, max_context_len=TOKENS,
                                                device="cpu", enable_memory_saver=False)
         self.metadata = MetadataBuffers(SLOTS, hidden_size=HEAD_DIM,
                                         hidden_states_dtype=torch.float32)
         self.metadata_alloc = ReqToMetadataIdxAllocator(SLOTS)
-        from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
-        self.allocator = PagedTokenToKVPoolAllocator(self.tokens, PAGE, torch.bfloat16, "cpu",
-                                                     self.kv_pool, need_sort=False)
+        if swa:
+            from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
+            self.allocator = SWATokenToKVPoolAllocator(self.tokens, self.tokens, PAGE,
+                                                       torch.bfloat16, "cpu", self.kv_pool,
+                                                       need_sort=False)
+        else:
+            from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+            self.allocator = PagedTokenToKVPoolAllocator(self.tokens, PAGE, torch.bfloat16,
+                                                         "cpu", self.kv_pool, need_sort=False)
         from sglang.srt.runtime_context import get_context
         get_context().set_server_args(sargs)
         self.group = group
         self.sargs = sargs
         self.scheduler = types.SimpleNamespace(
             server_args=sargs,
-            ps=types.SimpleNamespace(dp_rank=0, gpu_id=0),  # SGLang passes its GPU id
+            # SGLang passes its GPU id; its decode reads the PP place as it
+            # builds its queues (after 2026-07).
+            ps=types.SimpleNamespace(dp_rank=0, gpu_id=0, pp_size=1, pp_rank=0),
             model_config=types.SimpleNamespace(
                 get_total_num_kv_heads=lambda: MODEL_HEADS,
                 num_hidden_layers=len(ATTENTION_LAYERS + MAMBA_LAYERS) if mamba else LAYERS),
             tp_worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(
-                effective_max_total_num_tokens=self.tokens), is_hybrid_swa=False),
+                effective_max_total_num_tokens=self.tokens,
+                swa_max_total_num_tokens=self.tokens,
+                kv_cache_dtype_str="bfloat16"),  # read by SGLang after 2026-07
+                is_hybrid_swa=swa),
             # attention CP of size 1: SGLang all-reduces over it too
             attn_cp_cpu_group=group, attn_tp_cpu_group=group,
             req_to_token_pool=self.req_to_token,
             token_to_kv_pool_allocator=self.allocator,
             disagg_metadata_buffers=self.metadata,
             enable_hisparse=False,
-            sliding_window_size=None,
+            sliding_window_size=WINDOW if swa else None,
         )
 
     def _hybrid_req_pool(self, mode):
@@ -223,6 +260,24 @@ class Side:
         for view in self.state_slots(req):
             view[:] = rng.integers(0, 256, view.size, dtype=np.uint8)
 
+    def chunk_cache(self):
+        """SGLang's prefix cache when the radix cache is off: ChunkCache,
+        or SWAChunkCache for a sliding-window model."""
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.chunk_cache import ChunkCache, SWAChunkCache
+        params = CacheInitParams(disable=True, req_to_token_pool=self.req_to_token,
+                                 token_to_kv_pool_allocator=self.allocator, page_size=PAGE,
+                                 sliding_window_size=WINDOW if self.swa else None)
+        return SWAChunkCache(params) if self.swa else ChunkCache(params)
+
+    def window_locs(self, req, seq_len):
+        """The SWA pool locations of a request's window, as SGLang's
+        send_kv_chunk and send_metadata name them: the last WINDOW tokens
+        from a page boundary."""
+        start = (max(0, seq_len - WINDOW) // PAGE) * PAGE
+        full = self.req_to_token.req_to_token[req.req_pool_idx, start:seq_len]
+        return self.allocator.translate_loc_from_full_to_swa(full.long()).long()
+
     def first_head(self):
         """The model head this rank's local head 0 is."""
         if self.mla:
@@ -236,6 +291,18 @@ class Side:
         import torch
         from sglang.srt.managers.schedule_batch import ReqKvInfo
         self.req_to_token.alloc([req])  # sets req.req_pool_idx
+        if self.swa:
+            # SGLang's paged SWA allocator allocates by extend only (full and
+            # window locations together).
+            locs = self.allocator.alloc_extend(
+                prefix_lens=torch.tensor([0]), prefix_lens_cpu=torch.tensor([0]),
+                seq_lens=torch.tensor([n_tokens]), seq_lens_cpu=torch.tensor([n_tokens]),
+                last_loc=torch.tensor([-1]), extend_num_tokens=n_tokens)
+            assert locs is not None, "the prefill pool is too small for the scenario"
+            self.req_to_token.req_to_token[req.req_pool_idx, :n_tokens] = locs.to(torch.int32)
+            req.kv = ReqKvInfo(kv_allocated_len=n_tokens, swa_evicted_seqlen=0)
+            req.kv_committed_len = n_tokens
+            return locs
         pages = (n_tokens + PAGE - 1) // PAGE
         locs = self.allocator.alloc(pages * PAGE)
         assert locs is not None, "the prefill pool is too small for the scenario"
@@ -258,7 +325,7 @@ def make_req(rid, n_tokens, room, bootstrap_port, mode):
 
 
 def decode_side(sargs, group, bootstrap_port, radix=False, tokens=None, tp_rank=0, tp_size=1,
-                mla=False, dp_rank=0, dp_size=1, mamba=False):
+                mla=False, dp_rank=0, dp_size=1, mamba=False, swa=False):
     """SGLang's DecodePreallocQueue and DecodeTransferQueue over its real
     paged allocator and prefix cache (ChunkCache, or RadixCache when the
     decode radix cache is on), on a scheduler stand-in."""
@@ -271,7 +338,7 @@ def decode_side(sargs, group, bootstrap_port, radix=False, tokens=None, tp_rank=
                                      attn_cp_size=1, attn_cp_rank=0, attn_dp_size=dp_size,
                                      attn_dp_rank=dp_rank)
     side = Side("decode", sargs, group, tokens=tokens, tp_size=tp_size, tp_rank=tp_rank,
-                mla=mla, mamba=mamba)
+                mla=mla, mamba=mamba, swa=swa)
     alloc = side.allocator
     params = CacheInitParams(disable=not radix, req_to_token_pool=side.req_to_token,
                              token_to_kv_pool_allocator=alloc, page_size=PAGE)
@@ -279,8 +346,7 @@ def decode_side(sargs, group, bootstrap_port, radix=False, tokens=None, tp_rank=
         from sglang.srt.mem_cache.radix_cache import RadixCache
         tree = RadixCache(params)
     else:
-        from sglang.srt.mem_cache.chunk_cache import ChunkCache
-        tree = ChunkCache(params)
+        tree = side.chunk_cache()
     s = side.scheduler
     s.ps.dp_rank = dp_rank  # the KVManager reads it as it is built
     s.token_to_kv_pool_allocator = alloc

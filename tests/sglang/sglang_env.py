@@ -34,6 +34,8 @@ def _msgspec():
     class Struct:
         def __init_subclass__(cls, frozen=False, kw_only=False, **kwargs):
             dataclasses.dataclass(frozen=frozen, kw_only=kw_only)(cls)
+            # msgspec's names for the fields (SGLang's load snapshots read it).
+            cls.__struct_fields__ = tuple(f.name for f in dataclasses.fields(cls))
 
     m.Struct = Struct
     m.field = dataclasses.field
@@ -228,6 +230,38 @@ def _torch_compat():
     import torch.cpu
     if not hasattr(torch.cpu, "is_available"):
         torch.cpu.is_available = lambda: True
+    if int(torch.__version__.split(".")[0]) < 2:
+        # torch 2.x indexes with int32 tensors (SGLang's req_to_token rows
+        # are int32, and it indexes pools with them: the SWA mapping);
+        # torch 1.13 takes long, byte or bool only.
+        def widened(i):
+            return i.long() if isinstance(i, torch.Tensor) and i.dtype == torch.int32 else i
+
+        get, put = torch.Tensor.__getitem__, torch.Tensor.__setitem__
+        torch.Tensor.__getitem__ = lambda self, i: get(self, widened(i))
+        torch.Tensor.__setitem__ = lambda self, i, v: put(self, widened(i), v)
+    if not hasattr(torch, "xpu"):
+        # SGLang's platform discovery (sglang.srt.platforms, 2026-07-29 on)
+        # asks torch.xpu.is_available(); torch 1.13 has no XPU module.
+        xpu = types.ModuleType("torch.xpu")
+        xpu.is_available = lambda: False
+        xpu.device_count = lambda: 0
+        torch.xpu = xpu
+        sys.modules["torch.xpu"] = xpu
+    if not hasattr(torch, "compiler"):
+        # torch 2.x's torch.compiler: @disable (bare or called) leaves the
+        # function as it is; nothing here compiles.
+        compiler = types.ModuleType("torch.compiler")
+
+        def disable(fn=None, *args, **kwargs):
+            return fn if callable(fn) else (lambda f: f)
+        compiler.disable = disable
+        compiler.is_compiling = lambda: False
+        compiler.is_dynamo_compiling = lambda: False
+        compiler.assume_constant_result = lambda fn: fn
+        compiler.allow_in_graph = lambda fn: fn
+        torch.compiler = compiler
+        sys.modules["torch.compiler"] = compiler
     import torch.distributed as dist
     red = dist.ReduceOp
     if hasattr(red, "RedOpType"):

@@ -38,7 +38,7 @@ def requests(n, first_room=1, tokens=lambda i: 17 + (i * 37) % 150, **extra):
 
 
 def run_pair(reqs, prefill=None, decode=None, events=(), kill_prefill_after=None, tp=1,
-             seconds=60, secret=None, ranks=None, decode_tp=None, dp=1, decode_dp=None):
+             seconds=60, secret=None, ranks=None, decode_tp=None, dp=1, decode_dp=None, pp=1):
     """Runs `dp` DP groups of TP `tp` prefill schedulers and `decode_dp` (default
     `dp`) groups of TP `decode_tp` (default `tp`) decode schedulers over
     `reqs` (with DP attention when a side has more than one group; TP is the
@@ -46,8 +46,9 @@ def run_pair(reqs, prefill=None, decode=None, events=(), kill_prefill_after=None
     DP group, then TP rank). A request goes to prefill group room % dp (as
     SGLang's router sends it, following the bootstrap room) and to decode
     group (room // dp) % decode_dp, so rooms cross groups. `ranks`: more of
-    the spec for one rank, by ("prefill" or "decode", DP group x TP + TP
-    rank)."""
+    the spec for one rank, by ("prefill" or "decode", its index in the
+    reports). `pp`: prefill pipeline stages (each DP group TP x PP ranks,
+    reported stage by stage); digests are then by (head, layer)."""
     ranks = ranks or {}
     ptp, dtp = tp, decode_tp or tp
     pdp, ddp = dp, decode_dp or dp
@@ -55,19 +56,22 @@ def run_pair(reqs, prefill=None, decode=None, events=(), kill_prefill_after=None
     ev = {name: ctx.Event() for name in events}
     # `watch`: each scheduler reports the failures SGLang asked it for and
     # what it logged at warning or above (check_outcomes reads both).
-    pspec = dict(dict(tp_size=ptp, dp_size=pdp, seconds=seconds, watch=True), **(prefill or {}))
-    dspec = dict(dict(tp_size=dtp, dp_size=ddp, seconds=seconds, watch=True), **(decode or {}))
+    staged = dict(by_layer=True) if pp > 1 else {}
+    pspec = dict(dict(tp_size=ptp, dp_size=pdp, pp_size=pp, seconds=seconds, watch=True,
+                      **staged), **(prefill or {}))
+    dspec = dict(dict(tp_size=dtp, dp_size=ddp, seconds=seconds, watch=True, **staged),
+                 **(decode or {}))
     procs, pipes = [], []
-    n_prefill = pdp * ptp
+    n_prefill = pdp * pp * ptp
     port = None
-    for g in range(pdp):
-        gloo = H._free_port()
+    for g, stage in ((g, stage) for g in range(pdp) for stage in range(pp)):
+        gloo = H._free_port()  # a stage's TP group
         mine_reqs = [r for r in reqs if r["room"] % pdp == g]
         for t in range(ptp):
-            i = g * ptp + t
+            i = (g * pp + stage) * ptp + t
             mine, theirs = ctx.Pipe()
             spec = dict(pspec, requests=mine_reqs, gloo_port=gloo, tp_rank=t, dp_rank=g,
-                        **ranks.get(("prefill", i), {}))
+                        pp_rank=stage, **ranks.get(("prefill", i), {}))
             if i > 0:
                 spec["bootstrap_port"] = port
             p = ctx.Process(target=conformance.run_prefill, args=(spec, theirs, ev), daemon=True)
@@ -279,6 +283,39 @@ def test_hybrid_mamba_state_moves_byte_exact_beside_the_kv():
             assert "state" in digest, f"{rid}: no state digest"
 
 
+def test_sliding_window_pages_move_beside_the_full_attention_kv():
+    # A sliding-window model (full attention on layers 0 and 2, a 40-token
+    # window on 1 and 3): SGLang's SWAKVPool and SWATokenToKVPoolAllocator,
+    # SWAChunkCache; state_type swa: the prefill sends the window's pages of
+    # the SWA pool with the last chunk, the decode names its own (allocated
+    # for the window's tail only, alloc_extend_swa_tail). Full KV and every
+    # window page byte-exact by head; an abort in flight; no page leaked.
+    reqs = requests(12)
+    reqs[4]["abort"] = ("decode", "transferring")
+    reports = run_pair(reqs, prefill=dict(swa=True, chunk_tokens=48), decode=dict(swa=True))
+    check_outcomes(reqs, reports, aborted={reqs[4]["rid"]})
+    for rep in reports:
+        for rid, digest in rep["digest"].items():
+            assert any(isinstance(k, tuple) and k[0] == "window" for k in digest), \
+                f"{rid}: no window digest"
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_pp_prefill_stages_each_send_their_layers(tp):
+    # --pp-size 2 on prefill: each stage's ranks hold half the layers
+    # (MHATokenToKVPool start_layer; KVArgs pp_rank, prefill_start_layer) and
+    # run SGLang's bootstrap queue, send_kv_chunk and inflight queue; the
+    # decode (no PP) receives every layer from its stage. Byte-exact by
+    # (head, layer). SGLang's PP event loop itself (its cross-stage
+    # consensus over the PP group) is not run: see the README.
+    reqs = requests(10)
+    reqs[3]["abort"] = ("decode", "transferring")
+    reports = run_pair(reqs, tp=tp, pp=2, prefill=dict(chunk_tokens=64))
+    check_outcomes(reqs, reports, aborted={reqs[3]["rid"]}, tp=2 * tp)
+    layers = {k[1] for rep in reports[2 * tp:] for d in rep["digest"].values() for k in d}
+    assert layers == set(range(H.LAYERS)), layers
+
+
 @pytest.mark.parametrize("attn_tp", [1, 2])
 def test_dp_attention_sends_each_room_to_its_prefill_dp_group(attn_tp):
     # --enable-dp-attention, dp_size 2 on both sides (TP 2 x attention TP 1,
@@ -436,31 +473,3 @@ def test_kvroom_classes_follow_sglangs_base_classes():
     assert [m.value for m in ks.KVPoll] == [0, 1, 2, 3, 4]
     assert [int(getattr(base.KVPoll, m.name)) for m in ks.KVPoll] == [0, 1, 2, 3, 4]
 
-
-def test_every_abstract_method_of_sglangs_base_classes_is_implemented():
-    # SGLang calls what its base classes declare (base/conn.py); kvroom's
-    # classes do not import SGLang, so nothing but this checks that a newer
-    # SGLang's new abstract method (get_transfer_metric was one) is there,
-    # with every parameter SGLang passes.
-    import inspect
-    H.sglang_env.install(SRC)
-    from sglang.srt.disaggregation.base import conn as base
-    import kvroom.sglang as ks
-    pairs = [(base.BaseKVManager, ks.KVManager), (base.BaseKVSender, ks.KVSender),
-             (base.BaseKVReceiver, ks.KVReceiver),
-             (base.BaseKVBootstrapServer, ks.KVBootstrapServer)]
-    missing = []
-    for theirs, ours in pairs:
-        for name in sorted(getattr(theirs, "__abstractmethods__", ())):
-            mine = getattr(ours, name, None)
-            if not callable(mine):
-                missing.append(f"{ours.__name__}.{name}")
-                continue
-            want = inspect.signature(getattr(theirs, name)).parameters
-            have = inspect.signature(mine).parameters
-            takes_any = any(p.kind == p.VAR_KEYWORD for p in have.values())
-            for pname, p in want.items():
-                if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or pname in have or takes_any:
-                    continue
-                missing.append(f"{ours.__name__}.{name}({pname})")
-    assert not missing, f"SGLang's base classes declare what kvroom lacks: {missing}"

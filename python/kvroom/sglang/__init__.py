@@ -115,6 +115,15 @@ class KVArgs:
         self.ib_device = ""
         self.ib_traffic_class = ""
         self.gpu_id = -1
+        # SGLang after 2026-07 sets it on both sides (its own backends check
+        # that they match); kvroom checks page bytes, not the dtype.
+        self.kv_cache_dtype_str = None
+        # SGLang after 2026-07: which model layer each KV / state buffer
+        # holds, and the rows before a state tensor's TP slice axis (for its
+        # unequal-TP state slicing; kvroom moves state between equal TP).
+        self.kv_layer_ids: list = []
+        self.state_layer_ids: list = []
+        self.state_slice_outer_counts: list = []
         # Set by SGLang's prefill; when these are, the rank declares its
         # layout (which lets prefill and decode TP sizes differ, and MLA).
         self.kv_head_num = None
@@ -332,8 +341,8 @@ class KVManager:
         if not (len(a.aux_data_ptrs) == len(a.aux_data_lens) == len(a.aux_item_lens)):
             raise ValueError("kvroom: aux_data_ptrs, aux_data_lens and aux_item_lens must be "
                              "of one length")
-        kv = list(zip(map(int, a.kv_data_ptrs), map(int, a.kv_data_lens),
-                      map(int, a.kv_item_lens)))
+        kv = _kvroom_order(list(zip(map(int, a.kv_data_ptrs), map(int, a.kv_data_lens),
+                                    map(int, a.kv_item_lens))), self.is_mla_backend)
         aux = list(zip(map(int, a.aux_data_ptrs), map(int, a.aux_data_lens),
                        map(int, a.aux_item_lens)))
         state = _state_buffers(a)
@@ -386,6 +395,18 @@ def _flat(xs):
         elif x is not None:
             out.append(x)
     return out
+
+
+def _kvroom_order(kv, mla):
+    """SGLang's MHA pools list K of every layer, then V of every layer
+    (``get_contiguous_buf_infos``); kvroom's layouts take K and V of each
+    layer in turn. The order matters where layers are mapped by number (a
+    pipeline stage's layers into a decode rank holding all of them); MLA
+    pools have one latent buffer per layer already."""
+    if mla or len(kv) % 2:
+        return kv
+    half = len(kv) // 2
+    return [b for layer in range(half) for b in (kv[layer], kv[half + layer])]
 
 
 def _state_buffers(a):
@@ -574,7 +595,11 @@ class KVSender(_Room):
         self._act("init", lambda: self._handle.init(
             self._num_pages, 0 if aux_index is None else int(aux_index)))
 
-    def send(self, kv_indices, state_indices: Optional[List] = None):
+    def send(self, kv_indices, state_indices: Optional[List] = None,
+             num_kv_tokens: Optional[int] = None):
+        # num_kv_tokens (SGLang after 2026-07, for decode context parallelism,
+        # which kvroom does not split by): the chunk's tokens; the pages are
+        # what moves.
         if self._num_pages is None:
             self._act("send", lambda: _refuse(f"room {self.bootstrap_room}: send before init"))
             return
