@@ -238,7 +238,11 @@ def run_prefill(spec, conn, events):
             boot = ks.KVBootstrapServer("127.0.0.1", spec.get("bootstrap_port", 0))
             conn.send(("port", boot.port))
         port = boot.port if first else spec["bootstrap_port"]
-        group = H.gloo_group(tp_rank, tp_size, spec["gloo_port"])
+        pp_group = None
+        if pp_size > 1:
+            group, pp_group = H.gloo_groups(tp_rank, tp_size, pp_rank, pp_size, spec["gloo_port"])
+        else:
+            group = H.gloo_group(tp_rank, tp_size, spec["gloo_port"])
         sargs = H.server_args("prefill", port, ["--tp-size", str(global_tp), *_dp_flags(dp_size),
                                                 "--pp-size", str(pp_size)])
         side = H.Side("prefill", sargs, group, seed=1000, tokens=spec.get("pool_tokens", 8192),
@@ -276,14 +280,26 @@ def run_prefill(spec, conn, events):
         chunk = spec.get("chunk_tokens") or 10 ** 9
         forwarding = []  # bootstrapped, prefill "running" (chunk by chunk)
         deadline = time.monotonic() + spec.get("seconds", 60)
-        while time.monotonic() < deadline:
-            if not spec.get("forward", True):
+        while True:
+            past = time.monotonic() >= deadline
+            if pp_group is not None:
+                # Stages end together: each one's collective waits for all.
+                done = past or _all_ended(reqs, report, queue, forwarding,
+                                          sched.disagg_prefill_inflight_queue)
+                popped, all_done = _pp_pop_bootstrapped(sched, queue, pp_group, done)
+                if all_done:
+                    break
+            elif past:
+                break
+            elif not spec.get("forward", True):
                 # A prefill that bootstraps and then computes forever (until
                 # the test kills it).
                 queue.pop_bootstrapped()
                 time.sleep(0.001)
                 continue
-            for req in queue.pop_bootstrapped():
+            else:
+                popped = queue.pop_bootstrapped()
+            for req in popped:
                 # Decode's cached prefix is skipped from here on.
                 req.kv_from = req.start_send_idx
                 forwarding.append(req)
@@ -325,7 +341,8 @@ def run_prefill(spec, conn, events):
                 from sglang.srt.managers.schedule_batch import FINISH_ABORT
                 if not isinstance(req.finished_reason, FINISH_ABORT):
                     report["finished"][req.rid] = report["finished"].get(req.rid, 0) + 1
-            if _all_ended(reqs, report, queue, forwarding, sched.disagg_prefill_inflight_queue):
+            if pp_group is None and _all_ended(reqs, report, queue, forwarding,
+                                               sched.disagg_prefill_inflight_queue):
                 break
             time.sleep(0.001)
         for req, _ in reqs.values():
@@ -339,6 +356,43 @@ def run_prefill(spec, conn, events):
         conn.send(("error", traceback.format_exc()))
     finally:
         H.close_groups()
+
+
+def _pp_pop_bootstrapped(sched, queue, pp_group, done):
+    """SGLang's PP consensus on bootstrapping (scheduler_pp_mixin
+    `_pp_pd_get_bootstrapped_ids`, `process_bootstrapped_queue`): a request
+    leaves the bootstrap queue on every stage once it is ready on every
+    stage, and fails on every stage once it failed (or was aborted) on one.
+    SGLang hands the lists from stage to stage over its PP group inside the
+    PP event loop, which drives the model too; here one all_gather over the
+    stages' gloo group makes the same intersection and union, with SGLang's
+    own `get_rids`. Returns the bootstrapped requests, and whether every
+    stage is `done`."""
+    import inspect
+    import torch.distributed as dist
+    from sglang.srt.disaggregation.base import KVPoll
+    from sglang.srt.managers.schedule_batch import FINISH_ABORT
+    from sglang.srt.managers.scheduler_pp_mixin import SchedulerPPMixin
+    good, bad = [], []
+    if queue.queue:  # the same on every TP rank of the stage
+        good, bad = SchedulerPPMixin.get_rids(sched, queue.queue, True,
+                                              [KVPoll.WaitingForInput], [KVPoll.Failed])
+    aborted = {req.rid for req in queue.queue if isinstance(req.finished_reason, FINISH_ABORT)}
+    views = [None] * dist.get_world_size(pp_group)
+    dist.all_gather_object(views, ([r for r in good if r not in aborted],
+                                   sorted(set(bad) | aborted), done), group=pp_group)
+    if all(v[2] for v in views):
+        return [], True
+    if not queue.queue:
+        return [], False
+    good = sorted(set.intersection(*(set(v[0]) for v in views)))
+    bad = sorted(set().union(*(set(v[1]) for v in views)))
+    if "pp_good_rids" in inspect.signature(queue.pop_bootstrapped).parameters:
+        popped, _ = queue.pop_bootstrapped(return_failed_reqs=True, pp_good_rids=good,
+                                           pp_bad_rids=bad)
+    else:  # SGLang before 2026-07-30 (#31869)
+        popped, _ = queue.pop_bootstrapped(return_failed_reqs=True, rids_to_check=good)
+    return popped, False
 
 
 def _wait_concluded(room, seconds=20):

@@ -49,6 +49,21 @@ def gloo_group(rank=0, world=1, port=None):
     return dist.new_group(backend="gloo")
 
 
+def gloo_groups(tp_rank, tp_size, pp_rank, pp_size, port):
+    """A pipeline-parallel prefill's groups over one gloo world of its
+    TP x PP ranks: this stage's TP group (SGLang's poll_and_all_reduce) and
+    this TP rank's PP group (the stages' consensus). Every rank creates
+    every group, in one order, as torch.distributed requires."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=pp_rank * tp_size + tp_rank, world_size=tp_size * pp_size)
+    tp_groups = [dist.new_group([s * tp_size + t for t in range(tp_size)], backend="gloo")
+                 for s in range(pp_size)]
+    pp_groups = [dist.new_group([s * tp_size + t for s in range(pp_size)], backend="gloo")
+                 for t in range(tp_size)]
+    return tp_groups[pp_rank], pp_groups[tp_rank]
+
+
 def close_groups():
     """Ends this process's torch.distributed groups, as SGLang's own
     shutdown does (parallel_state.destroy_distributed_environment). Left to
