@@ -18,14 +18,15 @@ AUX = 64
 SLOTS = 8
 
 # Parameter names of SGLang upstream main 8905cbd4 (2026-07-20),
-# python/sglang/srt/disaggregation/base/conn.py (self left out).
+# python/sglang/srt/disaggregation/base/conn.py (self left out), and what a
+# newer SGLang added (1ea415af70, 2026-08-04), which takes a default.
 SGLANG = {
     (KVManager, "__init__"): ["args", "disaggregation_mode", "server_args", "is_mla_backend"],
     (KVManager, "register_to_bootstrap"): [],
     (KVSender, "__init__"): ["mgr", "bootstrap_addr", "bootstrap_room", "dest_tp_ranks",
                              "pp_rank", "req_has_disagg_prefill_dp_rank"],
     (KVSender, "init"): ["num_kv_indices", "aux_index"],
-    (KVSender, "send"): ["kv_indices", "state_indices"],
+    (KVSender, "send"): ["kv_indices", "state_indices", "num_kv_tokens"],
     (KVSender, "pop_decode_prefix_len"): [],
     (KVSender, "should_send_kv_chunk"): ["num_pages", "last_chunk"],
     (KVSender, "get_transfer_metric"): [],

@@ -351,9 +351,7 @@ class KVManager:
         self._rank = self._rt.add_rank(
             self._side, tp_rank=int(a.engine_rank) % self.tp_size, tp_size=self.tp_size,
             dp_rank=int(getattr(a, "system_dp_rank", 0) or 0),
-            # Said, not inferred from the groups listed so far: SGLang's
-            # decode routes room r to prefill group r % dp_size at once.
-            dp_size=int(getattr(self.server_args, "dp_size", 1) or 1), kv=kv, aux=aux, state=state,
+            dp_size=_said_dp_size(self.server_args), kv=kv, aux=aux, state=state,
             layout=layout,
             # Host or GPU by each buffer's pointer: gpu_id names the
             # scheduler's GPU, also with CPU pools and host aux buffers.
@@ -447,6 +445,14 @@ def _layout_of(a, mla, tp_size, pp_size):
         layout.update(pp_size=pp_size, pp_rank=int(getattr(a, "pp_rank", 0) or 0),
                       first_layer=int(getattr(a, "prefill_start_layer", 0) or 0))
     return layout
+
+
+def _said_dp_size(server_args):
+    """The DP size a rank says, or 0 (not said) for one group. Said, not
+    inferred from the groups listed so far: SGLang's decode routes room r to
+    prefill group r % dp_size as soon as it knows a size."""
+    dp = int(getattr(server_args, "dp_size", 1) or 1)
+    return dp if dp > 1 else 0
 
 
 def _attn_tp_size(server_args):
