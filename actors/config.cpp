@@ -76,17 +76,28 @@ caf::error validate(const rank_config& cfg) {
                         "kv buffers span devices " + std::to_string(kv_device_id(cfg.memory))
                           + " and " + std::to_string(b.mem.device_id)
                           + " (a rank's KV cache lives on one device)");
-  // The aux and state writes ride in the batch of the KV pages, which has
-  // one memory kind per side.
-  for (auto* buffers : {&cfg.memory.aux, &cfg.memory.state})
-    for (auto& b : *buffers)
-      if (b.mem.device_id != kv_device_id(cfg.memory))
-        return make_error(errc::invalid_config,
-                          std::string{buffers == &cfg.memory.aux ? "an aux" : "a state"}
-                            + " buffer on " + (b.mem.device_id < 0 ? "the host" : "GPU " + std::to_string(b.mem.device_id))
-                            + " beside KV buffers on "
-                            + (kv_device_id(cfg.memory) < 0 ? "the host" : "GPU " + std::to_string(kv_device_id(cfg.memory)))
-                            + ": not supported yet (its writes ride in the KV pages' batch)");
+  auto where = [](int32_t device) {
+    return device < 0 ? std::string{"the host"} : "GPU " + std::to_string(device);
+  };
+  // State writes ride in the batch of the KV pages, which has one memory
+  // kind per side.
+  for (auto& b : cfg.memory.state)
+    if (b.mem.device_id != kv_device_id(cfg.memory))
+      return make_error(errc::invalid_config,
+                        "a state buffer on " + where(b.mem.device_id) + " beside KV buffers on "
+                          + where(kv_device_id(cfg.memory))
+                          + ": not supported (state moves in the KV pages' batch)");
+  // Aux writes move in a batch of their own where they sit elsewhere: on
+  // the host beside a GPU KV cache (SGLang's metadata buffers), never on a
+  // third device.
+  for (auto& b : cfg.memory.aux)
+    if (b.mem.device_id != aux_device_id(cfg.memory)
+        || (b.mem.device_id >= 0 && b.mem.device_id != kv_device_id(cfg.memory)))
+      return make_error(errc::invalid_config,
+                        "an aux buffer on " + where(b.mem.device_id) + " beside KV buffers on "
+                          + where(kv_device_id(cfg.memory)) + " and aux on "
+                          + where(aux_device_id(cfg.memory))
+                          + ": aux lives on the KV's device or on the host, all in one place");
   if (auto& x = cfg.parallel) {
     if (auto why = check(*x); !why.empty())
       return make_error(errc::invalid_config, "parallel layout: " + why);

@@ -33,4 +33,8 @@ int32_t kv_device_id(const memory_layout& x) noexcept {
   return x.kv.empty() ? -1 : x.kv.front().mem.device_id;
 }
 
+int32_t aux_device_id(const memory_layout& x) noexcept {
+  return x.aux.empty() ? kv_device_id(x) : x.aux.front().mem.device_id;
+}
+
 } // namespace kvroom

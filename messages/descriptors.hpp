@@ -85,6 +85,11 @@ struct memory_layout {
 /// KV cache lives on one device).
 int32_t kv_device_id(const memory_layout& x) noexcept;
 
+/// The device holding its aux buffers (-1: host), the KV's where it has
+/// none. SGLang on GPUs keeps KV on the GPU and its metadata (aux) on the
+/// host: the aux writes then move in a batch of their own.
+int32_t aux_device_id(const memory_layout& x) noexcept;
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, memory_layout& x) {
   return f(caf::meta::type_name("kvroom.memory_layout"), x.kv, x.aux, x.state);

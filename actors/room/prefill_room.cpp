@@ -68,10 +68,12 @@ part_spec part_of(self_ptr self, const prefill_target& t) {
   return part;
 }
 
-/// The batch of one chunk for target `t`, or why it cannot be planned. With
-/// the integrity check on, its writes are kept for the part's digest.
-caf::expected<write_batch> plan_for(self_ptr self, prefill_target& t,
-                                    const sender_chunk& chunk) {
+/// The batches of one chunk for target `t` (one; two on the last chunk
+/// where aux sits apart from the KV: the KV pages, then the aux writes), or
+/// why they cannot be planned. With the integrity check on, the writes are
+/// kept for the part's digest.
+caf::expected<std::vector<write_batch>> plan_for(self_ptr self, prefill_target& t,
+                                                 const sender_chunk& chunk) {
   auto& st = self->state;
   auto& core = st.core;
   auto n = chunk.kv_indices.size();
@@ -91,9 +93,29 @@ caf::expected<write_batch> plan_for(self_ptr self, prefill_target& t,
   batch.peer = t.endpoint;
   batch.alternates = t.alternates;
   batch.ops = std::move(*ops);
-  batch.src_device_id = kv_device_id(core.params().self_entry->layout);
+  auto& mine = core.params().self_entry->layout;
+  batch.src_device_id = kv_device_id(mine);
   batch.dst_device_id = kv_device_id(t.peer->layout);
-  return batch;
+  std::vector<write_batch> out;
+  if (t.aux_apart && batch.aux_ops > 0) {
+    // The aux writes are the batch's last (plan_part keeps them there).
+    write_batch aux;
+    aux.tag = batch.tag;
+    aux.peer = t.aux_endpoint;
+    aux.alternates = t.aux_alternates;
+    aux.ops.assign(batch.ops.end() - batch.aux_ops, batch.ops.end());
+    aux.aux_ops = batch.aux_ops;
+    aux.src_device_id = aux_device_id(mine);
+    aux.dst_device_id = aux_device_id(t.peer->layout);
+    batch.ops.resize(batch.ops.size() - batch.aux_ops);
+    batch.aux_ops = 0;
+    if (!batch.ops.empty())
+      out.push_back(std::move(batch));
+    out.push_back(std::move(aux));
+    return out;
+  }
+  out.push_back(std::move(batch));
+  return out;
 }
 
 /// Hands the next queued chunk to the worker, one batch per target, when
@@ -109,14 +131,18 @@ void send_next_chunk(self_ptr self) {
   st.queued.pop_front();
   // Every batch is planned before any moves: nothing goes out partially.
   std::vector<write_batch> batches;
+  std::vector<size_t> batch_targets; // the target of each batch
   batches.reserve(st.targets.size());
-  for (auto& t : st.targets) {
-    auto batch = plan_for(self, t, chunk);
-    if (!batch) {
-      core.fail_local(describe(batch.error()));
+  for (size_t i = 0; i < st.targets.size(); ++i) {
+    auto planned = plan_for(self, st.targets[i], chunk);
+    if (!planned) {
+      core.fail_local(describe(planned.error()));
       return;
     }
-    batches.push_back(std::move(*batch));
+    for (auto& b : *planned) {
+      batches.push_back(std::move(b));
+      batch_targets.push_back(i);
+    }
   }
   st.planned_pages += chunk.kv_indices.size();
   st.last_in_flight = chunk.is_last;
@@ -128,7 +154,7 @@ void send_next_chunk(self_ptr self) {
   auto& room = core.params().room;
   for (size_t i = 0; i < batches.size(); ++i) {
     st.jobs.push_back(st.next_job++);
-    st.job_targets.push_back(i);
+    st.job_targets.push_back(batch_targets[i]);
   }
   // Small batches move right here when the data plane allows.
   std::vector<transfer_result> done_here;
@@ -392,6 +418,28 @@ void on_dst(self_ptr self, dst_ready& msg) {
   t->endpoint = std::move(paths->front());
   t->alternates.assign(std::make_move_iterator(paths->begin() + 1),
                        std::make_move_iterator(paths->end()));
+  // Aux apart from the KV on either side: its own paths, for its kinds.
+  auto aux_kind = [](const memory_layout& x) {
+    return aux_device_id(x) < 0 ? mem_kind::host : mem_kind::device;
+  };
+  auto& mine = core.params().self_entry->layout;
+  t->aux_apart = !mine.aux.empty()
+                 && (aux_device_id(mine) != kv_device_id(mine)
+                     || aux_device_id(msg.peer->layout) != kv_device_id(msg.peer->layout));
+  if (t->aux_apart) {
+    auto aux_paths = choose_paths(msg.peer->endpoints, core.params().self_entry->endpoints,
+                                  core.params().transport,
+                                  memory_kinds{aux_kind(mine), aux_kind(msg.peer->layout)});
+    if (!aux_paths) {
+      core.fail_local("cannot reach decode " + to_string(d) + " for aux (on "
+                      + (aux_device_id(mine) < 0 ? "the host" : "a GPU")
+                      + " beside a KV cache elsewhere): " + describe(aux_paths.error()));
+      return;
+    }
+    t->aux_endpoint = std::move(aux_paths->front());
+    t->aux_alternates.assign(std::make_move_iterator(aux_paths->begin() + 1),
+                             std::make_move_iterator(aux_paths->end()));
+  }
   t->has_dst = true;
   t->dst = std::move(msg.info);
   t->peer = std::move(msg.peer);

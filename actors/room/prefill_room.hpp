@@ -24,6 +24,12 @@ struct prefill_target {
   /// the other paths to the same rank (the path layer's to use).
   endpoint_desc endpoint;
   std::vector<endpoint_desc> alternates;
+  /// Where either side's aux sits apart from its KV (host aux beside a GPU
+  /// KV cache): the aux writes move in a batch of their own, on paths that
+  /// carry the aux's memory kinds.
+  bool aux_apart = false;
+  endpoint_desc aux_endpoint;
+  std::vector<endpoint_desc> aux_alternates;
   /// Declared layouts: what the rank mapping says it gets (from every
   /// source; this room moves its own slices).
   decode_mapping map;

@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -69,6 +71,9 @@ struct group {
     path_options paths;
     integrity_mode integrity = integrity_mode::off;
     control_chaos chaos;
+    /// KV buffers labelled as GPU 0's (host memory; for a data plane that
+    /// pretends to move GPU memory), aux on the host.
+    bool kv_on_pretend_gpu = false;
   };
 
   group() : group(options{}) {
@@ -83,6 +88,9 @@ struct group {
         cfg.tp_rank = t;
         cfg.tp_size = opt.tp;
         cfg.memory = caches.back()->layout();
+        if (opt.kv_on_pretend_gpu)
+          for (auto& b : cfg.memory.kv)
+            b.mem.device_id = 0;
         cfg.timeouts = side == role::prefill ? opt.prefill_timeouts
                                              : opt.decode_timeouts;
         cfg.limits.max_rooms = opt.max_rooms;
@@ -352,6 +360,144 @@ TEST_CASE("a backend's connection handshake travels between ranks as actor messa
   // Each prefill rank said hello to its decode peer once; each got an ack.
   CHECK(seen->load() == 4);
   CHECK(all_quiet(g));
+}
+
+namespace {
+
+/// What a batch looked like when posted.
+struct posted {
+  std::string transport;
+  int32_t src_device = -1;
+  int32_t dst_device = -1;
+  size_t ops = 0;
+  uint32_t aux_ops = 0;
+};
+
+/// The local backend for host memory, beside a pretend "cuda" path for
+/// memory labelled GPU 0 (host memory in fact, copied with memcpy): what
+/// SGLang on GPUs gives kvroom is a GPU KV cache beside host aux buffers.
+class pretend_gpu_backend : public backend {
+public:
+  pretend_gpu_backend(backend_ptr inner, rank_id owner,
+                      std::shared_ptr<std::vector<posted>> log, std::shared_ptr<std::mutex> mx)
+    : inner_(std::move(inner)), owner_(owner), log_(std::move(log)), mx_(std::move(mx)) {
+  }
+  std::string name() const override { return inner_->name(); }
+  backend_caps caps() const override {
+    auto c = inner_->caps();
+    c.device_memory = true;
+    return c;
+  }
+  endpoint_desc endpoint() const override { return inner_->endpoint(); }
+  std::vector<endpoint_desc> endpoints() const override {
+    auto out = inner_->endpoints();
+    auto gpu = inner_->endpoint();
+    gpu.transport = "cuda";
+    out.push_back(gpu);
+    return out;
+  }
+  caf::expected<region_id> register_memory(const mem_desc& mem) override {
+    if (mem.device_id < 0)
+      return inner_->register_memory(mem);
+    return device_base + ++devices_; // the "GPU" copies trust their peer
+  }
+  caf::error deregister_memory(region_id id) override {
+    return id > device_base ? caf::none : inner_->deregister_memory(id);
+  }
+  bool completes_inline(const write_batch& b) const override {
+    return b.peer.transport != "cuda" && inner_->completes_inline(b);
+  }
+  post_result post(const write_batch& b) override {
+    {
+      std::lock_guard<std::mutex> guard{*mx_};
+      log_->push_back(posted{b.peer.transport, b.src_device_id, b.dst_device_id, b.ops.size(),
+                             b.aux_ops});
+    }
+    if (b.peer.transport != "cuda")
+      return inner_->post(b);
+    for (auto& op : b.ops)
+      std::memcpy(reinterpret_cast<void*>(op.dst_addr),
+                  reinterpret_cast<const void*>(op.src_addr), op.size_bytes);
+    return post_result::done();
+  }
+
+private:
+  static constexpr region_id device_base = region_id{1} << 40;
+  backend_ptr inner_;
+  rank_id owner_;
+  std::shared_ptr<std::vector<posted>> log_;
+  std::shared_ptr<std::mutex> mx_;
+  region_id devices_ = 0;
+};
+
+} // namespace
+
+TEST_CASE("GPU KV beside host aux: the pages go on a GPU path, the aux slot in a host batch of its own") {
+  auto log = std::make_shared<std::vector<posted>>();
+  auto mx = std::make_shared<std::mutex>();
+  group::options opt;
+  opt.tp = 1;
+  opt.kv_on_pretend_gpu = true;
+  opt.data_plane = [log, mx](const backend_config& bc) -> caf::expected<backend_ptr> {
+    auto c = bc;
+    c.name = "local";
+    auto inner = make_backend(c);
+    if (!inner)
+      return inner.error();
+    return backend_ptr{std::make_unique<pretend_gpu_backend>(std::move(*inner), bc.owner, log, mx)};
+  };
+  group g{opt};
+  std::vector<int64_t> src{1, 2, 3, 4};
+  std::vector<int64_t> dst{9, 7, 5, 3};
+  auto h = open_room(g, 4001);
+  drive_room(g, h, 4001, src, dst, 2, 5, 2);
+  REQUIRE(reaches(h.receivers[0], kv_poll::success));
+  REQUIRE(reaches(h.senders[0], kv_poll::success));
+  std::string why;
+  CHECK(g.decode_cache(0).check_room(key(4001, 0), dst, 5, &why));
+  INFO(why);
+  std::lock_guard<std::mutex> guard{*mx};
+  size_t gpu_batches = 0, aux_batches = 0;
+  for (auto& p : *log) {
+    if (p.transport == "cuda") {
+      ++gpu_batches;
+      CHECK(p.src_device == 0);
+      CHECK(p.dst_device == 0);
+      CHECK(p.aux_ops == 0); // no aux write rides with the pages
+    } else {
+      ++aux_batches;
+      CHECK(p.src_device == -1);
+      CHECK(p.dst_device == -1);
+      CHECK(p.ops == p.aux_ops); // the aux slot alone
+      CHECK(p.aux_ops > 0);
+    }
+  }
+  CHECK(gpu_batches == 2); // two chunks
+  CHECK(aux_batches == 1); // with the last one
+  for (auto& x : h.senders)
+    CHECK_FALSE(x.clear());
+  for (auto& x : h.receivers)
+    CHECK_FALSE(x.clear());
+}
+
+TEST_CASE("a state buffer off the KV's device, or aux on a third one, is refused with both places named") {
+  runtime rt{runtime_options{"sharing", 0, "off"}};
+  host_kv_cache cache{small_shape()};
+  rank_config cfg;
+  cfg.memory = cache.layout();
+  for (auto& b : cfg.memory.kv)
+    b.mem.device_id = 0;
+  cfg.memory.state.push_back(cfg.memory.aux.front()); // on the host
+  auto r = rt.add_rank(cfg);
+  REQUIRE_FALSE(r);
+  CHECK(describe(r.error()).find("a state buffer on the host beside KV buffers on GPU 0")
+        != std::string::npos);
+  cfg.memory.state.clear();
+  cfg.memory.aux.front().mem.device_id = 1;
+  r = rt.add_rank(cfg);
+  REQUIRE_FALSE(r);
+  CHECK(describe(r.error()).find("an aux buffer on GPU 1 beside KV buffers on GPU 0")
+        != std::string::npos);
 }
 
 TEST_CASE("chunked sends land byte-exact and write nothing outside the room's pages") {
