@@ -31,6 +31,19 @@ import conformance  # noqa: E402
 import harness as H  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _no_process_left():
+    # A scheduler process of a failed test may wait in C code (gloo's
+    # TCPStore for a peer that died at import), where no Python signal
+    # handler runs: multiprocessing's exit handler would SIGTERM and then
+    # join it forever, holding pytest at exit. Each test's leftovers are
+    # killed when it ends.
+    yield
+    for p in mp.active_children():
+        p.kill()
+        p.join(10)
+
+
 def requests(n, first_room=1, tokens=lambda i: 17 + (i * 37) % 150, **extra):
     # Zero-padded: SGLang aborts every rid that starts with the one named.
     return [dict(rid=f"req-{first_room + i:04d}", room=first_room + i, tokens=tokens(i),
