@@ -68,12 +68,12 @@ part_spec part_of(self_ptr self, const prefill_target& t) {
   return part;
 }
 
-/// The batches of one chunk for target `t` (one; two on the last chunk
-/// where aux sits apart from the KV: the KV pages, then the aux writes), or
-/// why they cannot be planned. With the integrity check on, the writes are
-/// kept for the part's digest.
-caf::expected<std::vector<write_batch>> plan_for(self_ptr self, prefill_target& t,
-                                                 const sender_chunk& chunk) {
+/// Appends the batches of one chunk for target `t` to `out` (one; two on
+/// the last chunk where aux sits apart from the KV: the KV pages, then the
+/// aux writes), or says why they cannot be planned. With the integrity
+/// check on, the writes are kept for the part's digest.
+caf::error plan_for(self_ptr self, prefill_target& t, const sender_chunk& chunk,
+                    std::vector<write_batch>& out) {
   auto& st = self->state;
   auto& core = st.core;
   auto n = chunk.kv_indices.size();
@@ -96,7 +96,6 @@ caf::expected<std::vector<write_batch>> plan_for(self_ptr self, prefill_target& 
   auto& mine = core.params().self_entry->layout;
   batch.src_device_id = kv_device_id(mine);
   batch.dst_device_id = kv_device_id(t.peer->layout);
-  std::vector<write_batch> out;
   if (t.aux_apart && batch.aux_ops > 0) {
     // The aux writes are the batch's last (plan_part keeps them there).
     write_batch aux;
@@ -112,10 +111,10 @@ caf::expected<std::vector<write_batch>> plan_for(self_ptr self, prefill_target& 
     if (!batch.ops.empty())
       out.push_back(std::move(batch));
     out.push_back(std::move(aux));
-    return out;
+    return caf::none;
   }
   out.push_back(std::move(batch));
-  return out;
+  return caf::none;
 }
 
 /// Hands the next queued chunk to the worker, one batch per target, when
@@ -134,15 +133,11 @@ void send_next_chunk(self_ptr self) {
   std::vector<size_t> batch_targets; // the target of each batch
   batches.reserve(st.targets.size());
   for (size_t i = 0; i < st.targets.size(); ++i) {
-    auto planned = plan_for(self, st.targets[i], chunk);
-    if (!planned) {
-      core.fail_local(describe(planned.error()));
+    if (auto err = plan_for(self, st.targets[i], chunk, batches)) {
+      core.fail_local(describe(err));
       return;
     }
-    for (auto& b : *planned) {
-      batches.push_back(std::move(b));
-      batch_targets.push_back(i);
-    }
+    batch_targets.resize(batches.size(), i);
   }
   st.planned_pages += chunk.kv_indices.size();
   st.last_in_flight = chunk.is_last;
