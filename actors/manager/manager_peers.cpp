@@ -137,12 +137,14 @@ void on_peer_down(manager_ptr self, const rank_entry& lost, const std::string& r
       where = " at " + e.address;
   auto text = "rank " + to_string(peer) + where + " lost: " + reason;
   distrust(self, lost);
+  // Its open rooms: another group's rooms in flight do not make a rank
+  // that left in order a loss.
   size_t open = 0;
   st.rooms->for_each([&](room_id, const room_directory::entry& e) {
-    open += is_terminal(e.state) ? 0 : 1;
+    open += !is_terminal(e.state) && e.involves(peer) ? 1 : 0;
   });
   // One line per lost peer; each room logs its own failure at debug. A rank
-  // shutting down in order with nothing in flight is no news.
+  // shutting down in order with nothing of ours in flight is no news.
   if (orderly && open == 0)
     logger()->debug("{}: rank {} left", to_string(me(self)), to_string(peer));
   else

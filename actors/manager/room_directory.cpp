@@ -4,6 +4,13 @@
 
 namespace kvroom {
 
+bool room_directory::entry::involves(const rank_ref& peer) const noexcept {
+  if (peer.side == role::prefill && peer.dp_rank == prefill_dp)
+    return true;
+  return std::find(dst_ranks.begin(), dst_ranks.end(), peer.id) != dst_ranks.end();
+}
+
+
 room_directory::entry& room_directory::open(room_id room, caf::actor_id actor,
                                             entry e) {
   if (tombstones_.erase(room) > 0)

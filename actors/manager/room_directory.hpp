@@ -40,6 +40,11 @@ public:
     std::vector<rank_id> dst_ranks;
     /// Decode: prefill ranks that confirmed their fence.
     std::vector<rank_id> fences;
+
+    /// Whether losing `peer` touches this room: a rank it handed or took a
+    /// destination from, or a rank of its prefill group (its decider and
+    /// the group's parts).
+    bool involves(const rank_ref& peer) const noexcept;
   };
 
   struct tombstone {

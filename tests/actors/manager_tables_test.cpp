@@ -45,6 +45,16 @@ TEST_CASE("room directory: rooms by id and by actor, closed rooms leave tombston
   CHECK(dir.tombstone_of(7)->error.failure_reason == "why");
 }
 
+TEST_CASE("room directory: a room involves its peers and its prefill group, no one else") {
+  room_directory::entry e;
+  e.prefill_dp = 1;
+  e.dst_ranks = {65537};
+  CHECK(e.involves(test::make_rank(role::decode, 1, 1, 65537)));     // handed a destination
+  CHECK(e.involves(test::make_rank(role::prefill, 1, 0, 2)));        // its prefill group
+  CHECK_FALSE(e.involves(test::make_rank(role::decode, 0, 0, 65536)));  // another group's
+  CHECK_FALSE(e.involves(test::make_rank(role::prefill, 0, 0, 0)));
+}
+
 TEST_CASE("room directory: tombstones are bounded by count, oldest first out") {
   room_directory dir{3};
   for (room_id r = 1; r <= 10; ++r)
