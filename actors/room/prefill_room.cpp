@@ -129,15 +129,17 @@ void send_next_chunk(self_ptr self) {
   auto chunk = std::move(st.queued.front());
   st.queued.pop_front();
   // Every batch is planned before any moves: nothing goes out partially.
+  // Nothing is in flight here (`st.jobs` is empty): each batch's target
+  // goes straight into `job_targets`, undone if planning fails.
   std::vector<write_batch> batches;
-  std::vector<size_t> batch_targets; // the target of each batch
   batches.reserve(st.targets.size());
   for (size_t i = 0; i < st.targets.size(); ++i) {
     if (auto err = plan_for(self, st.targets[i], chunk, batches)) {
+      st.job_targets.clear();
       core.fail_local(describe(err));
       return;
     }
-    batch_targets.resize(batches.size(), i);
+    st.job_targets.resize(batches.size(), i);
   }
   st.planned_pages += chunk.kv_indices.size();
   st.last_in_flight = chunk.is_last;
@@ -147,10 +149,8 @@ void send_next_chunk(self_ptr self) {
     core.advance(kv_poll::transferring);
   }
   auto& room = core.params().room;
-  for (size_t i = 0; i < batches.size(); ++i) {
+  for (size_t i = 0; i < batches.size(); ++i)
     st.jobs.push_back(st.next_job++);
-    st.job_targets.push_back(batch_targets[i]);
-  }
   // Small batches move right here when the data plane allows.
   std::vector<transfer_result> done_here;
   std::vector<bool> inline_done(batches.size(), false);
@@ -399,13 +399,11 @@ void on_dst(self_ptr self, dst_ready& msg) {
     }
     t->map = std::move(*m);
   }
-  auto kind = [](const memory_layout& x) {
-    return kv_device_id(x) < 0 ? mem_kind::host : mem_kind::device;
-  };
+  auto kind = [](int32_t device) { return device < 0 ? mem_kind::host : mem_kind::device; };
   auto paths = choose_paths(msg.peer->endpoints, core.params().self_entry->endpoints,
                             core.params().transport,
-                            memory_kinds{kind(core.params().self_entry->layout),
-                                         kind(msg.peer->layout)});
+                            memory_kinds{kind(kv_device_id(core.params().self_entry->layout)),
+                                         kind(kv_device_id(msg.peer->layout))});
   if (!paths) {
     core.fail_local("cannot reach decode " + to_string(d) + ": " + describe(paths.error()));
     return;
@@ -414,9 +412,6 @@ void on_dst(self_ptr self, dst_ready& msg) {
   t->alternates.assign(std::make_move_iterator(paths->begin() + 1),
                        std::make_move_iterator(paths->end()));
   // Aux apart from the KV on either side: its own paths, for its kinds.
-  auto aux_kind = [](const memory_layout& x) {
-    return aux_device_id(x) < 0 ? mem_kind::host : mem_kind::device;
-  };
   auto& mine = core.params().self_entry->layout;
   t->aux_apart = !mine.aux.empty()
                  && (aux_device_id(mine) != kv_device_id(mine)
@@ -424,7 +419,8 @@ void on_dst(self_ptr self, dst_ready& msg) {
   if (t->aux_apart) {
     auto aux_paths = choose_paths(msg.peer->endpoints, core.params().self_entry->endpoints,
                                   core.params().transport,
-                                  memory_kinds{aux_kind(mine), aux_kind(msg.peer->layout)});
+                                  memory_kinds{kind(aux_device_id(mine)),
+                                               kind(aux_device_id(msg.peer->layout))});
     if (!aux_paths) {
       core.fail_local("cannot reach decode " + to_string(d) + " for aux (on "
                       + (aux_device_id(mine) < 0 ? "the host" : "a GPU")

@@ -280,38 +280,35 @@ def test_mla_pools_move_the_latent_from_one_rank_per_decode_rank(prefill_tp, dec
     check_outcomes(reqs, reports, tp=prefill_tp)
 
 
-def test_hybrid_mamba_state_moves_byte_exact_beside_the_kv():
-    # A hybrid model (full attention on layers 0 and 2, Mamba2 on 1 and 3):
-    # SGLang's HybridReqToTokenPool gives each request a state slot,
-    # setup_state_kv_args registers the conv and SSM buffers (state_type
-    # mamba), send_kv_chunk sends the slot with the last chunk, and the
-    # decode's HybridMambaDecodeReqToTokenPool slot receives it. Each
-    # request's state is seeded apart from every other's; one is aborted on
-    # decode in flight, and every state slot is free at the end.
-    reqs = requests(12)
-    reqs[5]["abort"] = ("decode", "transferring")
-    reports = run_pair(reqs, prefill=dict(mamba=True, chunk_tokens=48), decode=dict(mamba=True))
-    check_outcomes(reqs, reports, aborted={reqs[5]["rid"]})
-    for rep in reports:
-        for rid, digest in rep["digest"].items():
-            assert "state" in digest, f"{rid}: no state digest"
+# Hybrid and sliding-window models: the request's state moves with the last
+# chunk, as SGLang's state_type says, beside the full-attention KV.
+# - mamba: full attention on layers 0 and 2, Mamba2 on 1 and 3. SGLang's
+#   HybridReqToTokenPool gives each request a state slot, setup_state_kv_args
+#   registers the conv and SSM buffers, and the decode's
+#   HybridMambaDecodeReqToTokenPool slot receives it; each request's state is
+#   seeded apart from every other's, and every state slot is free at the end.
+# - swa: a 40-token window on layers 1 and 3. SGLang's SWAKVPool,
+#   SWATokenToKVPoolAllocator and SWAChunkCache; the prefill sends the
+#   window's pages of the SWA pool, the decode names its own (allocated for
+#   the window's tail only, alloc_extend_swa_tail); every window page is
+#   compared by head.
+# One request is aborted on decode in flight; nothing leaks.
+STATE_MODELS = {
+    "mamba": (5, lambda key: key == "state"),
+    "swa": (4, lambda key: isinstance(key, tuple) and key[0] == "window"),
+}
 
 
-def test_sliding_window_pages_move_beside_the_full_attention_kv():
-    # A sliding-window model (full attention on layers 0 and 2, a 40-token
-    # window on 1 and 3): SGLang's SWAKVPool and SWATokenToKVPoolAllocator,
-    # SWAChunkCache; state_type swa: the prefill sends the window's pages of
-    # the SWA pool with the last chunk, the decode names its own (allocated
-    # for the window's tail only, alloc_extend_swa_tail). Full KV and every
-    # window page byte-exact by head; an abort in flight; no page leaked.
+@pytest.mark.parametrize("model", sorted(STATE_MODELS))
+def test_hybrid_state_moves_byte_exact_beside_the_kv(model):
+    aborted, is_state = STATE_MODELS[model]
     reqs = requests(12)
-    reqs[4]["abort"] = ("decode", "transferring")
-    reports = run_pair(reqs, prefill=dict(swa=True, chunk_tokens=48), decode=dict(swa=True))
-    check_outcomes(reqs, reports, aborted={reqs[4]["rid"]})
+    reqs[aborted]["abort"] = ("decode", "transferring")
+    reports = run_pair(reqs, prefill={model: True, "chunk_tokens": 48}, decode={model: True})
+    check_outcomes(reqs, reports, aborted={reqs[aborted]["rid"]})
     for rep in reports:
         for rid, digest in rep["digest"].items():
-            assert any(isinstance(k, tuple) and k[0] == "window" for k in digest), \
-                f"{rid}: no window digest"
+            assert any(is_state(k) for k in digest), f"{rid}: no {model} state digest"
 
 
 @pytest.mark.parametrize("tp", [1, 2])
