@@ -181,7 +181,7 @@ std::string run_one(const scale_config& cfg, const std::string& exe, const std::
                  "--lease-ttl-ms=" + std::to_string(cfg.lease_ttl_ms)};
   } else {
     registry = harness::spawn(exe, {"registry", secret, "--bootstrap-port=" + std::to_string(port),
-                                    "--log-level=error"},
+                                    "--log-level=" + cfg.log_level},
                               dir + "/registry.log");
     if (!harness::wait_until(
           [&] { return harness::slurp(dir + "/registry.log").find("\"ready\"") != std::string::npos; },
@@ -205,7 +205,7 @@ std::string run_one(const scale_config& cfg, const std::string& exe, const std::
                                    "--rooms=" + std::to_string(cfg.rooms),
                                    "--first-room=" + std::to_string(dp * 1'000'000 + 1),
                                    "--timeout-ms=2000", "--hold-ms=600000", "--metrics-port=0",
-                                   "--wait-file=" + dir + "/go", "--log-level=error"};
+                                   "--wait-file=" + dir + "/go", "--log-level=" + cfg.log_level};
         a.insert(a.end(), directory.begin(), directory.end());
         p.pid = harness::spawn(exe, a, dir + "/" + p.name + ".log");
         procs.push_back(p);
