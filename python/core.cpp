@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -100,6 +101,31 @@ memory_layout layout_of(const std::vector<buffer_spec>& kv, const std::vector<bu
     out.aux.push_back(paged_buffer{mem_desc{addr, size, device_id}, item});
   for (auto& [addr, size, page] : state)
     out.state.push_back(paged_buffer{mem_desc{addr, size, device_id}, page});
+  return out;
+}
+
+/// A room's deadlines from a dict of `bootstrap_ms`, `waiting_ms`,
+/// `transferring_ms` (each optional, positive; kvroom's defaults otherwise).
+room_timeouts timeouts_from(const py::object& x) {
+  if (!py::isinstance<py::dict>(x))
+    throw py::type_error("timeouts must be a dict or None");
+  room_timeouts out;
+  for (auto& kv : py::reinterpret_borrow<py::dict>(x)) {
+    auto key = py::cast<std::string>(kv.first);
+    auto ms = py::cast<int64_t>(kv.second);
+    if (ms <= 0 || ms > std::numeric_limits<uint32_t>::max())
+      throw py::value_error("timeouts['" + key + "'] must be a positive number of ms, got "
+                            + std::to_string(ms));
+    if (key == "bootstrap_ms")
+      out.bootstrap_ms = static_cast<uint32_t>(ms);
+    else if (key == "waiting_ms")
+      out.waiting_ms = static_cast<uint32_t>(ms);
+    else if (key == "transferring_ms")
+      out.transferring_ms = static_cast<uint32_t>(ms);
+    else
+      throw py::value_error("unknown timeout '" + key
+                            + "' (bootstrap_ms, waiting_ms, transferring_ms)");
+  }
   return out;
 }
 
@@ -254,7 +280,7 @@ PYBIND11_MODULE(_core, m) {
             const std::vector<buffer_spec>& aux, int32_t device_id, const std::string& transport,
             bool network, const std::string& host, const std::vector<uint64_t>& fail_rooms,
             const std::vector<buffer_spec>& state, const py::object& layout,
-            const std::string& integrity, int32_t dp_size) {
+            const std::string& integrity, int32_t dp_size, const py::object& timeouts) {
            rank_config cfg;
            if (side == "prefill")
              cfg.side = role::prefill;
@@ -273,6 +299,8 @@ PYBIND11_MODULE(_core, m) {
            cfg.network = network;
            if (!from_string(integrity, cfg.integrity))
              throw py::value_error("integrity must be 'off' or 'xxh3', got '" + integrity + "'");
+           if (!timeouts.is_none())
+             cfg.timeouts = timeouts_from(timeouts);
            cfg.tcp_host = host;
            // Several data paths: "10.0.0.1,10.0.1.1"; control on the first.
            auto hosts = split_hosts(host);
@@ -298,7 +326,7 @@ PYBIND11_MODULE(_core, m) {
          py::arg("transport") = "local", py::arg("network") = false,
          py::arg("host") = "127.0.0.1", py::arg("fail_rooms") = std::vector<uint64_t>{},
          py::arg("state") = std::vector<buffer_spec>{}, py::arg("layout") = py::none(),
-         py::arg("integrity") = "off", py::arg("dp_size") = 0,
+         py::arg("integrity") = "off", py::arg("dp_size") = 0, py::arg("timeouts") = py::none(),
          py::keep_alive<0, 1>());
 
   py::class_<py_rank>(m, "Rank")

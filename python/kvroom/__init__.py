@@ -233,7 +233,8 @@ class Runtime:
 
     def add_rank(self, side, tp_rank=0, tp_size=1, dp_rank=0, id=-1, kv=(), aux=(),
                  device_id=-1, transport="local", network=False, host="127.0.0.1",
-                 keep=(), fail_rooms=(), state=(), layout=None, integrity="off", dp_size=0):
+                 keep=(), fail_rooms=(), state=(), layout=None, integrity="off", dp_size=0,
+                 timeouts=None):
         """Starts a rank. ``kv``/``aux``/``state``: (address, size, page
         bytes) per buffer (``buffer_of(array, page_bytes)``, or SGLang's
         ``data_ptr()``s; ``state``: a hybrid model's state buffers, whose
@@ -251,8 +252,11 @@ class Runtime:
         same): decode checks each part against prefill's digest; ``dp_size``:
         the DP groups of this side (0: not said), which its peers' view of the
         side's shape (``Rank.shape_of_side``) rests on before every group has
-        registered."""
+        registered; ``timeouts``: the deadlines of this rank's rooms, a dict
+        of ``bootstrap_ms`` (until the peer side shows up: a prefill's hold
+        on its pages for a decode that never comes), ``waiting_ms``,
+        ``transferring_ms`` (kvroom's defaults for those left out)."""
         impl = self._impl.add_rank(side, tp_rank, tp_size, dp_rank, id, list(kv), list(aux),
                                    device_id, transport, network, host, list(fail_rooms),
-                                   list(state), layout, integrity, dp_size)
+                                   list(state), layout, integrity, dp_size, timeouts)
         return Rank(impl, tuple(keep))

@@ -44,15 +44,13 @@ GPU.
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import enum
 import logging
 import os
-import weakref
 from typing import Dict, List, Optional
 
-from .. import Error, KVPoll, KVTransferError, Runtime
+from .. import Error, KVPoll, KVTransferError, Runtime, _process
 
 logger = logging.getLogger("kvroom.sglang")
 
@@ -164,29 +162,8 @@ class PrefillServerInfo:
 
 # -- the process's runtime ----------------------------------------------------
 
-_process = {"runtime": None, "registry": None, "secret": None, "managers": weakref.WeakSet()}
-
-
-def _close_at_exit():
-    """Every rank of this process closes before Python tears itself down
-    (a normal return, ``sys.exit``, or a SIGTERM handler that exits): each
-    joins the threads and actors it started while the interpreter is whole,
-    instead of leaving them to the order of interpreter and C++ teardown."""
-    for mgr in list(_process["managers"]):
-        try:
-            mgr.close()
-        except Exception:  # an exit path never raises for kvroom
-            logger.debug("kvroom: closing a rank at exit failed", exc_info=True)
-
-
 def _runtime(secret_file):
-    if _process["runtime"] is None:
-        _process["runtime"] = Runtime(network=True, secret_file=secret_file or "")
-        _process["secret"] = secret_file
-        atexit.register(_close_at_exit)
-    elif (secret_file or None) != (_process["secret"] or None):
-        raise ValueError("kvroom: this process's runtime uses another secret file")
-    return _process["runtime"]
+    return _process.runtime(secret_file)
 
 
 def _secret(server_args):
@@ -208,47 +185,14 @@ def _integrity(server_args):
     return os.environ.get("KVROOM_INTEGRITY", "off") or "off"
 
 
-def _directory():
-    """``KVROOM_DIRECTORY=etcd://host:port[,...]``: the deployment's
-    directory on etcd instead of a bootstrap registry (deployments of
-    hundreds of ranks); ``KVROOM_DIRECTORY_PREFIX`` names the deployment,
-    ``KVROOM_LEASE_TTL_MS`` the lease."""
-    return os.environ.get("KVROOM_DIRECTORY") or None
-
-
-def _join_registry(rt, host, port, timeout_ms=30000):
-    """This process's ranks register with the registry at host:port: the one
-    it publishes itself (KVBootstrapServer), or one it connects to once; or,
-    with KVROOM_DIRECTORY, with the directory on etcd."""
-    if _directory():
-        if _process["registry"] is None:
-            rt.use_directory(_directory(),
-                             prefix=os.environ.get("KVROOM_DIRECTORY_PREFIX", "/kvroom/default"),
-                             lease_ttl_ms=int(os.environ.get("KVROOM_LEASE_TTL_MS", "5000")),
-                             timeout_ms=max(timeout_ms, 10000))
-            _process["registry"] = ("etcd", _directory())
-        return
-    where = (host, int(port))
-    if _process["registry"] is None:
-        rt.connect_registry(host, int(port), timeout_ms)
-        _process["registry"] = where
-    elif _process["registry"][1] != where[1]:
-        raise ValueError(f"kvroom: this process joined the registry at {_process['registry']}, "
-                         f"not {where}")
-
-
 class KVBootstrapServer:
     """The bootstrap registry, published by this process's runtime."""
 
     def __init__(self, host: str, port: int):
         rt = _runtime(os.environ.get("KVROOM_SECRET_FILE"))
         self.host = host
-        if _directory():
-            # The directory is etcd: nothing to serve here.
-            self.port = int(port)
-            return
-        self.port = rt.publish_registry(port, host)
-        _process["registry"] = (host, self.port)
+        # With etcd as the directory: nothing to serve here.
+        self.port = _process.publish_registry(rt, host, port)
 
     def close(self):
         pass
@@ -282,7 +226,7 @@ class KVManager:
         self._side = side
         self._rank = None
         self._rt = _runtime(_secret(server_args))
-        _process["managers"].add(self)
+        _process.close_at_exit(self)
         if self._side == "prefill":
             self.register_to_bootstrap()
 
@@ -332,7 +276,7 @@ class KVManager:
     def _ensure_rank(self, host, port, timeout_ms=30000):
         if self._rank is not None:
             return self._rank
-        _join_registry(self._rt, host, port, timeout_ms)
+        _process.join_registry(self._rt, host, port, timeout_ms)
         a = self.kv_args
         n = len(a.kv_data_ptrs)
         if n == 0 or len(a.kv_data_lens) != n or len(a.kv_item_lens) != n:

@@ -1,0 +1,165 @@
+"""The scheduler role of kvroom's vLLM connector, as a plain class: what to
+load, send and give up per request, from vLLM's calls. No vLLM import: the
+request and block objects are read duck-typed, so this is tested alone.
+
+A request moves through kvroom as one bootstrap room:
+- prefill (``do_remote_decode``): when vLLM finishes it, its computed blocks
+  are held (``request_finished`` returns True) and the workers are told to
+  send them into room R; the returned ``kv_transfer_params`` name R and the
+  prefill's DP rank. The blocks are freed once the room concludes (decode
+  confirmed every byte, or failed, or never came within the prefill's hold:
+  kvroom's bootstrap deadline);
+- decode (``do_remote_prefill`` with R): the prompt tokens beyond the local
+  prefix-cache hit load asynchronously into the blocks vLLM allocated; the
+  workers open R's receiving side with them.
+A decode request that ends before its load started still opens R, only to
+abort it: the prefill lets go of its blocks at once instead of at its hold.
+"""
+
+import dataclasses
+import secrets
+from typing import Any, Dict, List, Optional, Tuple
+
+#: vLLM's statuses of a request that finished by generating (RequestStatus
+#: names): only those hand their blocks to a decode.
+_DONE_GENERATING = ("FINISHED_LENGTH_CAPPED", "FINISHED_STOPPED")
+
+#: kv_transfer_params keys.
+ROOM = "kvroom_room"
+PREFILL_DP_RANK = "kvroom_prefill_dp_rank"
+
+
+@dataclasses.dataclass
+class SendSpec:
+    """Prefill: send these blocks (the request's first tokens, from token 0)
+    into ``room``."""
+    req_id: str
+    room: int
+    block_ids: List[int]
+
+
+@dataclasses.dataclass
+class RecvSpec:
+    """Decode: receive ``room`` into ``block_ids``, the blocks after the
+    ``prefix_tokens`` this rank holds already (its prefix-cache hit)."""
+    req_id: str
+    room: int
+    block_ids: List[int]
+    prefix_tokens: int
+    prefill_dp_rank: int
+
+
+@dataclasses.dataclass
+class CancelSpec:
+    """Decode: the request ended before its load started; abort ``room`` so
+    its prefill frees the blocks it holds for it."""
+    room: int
+    prefill_dp_rank: int
+
+
+@dataclasses.dataclass
+class KvroomMetadata:
+    """Scheduler -> workers, one per step (picklable: vLLM ships it to every
+    worker process)."""
+    sends: List[SendSpec] = dataclasses.field(default_factory=list)
+    recvs: List[RecvSpec] = dataclasses.field(default_factory=list)
+    cancels: List[CancelSpec] = dataclasses.field(default_factory=list)
+
+
+def _status_name(request) -> str:
+    s = getattr(request, "status", None)
+    return getattr(s, "name", str(s))
+
+
+def room_of(params) -> Optional[int]:
+    """The room named by kv_transfer_params, or None. A room is a
+    non-negative 63-bit integer (a string of one is taken too: JSON proxies
+    may carry it as one)."""
+    if not params or params.get(ROOM) is None:
+        return None
+    try:
+        room = int(params[ROOM])
+    except (TypeError, ValueError):
+        return None
+    return room if 0 <= room < (1 << 63) else None
+
+
+class KvroomScheduler:
+    """vLLM's scheduler-side connector calls, decided."""
+
+    def __init__(self, block_size: int, dp_rank: int = 0):
+        if block_size <= 0:
+            raise ValueError(f"kvroom: a block size must be positive, got {block_size}")
+        self.block_size = block_size
+        self.dp_rank = dp_rank
+        self._next = KvroomMetadata()
+
+    # -- decode ------------------------------------------------------------
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens: int) -> Tuple[int, bool]:
+        """The prompt tokens beyond the local hit come from the room,
+        asynchronously. Side-effect free: vLLM may ask again."""
+        params = getattr(request, "kv_transfer_params", None)
+        if params and params.get("do_remote_prefill") and room_of(params) is not None:
+            count = len(request.prompt_token_ids or ()) - num_computed_tokens
+            if count > 0:
+                return count, True
+        return 0, False
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
+        """First call for a loading request: its load is planned; a second
+        call (vLLM's, after the load) finds the request marked and does
+        nothing."""
+        params = getattr(request, "kv_transfer_params", None)
+        if not params or not params.get("do_remote_prefill"):
+            return
+        room = room_of(params)
+        # One load per request, whatever happens next.
+        params["do_remote_prefill"] = False
+        if room is None:
+            return
+        dp = int(params.get(PREFILL_DP_RANK, 0) or 0)
+        if num_external_tokens <= 0:
+            # All of it hit locally: the prefill's blocks are not needed.
+            self._next.cancels.append(CancelSpec(room, dp))
+            return
+        prefix = len(request.prompt_token_ids or ()) - num_external_tokens
+        self._next.recvs.append(RecvSpec(request.request_id, room,
+                                         [int(b) for b in blocks.get_unhashed_block_ids()],
+                                         prefix, dp))
+
+    # -- both --------------------------------------------------------------
+
+    def request_finished(self, request, block_ids: List[int]) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        params = getattr(request, "kv_transfer_params", None)
+        if not params:
+            return False, None
+        if params.get("do_remote_prefill"):
+            # Decode: ended (aborted) before its load was planned.
+            params["do_remote_prefill"] = False
+            room = room_of(params)
+            if room is not None:
+                self._next.cancels.append(
+                    CancelSpec(room, int(params.get(PREFILL_DP_RANK, 0) or 0)))
+            return False, None
+        if not params.get("do_remote_decode"):
+            return False, None
+        # Prefill.
+        if _status_name(request) not in _DONE_GENERATING:
+            return False, None  # aborted or errored: no decode will ask
+        tokens = int(getattr(request, "num_computed_tokens", 0) or 0)
+        n = -(-tokens // self.block_size)
+        blocks = [int(b) for b in list(block_ids)[:n]]
+        if not blocks:
+            return False, None
+        room = room_of(params)
+        if room is None:
+            room = secrets.randbits(63)
+        self._next.sends.append(SendSpec(request.request_id, room, blocks))
+        return True, {"do_remote_prefill": True, "do_remote_decode": False, ROOM: room,
+                      PREFILL_DP_RANK: self.dp_rank, "remote_num_tokens": tokens}
+
+    def build_connector_meta(self) -> KvroomMetadata:
+        """What the workers do this step; the next step starts empty."""
+        out, self._next = self._next, KvroomMetadata()
+        return out

@@ -1,0 +1,276 @@
+"""The worker role of kvroom's vLLM connector: this worker's kvroom ranks
+and every room handle, owned by one thread (the room keeper), which vLLM's
+engine thread talks to only through queues.
+
+Why a thread of its own: a prefill's rooms must make progress while its
+engine sleeps. vLLM's engine steps only while it has unfinished requests,
+and a prefill whose requests all finished holds their blocks for decodes
+that come later; its sends are started by the keeper the moment a decode's
+destination arrives, not at the prefill's next step. The engine thread
+learns what concluded at its next ``get_finished``.
+
+What vLLM is told, and when:
+- a send concludes (decode confirmed every byte, or the room failed, or
+  nobody came within the hold): the request is finished sending, so its
+  blocks are freed. Not before vLLM named it finished (its contract);
+- a receive succeeds: finished receiving;
+- a receive fails: finished receiving, and every block of it is a load
+  error in the same pass (kvroom's fence: once the room is Failed, no byte
+  of it lands, so vLLM's ``recompute`` can rewrite those blocks);
+- a decode request aborted while it loads: its room is aborted, and it is
+  finished receiving once the room concluded, so vLLM frees blocks no
+  byte can land in any more.
+"""
+
+import collections
+import logging
+import queue
+import threading
+import time
+from typing import Dict, List, Optional, Set, Tuple
+
+from .. import Error, KVPoll
+from .scheduler_side import CancelSpec, KvroomMetadata, RecvSpec, SendSpec
+
+logger = logging.getLogger("kvroom.vllm")
+
+#: Seconds between two polls of open rooms (each poll is nanoseconds in
+#: C++; the pause keeps the keeper from competing with the engine thread).
+POLL_PERIOD_S = 0.0005
+#: Seconds the keeper waits for work when no room is open.
+IDLE_WAIT_S = 0.05
+
+
+class _Send:
+    __slots__ = ("spec", "handle", "started")
+
+    def __init__(self, spec: SendSpec, handle):
+        self.spec, self.handle, self.started = spec, handle, False
+
+
+class _Recv:
+    __slots__ = ("spec", "handle", "aborted")
+
+    def __init__(self, spec: RecvSpec, handle):
+        self.spec, self.handle, self.aborted = spec, handle, False
+
+
+class RoomKeeper:
+    """Owns this worker's ranks (made by ``make_ranks`` on its thread) and
+    rooms. ``submit``/``finish``/``collect`` are the engine thread's side."""
+
+    def __init__(self, make_ranks, block_size: int):
+        self.block_size = block_size
+        self._make_ranks = make_ranks
+        self._commands: "queue.Queue" = queue.Queue()
+        self._events = collections.deque()  # (kind, req_id, payload), appended by the keeper
+        self._started = threading.Event()
+        self._start_error: Optional[BaseException] = None
+        self._stop = False
+        self.ranks: Dict[str, object] = {}
+        self.counters = collections.Counter()
+        self._thread = threading.Thread(target=self._run, name="kvroom-vllm-rooms", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self._start_error is not None:
+            raise self._start_error
+
+    # -- engine thread -----------------------------------------------------
+
+    def submit(self, meta: KvroomMetadata) -> None:
+        if meta.sends or meta.recvs or meta.cancels:
+            self._commands.put(("meta", meta))
+
+    def finish(self, req_ids: Set[str]) -> None:
+        """vLLM's finished requests of this step: a receive still open for
+        one of them was aborted by decode's scheduler."""
+        if req_ids:
+            self._commands.put(("finished", set(req_ids)))
+
+    def collect(self) -> List[Tuple[str, str, object]]:
+        out = []
+        while self._events:
+            out.append(self._events.popleft())
+        return out
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._stop = True
+            self._commands.put(("stop", None))
+            self._thread.join()
+
+    # -- the keeper's thread ------------------------------------------------
+
+    def _run(self):
+        try:
+            self.ranks = self._make_ranks()
+        except BaseException as e:  # raised to vLLM at start-up, by __init__
+            self._start_error = e
+            self._started.set()
+            return
+        self._started.set()
+        sends: Dict[str, _Send] = {}
+        recvs: Dict[str, _Recv] = {}
+        try:
+            while not self._stop:
+                wait = POLL_PERIOD_S if (sends or recvs) else IDLE_WAIT_S
+                try:
+                    cmd = self._commands.get(timeout=wait)
+                except queue.Empty:
+                    cmd = None
+                while cmd is not None:
+                    self._command(cmd, sends, recvs)
+                    try:
+                        cmd = self._commands.get_nowait()
+                    except queue.Empty:
+                        cmd = None
+                self._poll(sends, recvs)
+        finally:
+            for r in self.ranks.values():
+                try:
+                    r.close()
+                except Exception:  # closing never raises into vLLM
+                    logger.debug("kvroom: closing a rank failed", exc_info=True)
+            self.ranks = {}
+
+    def _command(self, cmd, sends, recvs):
+        kind, arg = cmd
+        if kind == "stop":
+            self._stop = True
+        elif kind == "finished":
+            for req_id in arg & recvs.keys():
+                r = recvs[req_id]
+                if not r.aborted:
+                    r.aborted = True
+                    r.handle.abort("the request was aborted while its KV loaded")
+        elif kind == "meta":
+            for s in arg.sends:
+                self._open_send(s, sends)
+            for r in arg.recvs:
+                self._open_recv(r, recvs)
+            for c in arg.cancels:
+                self._cancel(c)
+
+    def _open_send(self, spec: SendSpec, sends):
+        rank = self.ranks.get("prefill")
+        if rank is None:
+            logger.error("kvroom: request %s asks to send, but this worker is no producer",
+                         spec.req_id)
+            self._events.append(("sent", spec.req_id, None))
+            return
+        try:
+            sends[spec.req_id] = _Send(spec, rank.make_sender(spec.room))
+        except Error as e:  # a room id in use: the request's blocks go back now
+            logger.warning("kvroom: request %s: cannot open room %d: %s", spec.req_id,
+                           spec.room, e)
+            self._events.append(("sent", spec.req_id, None))
+
+    def _open_recv(self, spec: RecvSpec, recvs):
+        rank = self.ranks.get("decode")
+        failure = None
+        handle = None
+        if rank is None:
+            failure = "this worker is no consumer"
+        else:
+            try:
+                handle = rank.make_receiver(spec.room, spec.prefill_dp_rank)
+                handle.init(spec.block_ids, 0, None, spec.prefix_tokens)
+            except Error as e:
+                failure = str(e)
+        if failure is not None:
+            logger.warning("kvroom: request %s: cannot receive room %d: %s", spec.req_id,
+                           spec.room, failure)
+            self.counters["recv_failed"] += 1
+            self._events.append(("recv_failed", spec.req_id, list(spec.block_ids)))
+            return
+        recvs[spec.req_id] = _Recv(spec, handle)
+
+    def _cancel(self, spec: CancelSpec):
+        rank = self.ranks.get("decode")
+        if rank is None:
+            return
+        try:
+            h = rank.make_receiver(spec.room, spec.prefill_dp_rank)
+            h.abort("decode needs no KV of this room")
+            h.clear()
+        except Error as e:
+            logger.debug("kvroom: cancelling room %d: %s", spec.room, e)
+
+    def _poll(self, sends, recvs):
+        done = []
+        for req_id, s in sends.items():
+            state = s.handle.poll()
+            if state == KVPoll.WaitingForInput and not s.started:
+                s.started = True
+                # Decode holds the first tokens already (its prefix cache):
+                # only the blocks after them move.
+                skip = s.handle.decode_prefix_len() // self.block_size
+                pages = s.spec.block_ids[skip:]
+                s.handle.init(len(pages))
+                s.handle.send(pages, True)
+                state = s.handle.poll()
+            if state in (KVPoll.Success, KVPoll.Failed):
+                self.counters["sent" if state == KVPoll.Success else "send_failed"] += 1
+                s.handle.clear()
+                done.append(req_id)
+                self._events.append(("sent", req_id, state == KVPoll.Success))
+        for req_id in done:
+            del sends[req_id]
+        done = []
+        for req_id, r in recvs.items():
+            state = r.handle.poll()
+            if state == KVPoll.Success:
+                self.counters["received"] += 1
+                self._events.append(("recv_ok", req_id, None))
+            elif state == KVPoll.Failed:
+                f = r.handle.failure()
+                if not r.aborted:
+                    self.counters["recv_failed"] += 1
+                    logger.debug("kvroom: request %s: %s", req_id, f)
+                self._events.append(("recv_failed", req_id, list(r.spec.block_ids)))
+            else:
+                continue
+            r.handle.clear()
+            done.append(req_id)
+        for req_id in done:
+            del recvs[req_id]
+
+
+class FinishedTracker:
+    """vLLM's rules for what ``get_finished`` may return: a finished send
+    only once vLLM named the request finished (this call or an earlier
+    one); every failed block no later than the pass that returns its
+    request. Holds only what is in flight."""
+
+    def __init__(self):
+        self._open: Set[str] = set()        # sends submitted, not concluded
+        self._concluded: Set[str] = set()   # sends concluded, not yet named
+        self._named: Set[str] = set()       # named finished, send still open
+        self.load_errors: Set[int] = set()
+
+    def submit(self, meta: KvroomMetadata) -> None:
+        self._open.update(s.req_id for s in meta.sends)
+
+    def step(self, finished_req_ids, events) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
+        sending: Set[str] = set()
+        recving: Set[str] = set()
+        for kind, req_id, payload in events:
+            if kind == "sent":
+                self._open.discard(req_id)
+                self._concluded.add(req_id)
+            elif kind == "recv_ok":
+                recving.add(req_id)
+            elif kind == "recv_failed":
+                recving.add(req_id)
+                self.load_errors.update(payload or ())
+        # Names of requests without a send (decode's, plain ones) are not
+        # kept: memory follows what is in flight.
+        self._named |= set(finished_req_ids or ()) & (self._open | self._concluded)
+        sending = self._concluded & self._named
+        self._concluded -= sending
+        self._named -= sending
+        return (sending or None), (recving or None)
+
+    def take_load_errors(self) -> Set[int]:
+        out, self.load_errors = self.load_errors, set()
+        return out
