@@ -33,6 +33,12 @@ def _msgspec():
 
     class Struct:
         def __init_subclass__(cls, frozen=False, kw_only=False, **kwargs):
+            # msgspec copies an empty list, dict or set default per object.
+            for name in getattr(cls, "__annotations__", {}):
+                value = cls.__dict__.get(name)
+                if isinstance(value, (list, dict, set)):
+                    setattr(cls, name, dataclasses.field(
+                        default_factory=lambda v=value: type(v)(v)))
             dataclasses.dataclass(frozen=frozen, kw_only=kw_only)(cls)
             # msgspec's names for the fields (SGLang's load snapshots read it).
             cls.__struct_fields__ = tuple(f.name for f in dataclasses.fields(cls))
@@ -176,6 +182,25 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
+class _PyOp:
+    """One such op: calls the Python function. `.default` is the op itself
+    and `.<overload>` the function registered as "<op>.<overload>", as
+    torch 2.x's OpOverloadPacket has them."""
+
+    def __init__(self, fns, name):
+        self._fns, self._name = fns, name
+        self.default = self
+
+    def __call__(self, *args, **kwargs):
+        fn = self._fns.get(self._name)
+        return fn(*args, **kwargs) if fn is not None else None
+
+    def __getattr__(self, overload):
+        if overload.startswith("_"):
+            raise AttributeError(overload)
+        return _PyOp(self._fns, self._name + "." + overload)
+
+
 class _PyOps:
     """torch.ops.<ns> for ops registered on a FRAGMENT library here: the
     Python function itself (no dispatcher in torch 1.13 for them)."""
@@ -187,10 +212,7 @@ class _PyOps:
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        fns = self.__dict__["_fns"]
-        if name in fns:
-            return fns[name]
-        return lambda *a, **k: None
+        return _PyOp(self.__dict__["_fns"], name)
 
 
 def _torch_compat():
