@@ -117,6 +117,7 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
     return;
   }
   // Listed, never linked: nothing to wait for any more.
+  auto listed = st.peers->listed(msg.rank.id);
   st.peers->unlist(msg.rank.id);
   st.joining.erase(msg.rank.id);
   // In this process: handled once, whichever of this and our own monitor's
@@ -124,6 +125,20 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
   if (auto peer = st.peers->take_peer(msg.rank.id)) {
     self->demonitor(peer->manager);
     on_peer_down(self, *peer, msg.reason + " (seen by the bootstrap registry)", msg.orderly);
+    return;
+  }
+  // The registry's word is all we have of a rank we never linked to: it is
+  // remembered as lost, and the rooms that wait on it fail now instead of
+  // at their deadlines (measured: a vLLM consumer's loads from a producer
+  // SIGKILLed before it answered any link waited out their timeout).
+  if (listed && (msg.incarnation == 0 || listed->incarnation == msg.incarnation)) {
+    logger()->debug("{}: rank {} left the directory: {}", to_string(me(self)),
+                    to_string(msg.rank), msg.reason);
+    peer_lost why{msg.rank, "rank " + to_string(msg.rank) + " lost: " + msg.reason
+                              + " (seen by the bootstrap registry)"};
+    st.peers->lose(why, room_timing::now());
+    count_peers(self);
+    rooms_lost(self, why);
   }
 }
 

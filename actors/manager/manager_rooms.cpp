@@ -220,6 +220,16 @@ void refuse_dst(manager_ptr self, const dst_info& info, kv_transfer_error err) {
   send_fenced(self, room, info.decode_rank.id);
 }
 
+/// A room decided Failed here before it opened: the destinations parked for
+/// it are never written (should the room open, it finds the decision and
+/// concludes at once), so their decode ranks hear so now, fence included,
+/// instead of when the parking expires (a decode that aborted a request
+/// waiting for its prefill held its pages for the prefill's whole hold).
+void refuse_parked_dsts(manager_ptr self, room_id room, const kv_transfer_error& err) {
+  for (auto& info : self->state.parked->take_dsts(room, [](const dst_info&) { return true; }))
+    refuse_dst(self, info, err);
+}
+
 } // namespace
 
 // -- opening and concluding --------------------------------------------------------
@@ -366,6 +376,8 @@ void on_failed(manager_ptr self, room_failed& msg) {
   }
   // Kept whole, for the room should it open here.
   bool proposal = !msg.propagated;
+  if (!proposal)
+    refuse_parked_dsts(self, room, msg.error);
   if (!st.parked->park_failure(std::move(msg), now_ms())) {
     logger()->debug("{}: early failure for room {} dropped (parking full)",
                     to_string(me(self)), room);
@@ -490,6 +502,7 @@ void decide_unopened(manager_ptr self) {
     decision.from = me(self).id;
     decision.error = room_protocol::decide_unopened(std::move(decision.error));
     fan_out(self, decision.error, {});
+    refuse_parked_dsts(self, decision.room, decision.error);
     st.parked->set_failure(std::move(decision), now);
   }
   if (st.parked->has_proposals())

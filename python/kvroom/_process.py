@@ -33,9 +33,12 @@ def close_at_exit(x):
 
 
 def runtime(secret_file):
-    """The process's runtime; every caller names the same secret file."""
+    """The process's runtime; every caller names the same secret file.
+    ``KVROOM_LOG_LEVEL`` (trace, debug, info, warn, error; default warn)
+    sets its log level."""
     if _state["runtime"] is None:
-        _state["runtime"] = Runtime(network=True, secret_file=secret_file or "")
+        _state["runtime"] = Runtime(network=True, secret_file=secret_file or "",
+                                    log_level=os.environ.get("KVROOM_LOG_LEVEL", "warn"))
         _state["secret"] = secret_file
         atexit.register(_close_at_exit)
     elif (secret_file or None) != (_state["secret"] or None):

@@ -15,7 +15,6 @@ import functools
 import inspect
 import sys
 import types
-from typing import Any
 
 _MISSING = dataclasses.MISSING
 

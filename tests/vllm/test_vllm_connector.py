@@ -155,3 +155,136 @@ def test_push_24_requests_byte_exact(registry):
     finally:
         d.close()
         p.close()
+
+
+def test_prefix_hit_on_decode_moves_only_the_missing_blocks(registry):
+    """Decode holds a prompt's first blocks in its prefix cache (an earlier
+    request's): the prefill sends only the blocks after them, and the
+    request attends to both, byte-exact."""
+    p = Proc("kv_producer", registry)
+    d = Proc("kv_consumer", registry)
+    try:
+        (rid, base), = prompts(1, base=100, length=lambda i: 160)
+        params = prefill_all(p, [(rid, base)])
+        d.call("add", [(rid, base, 2, params[rid])])
+        d.wait_finished([rid])
+        d.settle()
+        sent_first = p.settle()["stats"]["blocks_sent"]
+        assert sent_first == 10  # 160 tokens, 16 per block
+        # Requests sharing k full blocks of it, then a tail of their own.
+        hits = [1, 3, 5, 8]
+        reqs = [(f"req-hit{k}", base[:16 * k] + [50000 + 100 * k + j for j in range(40)])
+                for k in hits]
+        params = prefill_all(p, reqs)
+        d.call("add", [(r, toks, 2, params[r]) for r, toks in reqs])
+        d.wait_finished([r for r, _ in reqs])
+        rep_d = d.settle()
+        rep_p = p.settle()
+        assert_clean(rep_d, "decode")
+        assert_clean(rep_p, "prefill")
+        want = sum(-(-len(toks) // 16) - k for k, (_, toks) in zip(hits, reqs))
+        assert rep_p["stats"]["blocks_sent"] - sent_first == want
+    finally:
+        d.close()
+        p.close()
+
+
+def test_aborts_at_every_stage(registry):
+    """Prefill aborts a request while it is prefilling (no room, blocks
+    back); decode aborts one before it was scheduled (its prefill lets go at
+    once, not at its hold) and one waiting for a prefill that never comes
+    (decode frees its blocks, nothing lands later)."""
+    p = Proc("kv_producer", registry, hold_ms=120000)
+    d = Proc("kv_consumer", registry)
+    try:
+        # Prefill, mid-prefill: 3000 tokens take six steps of 512.
+        long = [("req-long", [7] * 3000)]
+        p.call("add", [(r, t, 1, {"do_remote_decode": True}) for r, t in long])
+        deadline = time.monotonic() + 30
+        while p.call("report")["status"].get("req-long") != "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        p.call("abort", ["req-long"])
+        rep_p = p.settle(seconds=30)
+        assert_clean(rep_p, "prefill")
+        assert rep_p["stats"].get("blocks_sent", 0) == 0 and "req-long" not in rep_p["outputs"]
+        # Decode, before it was scheduled: the prefill frees at once.
+        reqs = prompts(3, base=200)
+        params = prefill_all(p, reqs)
+        rep = p.call("report")
+        assert rep["leaks"]["held_blocks"] > 0  # held for the decodes
+        # Added and aborted in one command: no step between them.
+        d.conn.send(("add", [(r, t, 4, params[r]) for r, t in reqs]))
+        d.conn.send(("abort", [r for r, _ in reqs]))
+        assert d._reply(60)[0] == "ok" and d._reply(60)[0] == "ok"
+        rep_p = p.settle(seconds=30)
+        assert_clean(rep_p, "prefill")
+        # Decode, waiting for a prefill that never comes.
+        ghost = [("req-ghost", list(range(300, 400)))]
+        d.call("add", [(r, t, 4, {"do_remote_prefill": True, "kvroom_room": 987654321})
+                       for r, t in ghost])
+        deadline = time.monotonic() + 30
+        while d.call("report")["status"].get("req-ghost") != "WAITING_FOR_REMOTE_KVS":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        d.call("abort", ["req-ghost"])
+        rep_d = d.settle(seconds=30)
+        assert_clean(rep_d, "decode")
+        assert rep_d["stats"].get("received", 0) == 0
+    finally:
+        d.close()
+        p.close()
+
+
+@pytest.mark.parametrize("policy", ["fail", "recompute"])
+def test_producer_sigkilled_with_requests_in_flight(registry, policy):
+    """The producer is stopped before decode asks for its rooms, then
+    SIGKILLed: decode's loads fail (every block reported), and vLLM's
+    policy decides: 'fail' ends the requests with an error, 'recompute'
+    computes them locally, byte-exact. Nothing hangs, nothing leaks."""
+    p = Proc("kv_producer", registry)
+    d = Proc("kv_consumer", registry, policy=policy)
+    try:
+        reqs = prompts(8, base=300)
+        params = prefill_all(p, reqs)
+        os.kill(p.p.pid, signal.SIGSTOP)
+        d.call("add", [(r, t, 3, params[r]) for r, t in reqs])
+        deadline = time.monotonic() + 30
+        while any(s != "WAITING_FOR_REMOTE_KVS" for s in d.call("report")["status"].values()):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(p.p.pid, signal.SIGKILL)
+        out = d.wait_finished([r for r, _ in reqs], seconds=90)
+        for r, _ in reqs:
+            if policy == "fail":
+                assert "error" in out[r]["finish"].lower(), out[r]
+            else:
+                assert out[r]["finish"] == "length" and len(out[r]["tokens"]) == 3, out[r]
+        rep_d = d.settle()
+        assert_clean(rep_d, "decode")
+        assert rep_d["stats"].get("recv_failed", 0) == len(reqs)
+        assert rep_d["stats"].get("load_error_blocks", 0) > 0
+    finally:
+        d.close()
+        p.close()
+
+
+def test_prefill_hold_expires(registry):
+    """No decode comes: the prefill holds the blocks for its hold, then
+    frees them; a decode that comes later fails its load cleanly."""
+    p = Proc("kv_producer", registry, hold_ms=3000)
+    d = Proc("kv_consumer", registry)
+    try:
+        reqs = prompts(4, base=400)
+        params = prefill_all(p, reqs)
+        assert p.call("report")["leaks"]["held_blocks"] > 0
+        rep_p = p.settle(seconds=60)
+        assert_clean(rep_p, "prefill")
+        assert rep_p["stats"].get("send_failed", 0) == len(reqs)
+        d.call("add", [(r, t, 2, params[r]) for r, t in reqs])
+        out = d.wait_finished([r for r, _ in reqs], seconds=90)
+        assert all("error" in out[r]["finish"].lower() for r, _ in reqs), out
+        assert_clean(d.settle(), "decode")
+    finally:
+        d.close()
+        p.close()

@@ -29,7 +29,9 @@ freed once nothing can land in them.
 - ``transport``: ``auto`` (default), ``tcp``, ``shm``, ``verbs``, ``cuda``;
   ``host``: this worker's data-plane address(es);
 - ``hold_ms``: how long a prefill holds a finished request's blocks for its
-  decode (default 480000, vLLM's NIXL abort timeout);
+  decode (default 480000, vLLM's NIXL abort timeout); ``wait_ms``: how long
+  a decode waits for a room's prefill to show up (default 60000), after
+  which the load fails;
 - ``integrity``: ``off`` or ``xxh3``.
 
 Not yet: the decode-pull direction (decode reads prefill's blocks), and
@@ -38,204 +40,17 @@ nothing: a request moves whole, after its prefill); vLLM's hybrid KV cache
 manager (the factory asks for ``--disable-hybrid-kv-cache-manager``).
 """
 
-from __future__ import annotations
-
-import logging
-import os
-from typing import Any, Dict, Optional, Set, Tuple
-
-from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
-                                                                KVConnectorMetadata,
-                                                                KVConnectorRole)
-
-from .. import Runtime, _process
-from .scheduler_side import KvroomMetadata, KvroomScheduler
-from .worker_side import FinishedTracker, RoomKeeper
-
-logger = logging.getLogger("kvroom.vllm")
-
 __all__ = ["KvroomConnector", "KvroomConnectorMetadata", "register"]
 
-DEFAULT_HOLD_MS = 480_000
 
-
-class KvroomConnectorMetadata(KvroomMetadata, KVConnectorMetadata):
-    """vLLM's connector metadata type, carrying kvroom's plan of a step."""
-
-
-def _parallel(vllm_config) -> Tuple[int, int, int, int]:
-    """(tp_rank, tp_size, dp_rank, dp_size) of this worker."""
-    pc = vllm_config.parallel_config
-    tp_size = int(getattr(pc, "tensor_parallel_size", 1) or 1)
-    try:
-        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
-        tp_rank = int(get_tensor_model_parallel_rank())
-    except Exception:  # no TP group: one worker per engine
-        tp_rank = 0
-    return (tp_rank, tp_size, int(getattr(pc, "data_parallel_rank", 0) or 0),
-            int(getattr(pc, "data_parallel_size", 1) or 1))
-
-
-def _endpoint(text: str) -> Tuple[str, int]:
-    host, sep, port = str(text).rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"kvroom: registry must be host:port, got {text!r}")
-    return host, int(port)
-
-
-def kv_buffers(kv_caches: Dict[str, Any], num_blocks: int):
-    """(address, bytes, block bytes) per registered buffer, in layer order,
-    for vLLM's per-layer KV tensors: K and V apart for (2, num_blocks, ...)
-    (FlashAttention's layout), one buffer for (num_blocks, ...) (FlashInfer's
-    (num_blocks, 2, ...), MLA's latent). A block is one kvroom page."""
-    out = []
-    for name, t in kv_caches.items():
-        if not t.is_contiguous():
-            raise ValueError(f"kvroom: the KV cache of {name} is not contiguous")
-        shape = tuple(t.shape)
-        if len(shape) >= 2 and shape[0] == 2 and shape[1] == num_blocks:
-            parts = (t[0], t[1])
-        elif shape and shape[0] == num_blocks:
-            parts = (t,)
-        else:
-            raise ValueError(f"kvroom: cannot tell the blocks of {name}'s KV cache {shape} "
-                             f"({num_blocks} blocks)")
-        for p in parts:
-            out.append((int(p.data_ptr()), int(p.numel() * p.element_size()),
-                        int(p[0].numel() * p.element_size())))
-    return out
-
-
-class KvroomConnector(KVConnectorBase_V1):
-
-    def __init__(self, vllm_config, role: KVConnectorRole, kv_cache_config=None):
-        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
-        ktc = vllm_config.kv_transfer_config
-        self._extra: Dict[str, Any] = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
-        self._kv_role = getattr(ktc, "kv_role", None) or "kv_both"
-        self._block_size = int(vllm_config.cache_config.block_size)
-        tp_rank, tp_size, dp_rank, dp_size = _parallel(vllm_config)
-        self._parallel = (tp_rank, tp_size, dp_rank, dp_size)
-        self._scheduler: Optional[KvroomScheduler] = None
-        self._keeper: Optional[RoomKeeper] = None
-        self._tracker = FinishedTracker()
-        self._stats_seen: Dict[str, int] = {}
-        if role == KVConnectorRole.SCHEDULER:
-            self._scheduler = KvroomScheduler(self._block_size, dp_rank)
-
-    # -- scheduler side ----------------------------------------------------
-
-    def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
-        return self._scheduler.get_num_new_matched_tokens(request, num_computed_tokens)
-
-    def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
-        self._scheduler.update_state_after_alloc(request, blocks, num_external_tokens)
-
-    def build_connector_meta(self, scheduler_output) -> KVConnectorMetadata:
-        plan = self._scheduler.build_connector_meta()
-        return KvroomConnectorMetadata(plan.sends, plan.recvs, plan.cancels)
-
-    def request_finished(self, request, block_ids) -> Tuple[bool, Optional[Dict[str, Any]]]:
-        return self._scheduler.request_finished(request, block_ids)
-
-    # -- worker side -------------------------------------------------------
-
-    def register_kv_caches(self, kv_caches):
-        num_blocks = int(self._kv_cache_config.num_blocks)
-        kv = kv_buffers(kv_caches, num_blocks)
-        sides = {"kv_producer": ("prefill",), "kv_consumer": ("decode",),
-                 "kv_both": ("prefill", "decode")}.get(self._kv_role)
-        if sides is None:
-            raise ValueError(f"kvroom: kv_role must be kv_producer, kv_consumer or kv_both, "
-                             f"got {self._kv_role!r}")
-        keep = tuple(kv_caches.values())
-        self._keeper = RoomKeeper(lambda: self._make_ranks(sides, kv, keep), self._block_size)
-        _process.close_at_exit(self)
-
-    def _make_ranks(self, sides, kv, keep):
-        x = self._extra
-        rt = _process.runtime(x.get("secret_file") or os.environ.get("KVROOM_SECRET_FILE"))
-        tp_rank, tp_size, dp_rank, dp_size = self._parallel
-        directory = x.get("directory") or _process.directory()
-        if directory:
-            _process.use_etcd(rt, directory, x.get("directory_prefix", "/kvroom/default"),
-                              int(x.get("lease_ttl_ms", 5000)), 30000)
-        else:
-            host, port = _endpoint(x.get("registry", "127.0.0.1:8998"))
-            if x.get("serve_registry") and tp_rank == 0 and dp_rank == 0:
-                _process.publish_registry(rt, host, port)
-            _process.join_registry(rt, host, port)
-        ranks = {}
-        for side in sides:
-            timeouts = {"bootstrap_ms": int(x.get("hold_ms", DEFAULT_HOLD_MS))} \
-                if side == "prefill" else None
-            ranks[side] = rt.add_rank(
-                side, tp_rank=tp_rank, tp_size=tp_size, dp_rank=dp_rank,
-                dp_size=dp_size if dp_size > 1 else 0, kv=kv,
-                device_id=Runtime.DEVICE_FROM_POINTER,
-                transport=x.get("transport") or os.environ.get("KVROOM_TRANSPORT") or "auto",
-                network=True, host=x.get("host", "127.0.0.1"), keep=keep,
-                integrity=x.get("integrity", "off"), timeouts=timeouts)
-        return ranks
-
-    def start_load_kv(self, forward_context, **kwargs) -> None:
-        meta = self._get_connector_metadata()
-        if self._keeper is None or not isinstance(meta, KvroomMetadata):
-            return
-        self._tracker.submit(meta)
-        self._keeper.submit(meta)
-
-    def wait_for_layer_load(self, layer_name: str) -> None:
-        # Loads finish between steps (vLLM's asynchronous loads): a request
-        # runs only once every layer of it landed.
-        return
-
-    def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs) -> None:
-        # A request moves whole once vLLM finished its prefill.
-        return
-
-    def wait_for_save(self):
-        return
-
-    def get_finished(self, finished_req_ids: Set[str]):
-        if self._keeper is None:
-            return None, None
-        self._keeper.finish(finished_req_ids)
-        return self._tracker.step(finished_req_ids, self._keeper.collect())
-
-    def get_block_ids_with_load_errors(self) -> Set[int]:
-        errors = self._tracker.take_load_errors()
-        if errors and self._keeper is not None:
-            self._keeper.counters["load_error_blocks"] += len(errors)
-        return errors
-
-    def get_kv_connector_stats(self):
-        if self._keeper is None:
-            return None
-        from .stats import COUNTERS, KvroomConnectorStats
-        now = {k: int(self._keeper.counters.get(k, 0)) for k in COUNTERS}
-        delta = {k: now[k] - self._stats_seen.get(k, 0) for k in COUNTERS}
-        self._stats_seen = now
-        stats = KvroomConnectorStats(data=delta)
-        return None if stats.is_empty() else stats
-
-    @classmethod
-    def build_kv_connector_stats(cls, data=None):
-        from .stats import KvroomConnectorStats
-        return KvroomConnectorStats(data=dict(data or {}))
-
-    @classmethod
-    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
-        from .stats import KvroomPromMetrics
-        return KvroomPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
-
-    def shutdown(self):
-        self.close()
-
-    def close(self):
-        if self._keeper is not None:
-            self._keeper.close()
-            self._keeper = None
+def __getattr__(name):
+    # vLLM's factory imports this package and takes the class by name: the
+    # connector (and vLLM with it) is imported then, so the plain modules
+    # (scheduler_side, worker_side) import without vLLM.
+    if name in ("KvroomConnector", "KvroomConnectorMetadata"):
+        from . import connector
+        return getattr(connector, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register():

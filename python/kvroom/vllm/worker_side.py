@@ -26,8 +26,7 @@ import collections
 import logging
 import queue
 import threading
-import time
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .. import Error, KVPoll
 from .scheduler_side import CancelSpec, KvroomMetadata, RecvSpec, SendSpec
@@ -208,6 +207,7 @@ class RoomKeeper:
                 pages = s.spec.block_ids[skip:]
                 s.handle.init(len(pages))
                 s.handle.send(pages, True)
+                self.counters["blocks_sent"] += len(pages)
                 state = s.handle.poll()
             if state in (KVPoll.Success, KVPoll.Failed):
                 self.counters["sent" if state == KVPoll.Success else "send_failed"] += 1
@@ -274,3 +274,26 @@ class FinishedTracker:
     def take_load_errors(self) -> Set[int]:
         out, self.load_errors = self.load_errors, set()
         return out
+
+
+def kv_buffers(kv_caches: Dict[str, Any], num_blocks: int):
+    """(address, bytes, block bytes) per registered buffer, in layer order,
+    for vLLM's per-layer KV tensors: K and V apart for (2, num_blocks, ...)
+    (FlashAttention's layout), one buffer for (num_blocks, ...) (FlashInfer's
+    (num_blocks, 2, ...), MLA's latent). A block is one kvroom page."""
+    out = []
+    for name, t in kv_caches.items():
+        if not t.is_contiguous():
+            raise ValueError(f"kvroom: the KV cache of {name} is not contiguous")
+        shape = tuple(t.shape)
+        if len(shape) >= 2 and shape[0] == 2 and shape[1] == num_blocks:
+            parts = (t[0], t[1])
+        elif shape and shape[0] == num_blocks:
+            parts = (t,)
+        else:
+            raise ValueError(f"kvroom: cannot tell the blocks of {name}'s KV cache {shape} "
+                             f"({num_blocks} blocks)")
+        for p in parts:
+            out.append((int(p.data_ptr()), int(p.numel() * p.element_size()),
+                        int(p[0].numel() * p.element_size())))
+    return out
