@@ -94,6 +94,9 @@ caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
     rank_down note{i->rank, caf::to_string(msg.reason),
                    msg.reason == caf::exit_reason::user_shutdown
                      || msg.reason == caf::exit_reason::normal};
+    // Which incarnation went: a replacement listed by the time this lands
+    // is not the one lost.
+    note.incarnation = i->incarnation;
     xs.erase(i);
     // The loss first, then the directory without the rank.
     for (auto& e : xs)

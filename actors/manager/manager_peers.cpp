@@ -116,10 +116,14 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
                     to_string(msg.rank));
     return;
   }
-  // Listed, never linked: nothing to wait for any more.
+  // Listed, never linked: nothing to wait for any more (unless what is
+  // listed is a newer incarnation, which replaces the one gone).
   auto listed = st.peers->listed(msg.rank.id);
-  st.peers->unlist(msg.rank.id);
-  st.joining.erase(msg.rank.id);
+  bool listed_gone = listed && (msg.incarnation == 0 || listed->incarnation == msg.incarnation);
+  if (listed_gone || !listed) {
+    st.peers->unlist(msg.rank.id);
+    st.joining.erase(msg.rank.id);
+  }
   // In this process: handled once, whichever of this and our own monitor's
   // down message comes first.
   if (auto peer = st.peers->take_peer(msg.rank.id)) {
@@ -127,11 +131,16 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
     on_peer_down(self, *peer, msg.reason + " (seen by the bootstrap registry)", msg.orderly);
     return;
   }
-  // The registry's word is all we have of a rank we never linked to: it is
-  // remembered as lost, and the rooms that wait on it fail now instead of
-  // at their deadlines (measured: a vLLM consumer's loads from a producer
-  // SIGKILLed before it answered any link waited out their timeout).
-  if (listed && (msg.incarnation == 0 || listed->incarnation == msg.incarnation)) {
+  // The registry's word is all we have of a prefill rank we never linked
+  // to: its KV went with it, so no room waiting on it can succeed, not
+  // even with a replacement on its id (which holds none of it). It is
+  // remembered as lost and those rooms fail now instead of at their
+  // deadlines (measured: a vLLM consumer's loads from a producer SIGKILLed
+  // before it answered any link waited out their timeout). Only the
+  // incarnation that went: a replacement listed meanwhile is not lost. A
+  // decode rank's slot can still be filled by a replacement (a restart on
+  // its id): rooms that need it keep waiting, as before.
+  if (listed_gone && msg.incarnation != 0 && msg.rank.side == role::prefill) {
     logger()->debug("{}: rank {} left the directory: {}", to_string(me(self)),
                     to_string(msg.rank), msg.reason);
     peer_lost why{msg.rank, "rank " + to_string(msg.rank) + " lost: " + msg.reason

@@ -836,6 +836,41 @@ TEST_CASE("abort from either side reaches the other at once") {
   }
 }
 
+TEST_CASE("a decode abort before any prefill opened the room concludes at once, fenced") {
+  // The prefill ranks hold destinations parked for a room they have not
+  // opened; the decider decides the abort for the unopened room within its
+  // grace and refuses those destinations, fence included, so the decode
+  // publishes Failed long before the prefill's bootstrap deadline (60 s
+  // here; the wait below is bounded well under it), and a sender opened
+  // afterwards finds the decision and writes nothing.
+  group::options opt;
+  opt.tp = 2;
+  opt.prefill_timeouts = room_timeouts{60'000, 60'000, 60'000};
+  opt.decode_timeouts = room_timeouts{60'000, 60'000, 60'000};
+  group g{opt};
+  std::vector<kv_receiver> rs;
+  for (auto& r : g.decode) {
+    auto h = r->make_receiver(41);
+    REQUIRE(h);
+    rs.push_back(*h);
+  }
+  for (auto& r : rs) {
+    REQUIRE(reaches(r, kv_poll::waiting_for_input));
+    REQUIRE_FALSE(r.init({1, 2, 3}, 0));
+  }
+  REQUIRE_FALSE(rs[0].abort("client disconnected"));
+  for (auto& r : rs) {
+    REQUIRE(reaches(r, kv_poll::failed, 20'000ms));
+    CHECK(r.failure()->failure_reason == "aborted by decode scheduler: client disconnected");
+  }
+  auto s = g.prefill[0]->make_sender(41);
+  REQUIRE(s);
+  REQUIRE(reaches(*s, kv_poll::failed));
+  for (auto& r : rs)
+    r.clear();
+  s->clear();
+}
+
 TEST_CASE("out-of-range destination indices fail the room with a clear reason and write nothing") {
   group::options opt;
   opt.tp = 1;

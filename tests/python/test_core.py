@@ -219,6 +219,52 @@ def test_prefill_and_decode_in_two_processes(tmp_path):
     p.close()
 
 
+def _prefill_process(port, secret, ready):
+    """A prefill rank in its own process that never opens a room."""
+    rt = kvroom.Runtime(network=True, secret_file=secret)
+    rt.connect_registry("127.0.0.1", port)
+    p = rt.add_rank("prefill", network=True, transport="auto", **Cache().specs())
+    ready.set()
+    import time
+    time.sleep(600)
+    p.close()
+
+
+def test_a_prefill_lost_before_any_link_fails_its_waiting_rooms_now(tmp_path):
+    """Decode's rooms wait on a prefill that stopped before they could link
+    to it; the registry sees it go (stopped past the connection timeout,
+    then SIGKILLed): the rooms fail with it as the cause, long before their
+    60 s bootstrap deadline (the wait below is bounded well under it)."""
+    import multiprocessing as mp
+    import os
+    import signal
+    secret = secret_file(tmp_path)
+    rt = kvroom.Runtime(network=True, secret_file=secret)
+    port = rt.publish_registry(0, "127.0.0.1")
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    child = ctx.Process(target=_prefill_process, args=(port, secret, ready))
+    child.start()
+    try:
+        assert ready.wait(60)
+        d = rt.add_rank("decode", network=True, transport="auto",
+                        timeouts={"bootstrap_ms": 60000, "waiting_ms": 60000}, **Cache().specs())
+        os.kill(child.pid, signal.SIGSTOP)
+        rooms = [d.make_receiver(r) for r in (31, 32)]
+        for r in rooms:
+            r.init([1, 2], 0)
+        os.kill(child.pid, signal.SIGKILL)
+        assert until(lambda: all(r.poll() == KVPoll.Failed for r in rooms), 30), \
+            [r.poll() for r in rooms]
+        for r in rooms:
+            assert "prefill[dp0,tp0]" in r.failure().failure_reason and "lost" in r.failure().failure_reason
+            r.clear()
+        d.close()
+    finally:
+        child.kill()
+        child.join(timeout=30)
+
+
 def test_an_injected_transfer_failure_has_exactly_one_origin():
     rt = kvroom.Runtime()
     caches = {(side, t): Cache(seed=t + 1 if side == "prefill" else None)
