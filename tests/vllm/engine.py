@@ -133,6 +133,7 @@ class Engine:
         self.hashes = {}       # req_id -> rolling hashes of tokens
         self.mismatches = {}   # req_id -> mismatching tokens seen
         self.outputs = {}      # req_id -> dict(tokens, finish, params)
+        self.vllm_stats = {}   # the connector's stats as vLLM's mixin collects them
         self.steps = 0
 
     # -- requests -----------------------------------------------------------
@@ -185,6 +186,9 @@ class Engine:
                                 sampled_token_ids=sampled, logprobs=None,
                                 prompt_logprobs_dict={}, pooler_output=None,
                                 kv_connector_output=kvo)
+        if kvo is not None and kvo.kv_connector_stats is not None:
+            for k, v in kvo.kv_connector_stats.reduce().items():
+                self.vllm_stats[k] = self.vllm_stats.get(k, 0) + v
         results = self.scheduler.update_from_output(so, out)
         for eco in results.values():
             for o in eco.outputs:
@@ -306,7 +310,7 @@ def serve(conn, role, extra, policy, num_blocks, src):
                 elif cmd == "report":
                     reply = {"leaks": eng.leaks(), "mismatches": dict(eng.mismatches),
                              "steps": eng.steps, "outputs": eng.outputs,
-                             "stats": eng.worker.totals(),
+                             "stats": eng.worker.totals(), "vllm_stats": dict(eng.vllm_stats),
                              "status": {r: eng.status(r) for r in eng.scheduler.requests}}
                 elif cmd == "step":
                     for _ in range(int(arg)):

@@ -121,7 +121,13 @@ def prompts(n, base=0, length=lambda i: 20 + (i * 37) % 180):
 
 
 def prefill_all(p, reqs):
-    p.call("add", [(rid, toks, 1, {"do_remote_decode": True}) for rid, toks in reqs])
+    return prefill_all_with(p, reqs, lambda rid: {"do_remote_decode": True})
+
+
+def prefill_all_with(p, reqs, params_of):
+    """The proxy's first leg: each request to the prefill with max_tokens 1;
+    returns the kv_transfer_params each answered."""
+    p.call("add", [(rid, toks, 1, params_of(rid)) for rid, toks in reqs])
     out = p.wait_finished([rid for rid, _ in reqs])
     return {rid: out[rid]["params"] for rid, _ in reqs}
 
@@ -152,6 +158,33 @@ def test_push_24_requests_byte_exact(registry):
         assert_clean(rep_d, "decode")
         assert_clean(rep_p, "prefill")
         assert rep_d["stats"]["received"] == 24 and rep_p["stats"]["sent"] == 24
+    finally:
+        d.close()
+        p.close()
+
+
+def test_decode_first_with_a_room_the_proxy_chose(registry):
+    """A proxy that names the room and sends the request to both at once:
+    decode allocates and waits while the prefill computes, then the blocks
+    land, byte-exact (kvroom's rooms do not care which side comes first)."""
+    p = Proc("kv_producer", registry)
+    d = Proc("kv_consumer", registry)
+    try:
+        reqs = prompts(12, base=500)
+        rooms = {rid: 7_000_000 + i for i, (rid, _) in enumerate(reqs)}
+        d.call("add", [(rid, toks, 3, {"do_remote_prefill": True, "kvroom_room": rooms[rid]})
+                       for rid, toks in reqs])
+        params = prefill_all_with(p, reqs, lambda rid: {"do_remote_decode": True,
+                                                      "kvroom_room": rooms[rid]})
+        assert all(params[rid]["kvroom_room"] == rooms[rid] for rid, _ in reqs)
+        out = d.wait_finished([rid for rid, _ in reqs])
+        assert all(out[rid]["finish"] == "length" for rid, _ in reqs), out
+        rep_d = d.settle()
+        assert_clean(rep_d, "decode")
+        assert_clean(p.settle(), "prefill")
+        # vLLM's own stats path (the mixin's get_kv_connector_stats, summed
+        # per step) counted every room.
+        assert rep_d["vllm_stats"].get("received") == len(reqs)
     finally:
         d.close()
         p.close()
