@@ -288,6 +288,7 @@ def serve(conn, role, extra, policy, num_blocks, src):
         return
     conn.send(("ready", None))
     fatal = None
+    paused = False
     while True:
         while conn.poll(0):
             cmd, arg = conn.recv()
@@ -316,6 +317,11 @@ def serve(conn, role, extra, policy, num_blocks, src):
                     for _ in range(int(arg)):
                         eng.step()
                     reply = None
+                elif cmd == "pause":
+                    # The engine steps only when told (a test that needs a
+                    # request between two given steps).
+                    paused = bool(arg)
+                    reply = None
                 elif cmd == "exit":
                     eng.close()
                     conn.send(("ok", None))
@@ -327,7 +333,7 @@ def serve(conn, role, extra, policy, num_blocks, src):
                 conn.send(("error", traceback.format_exc()))
         # vLLM's engine core steps while the scheduler has requests (it
         # sleeps on its input queue otherwise); so does this loop.
-        if fatal is None and eng.scheduler.has_requests():
+        if fatal is None and not paused and eng.scheduler.has_requests():
             try:
                 eng.step()
             except BaseException:

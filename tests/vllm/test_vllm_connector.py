@@ -90,6 +90,19 @@ class Proc:
                                      f"({len(missing)}); {self.call('report')['status']}")
             time.sleep(0.05)
 
+    def wait_status(self, rids, status, seconds=30, or_finished=False):
+        """Until every one of `rids` is in vLLM's `status` (or, with
+        `or_finished`, finished already)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            rep = self.call("report")
+            st, out = rep["status"], rep["outputs"]
+            if all(st.get(r) == status or (or_finished and (out.get(r) or {}).get("finish"))
+                   for r in rids):
+                return
+            assert time.monotonic() < deadline, (status, st)
+            time.sleep(0.02)
+
     def settle(self, seconds=30):
         """Steps until vLLM holds no request and no block (a prefill frees a
         sent request's blocks at its next step); returns the last report."""
@@ -139,9 +152,13 @@ def assert_clean(rep, who):
     assert not rep["mismatches"], (who, rep["mismatches"])
 
 
-def test_push_24_requests_byte_exact(registry):
-    p = Proc("kv_producer", registry)
-    d = Proc("kv_consumer", registry)
+@pytest.mark.parametrize("roles", [("kv_producer", "kv_consumer"), ("kv_both", "kv_both")])
+def test_push_24_requests_byte_exact(registry, roles):
+    """vLLM's examples run both instances as kv_both: each worker then
+    holds a prefill and a decode rank over the same blocks, and each
+    instance is its own kvroom group ('instance')."""
+    p = Proc(roles[0], registry, instance=0)
+    d = Proc(roles[1], registry, instance=1)
     try:
         reqs = prompts(24)
         params = prefill_all(p, reqs)
@@ -230,14 +247,14 @@ def test_aborts_at_every_stage(registry):
     p = Proc("kv_producer", registry, hold_ms=120000)
     d = Proc("kv_consumer", registry)
     try:
-        # Prefill, mid-prefill: 3000 tokens take six steps of 512.
-        long = [("req-long", [7] * 3000)]
-        p.call("add", [(r, t, 1, {"do_remote_decode": True}) for r, t in long])
-        deadline = time.monotonic() + 30
-        while p.call("report")["status"].get("req-long") != "RUNNING":
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        # Prefill, mid-prefill: 3000 tokens take six steps of 512; the
+        # engine takes two, then the abort comes.
+        p.call("pause", True)
+        p.call("add", [("req-long", [7] * 3000, 1, {"do_remote_decode": True})])
+        p.call("step", 2)
+        assert p.call("report")["status"]["req-long"] == "RUNNING"
         p.call("abort", ["req-long"])
+        p.call("pause", False)
         rep_p = p.settle(seconds=30)
         assert_clean(rep_p, "prefill")
         assert rep_p["stats"].get("blocks_sent", 0) == 0 and "req-long" not in rep_p["outputs"]
@@ -256,10 +273,7 @@ def test_aborts_at_every_stage(registry):
         ghost = [("req-ghost", list(range(300, 400)))]
         d.call("add", [(r, t, 4, {"do_remote_prefill": True, "kvroom_room": 987654321})
                        for r, t in ghost])
-        deadline = time.monotonic() + 30
-        while d.call("report")["status"].get("req-ghost") != "WAITING_FOR_REMOTE_KVS":
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        d.wait_status(["req-ghost"], "WAITING_FOR_REMOTE_KVS")
         d.call("abort", ["req-ghost"])
         rep_d = d.settle(seconds=30)
         assert_clean(rep_d, "decode")
@@ -282,10 +296,9 @@ def test_producer_sigkilled_with_requests_in_flight(registry, policy):
         params = prefill_all(p, reqs)
         os.kill(p.p.pid, signal.SIGSTOP)
         d.call("add", [(r, t, 3, params[r]) for r, t in reqs])
-        deadline = time.monotonic() + 30
-        while any(s != "WAITING_FOR_REMOTE_KVS" for s in d.call("report")["status"].values()):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        # Each load is under way (or failed already: a producer stopped past
+        # the connection timeout is lost to the registry before its kill).
+        d.wait_status([r for r, _ in reqs], "WAITING_FOR_REMOTE_KVS", or_finished=True)
         os.kill(p.p.pid, signal.SIGKILL)
         out = d.wait_finished([r for r, _ in reqs], seconds=90)
         for r, _ in reqs:

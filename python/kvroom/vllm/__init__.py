@@ -25,6 +25,10 @@ freed once nothing can land in them.
   (default ``127.0.0.1:8998``); ``serve_registry``: true on the one instance
   whose first worker serves it; ``directory``: ``etcd://host:port[,...]``
   instead (``directory_prefix``, ``lease_ttl_ms``);
+- ``instance``: this vLLM instance's index among its side's (0, 1, ... in
+  a xPyD deployment; with ``kv_both``, among every instance): each is its
+  own kvroom DP group (default 0; a second instance on 0 is refused at
+  start-up, naming this key);
 - ``secret_file``: the deployment secret (else ``KVROOM_SECRET_FILE``);
 - ``transport``: ``auto`` (default), ``tcp``, ``shm``, ``verbs``, ``cuda``;
   ``host``: this worker's data-plane address(es);

@@ -28,8 +28,12 @@ class KvroomConnectorMetadata(KvroomMetadata, KVConnectorMetadata):
     """vLLM's connector metadata type, carrying kvroom's plan of a step."""
 
 
-def _parallel(vllm_config) -> Tuple[int, int, int, int]:
-    """(tp_rank, tp_size, dp_rank, dp_size) of this worker."""
+def _parallel(vllm_config, extra) -> Tuple[int, int, int, int]:
+    """(tp_rank, tp_size, group, dp_size) of this worker. ``group`` is the
+    kvroom DP group of this engine on its side: every vLLM instance of a
+    side needs its own (``instance`` in the extra config: 0, 1, ... per
+    instance of a xPyD deployment; each of an instance's DP ranks is one
+    group after it)."""
     pc = vllm_config.parallel_config
     tp_size = int(getattr(pc, "tensor_parallel_size", 1) or 1)
     try:
@@ -37,8 +41,12 @@ def _parallel(vllm_config) -> Tuple[int, int, int, int]:
         tp_rank = int(get_tensor_model_parallel_rank())
     except Exception:  # no TP group: one worker per engine
         tp_rank = 0
-    return (tp_rank, tp_size, int(getattr(pc, "data_parallel_rank", 0) or 0),
-            int(getattr(pc, "data_parallel_size", 1) or 1))
+    dp_rank = int(getattr(pc, "data_parallel_rank", 0) or 0)
+    dp_size = int(getattr(pc, "data_parallel_size", 1) or 1)
+    instance = int(extra.get("instance", 0) or 0)
+    if instance < 0:
+        raise ValueError(f"kvroom: instance must be 0 or more, got {instance}")
+    return tp_rank, tp_size, instance * dp_size + dp_rank, dp_size
 
 
 def _endpoint(text: str) -> Tuple[str, int]:
@@ -56,7 +64,7 @@ class KvroomConnector(KVConnectorBase_V1):
         self._extra: Dict[str, Any] = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
         self._kv_role = getattr(ktc, "kv_role", None) or "kv_both"
         self._block_size = int(vllm_config.cache_config.block_size)
-        tp_rank, tp_size, dp_rank, dp_size = _parallel(vllm_config)
+        tp_rank, tp_size, dp_rank, dp_size = _parallel(vllm_config, self._extra)
         self._parallel = (tp_rank, tp_size, dp_rank, dp_size)
         self._scheduler: Optional[KvroomScheduler] = None
         self._keeper: Optional[RoomKeeper] = None
@@ -108,18 +116,31 @@ class KvroomConnector(KVConnectorBase_V1):
                 _process.publish_registry(rt, host, port)
             _process.join_registry(rt, host, port)
         ranks = {}
-        for side in sides:
-            timeouts = {"bootstrap_ms": int(x.get("hold_ms", DEFAULT_HOLD_MS)
-                                            if side == "prefill"
-                                            else x.get("wait_ms", DEFAULT_WAIT_MS))}
-            ranks[side] = rt.add_rank(
-                side, tp_rank=tp_rank, tp_size=tp_size, dp_rank=dp_rank,
-                dp_size=dp_size if dp_size > 1 else 0, kv=kv,
-                device_id=Runtime.DEVICE_FROM_POINTER,
-                transport=x.get("transport") or os.environ.get("KVROOM_TRANSPORT") or "auto",
-                network=True, host=x.get("host", "127.0.0.1"), keep=keep,
-                integrity=x.get("integrity", "off"), timeouts=timeouts)
+        try:
+            for side in sides:
+                ranks[side] = self._add_rank(rt, side, kv, keep)
+        except Exception as e:
+            for r in ranks.values():
+                r.close()
+            if "is held by the live" in str(e):
+                raise ValueError(f"{e} (each vLLM instance of a side needs its own "
+                                 "kv_connector_extra_config 'instance': 0, 1, ...)") from e
+            raise
         return ranks
+
+    def _add_rank(self, rt, side, kv, keep):
+        x = self._extra
+        tp_rank, tp_size, group, dp_size = self._parallel
+        # A prefill's hold on a finished request's blocks, a decode's wait
+        # for a room's prefill: each side's bootstrap deadline.
+        hold = x.get("hold_ms", DEFAULT_HOLD_MS) if side == "prefill" else x.get("wait_ms",
+                                                                               DEFAULT_WAIT_MS)
+        return rt.add_rank(
+            side, tp_rank=tp_rank, tp_size=tp_size, dp_rank=group, kv=kv,
+            device_id=Runtime.DEVICE_FROM_POINTER,
+            transport=x.get("transport") or os.environ.get("KVROOM_TRANSPORT") or "auto",
+            network=True, host=x.get("host", "127.0.0.1"), keep=keep,
+            integrity=x.get("integrity", "off"), timeouts={"bootstrap_ms": int(hold)})
 
     def start_load_kv(self, forward_context, **kwargs) -> None:
         meta = self._get_connector_metadata()
