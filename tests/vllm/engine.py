@@ -56,7 +56,14 @@ def _vllm_config(role, extra, policy, num_blocks, max_model_len=4096):
     cc = CacheConfig(block_size=BLOCK_SIZE, gpu_memory_utilization=0.9, cache_dtype="auto",
                      enable_prefix_caching=True)
     cc.num_gpu_blocks = num_blocks
-    kt = KVTransferConfig(kv_connector="KvroomConnector", kv_connector_module_path="kvroom.vllm",
+    # By name alone: vLLM's load_general_plugins() finds kvroom's entry
+    # point (the package's dist-info) and registers the connector.
+    by_name = bool(extra.pop("by_name", False))
+    if by_name:
+        from vllm.plugins import load_general_plugins
+        load_general_plugins()
+    kt = KVTransferConfig(kv_connector="KvroomConnector",
+                          kv_connector_module_path=None if by_name else "kvroom.vllm",
                           kv_role=role, kv_connector_extra_config=extra,
                           kv_load_failure_policy=policy)
     given = {"model_config": mc, "scheduler_config": sc, "cache_config": cc,

@@ -183,9 +183,11 @@ def test_push_24_requests_byte_exact(registry, roles):
 def test_decode_first_with_a_room_the_proxy_chose(registry):
     """A proxy that names the room and sends the request to both at once:
     decode allocates and waits while the prefill computes, then the blocks
-    land, byte-exact (kvroom's rooms do not care which side comes first)."""
-    p = Proc("kv_producer", registry)
-    d = Proc("kv_consumer", registry)
+    land, byte-exact (kvroom's rooms do not care which side comes first).
+    Both engines name the connector alone, "KvroomConnector": vLLM's plugin
+    loader registers it from kvroom's entry point."""
+    p = Proc("kv_producer", registry, by_name=True)
+    d = Proc("kv_consumer", registry, by_name=True)
     try:
         reqs = prompts(12, base=500)
         rooms = {rid: 7_000_000 + i for i, (rid, _) in enumerate(reqs)}
