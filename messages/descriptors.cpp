@@ -29,6 +29,13 @@ uint64_t write_batch::total_bytes() const noexcept {
   return sum;
 }
 
+uint64_t read_batch::total_bytes() const noexcept {
+  uint64_t sum = 0;
+  for (auto& op : ops)
+    sum += op.size_bytes;
+  return sum;
+}
+
 int32_t kv_device_id(const memory_layout& x) noexcept {
   return x.kv.empty() ? -1 : x.kv.front().mem.device_id;
 }

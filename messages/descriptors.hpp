@@ -209,4 +209,39 @@ typename Inspector::result_type inspect(Inspector& f, write_batch& x) {
            x.ops, x.src_device_id, x.dst_device_id, x.aux_ops);
 }
 
+/// One read of a pull: `size_bytes` of the peer's registered memory at
+/// `remote_addr` into this rank's registered memory at `local_addr`.
+struct read_op {
+  uint64_t remote_addr = 0;
+  uint64_t local_addr = 0;
+  uint64_t size_bytes = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, read_op& x) {
+  return f(caf::meta::type_name("kvroom.read_op"), x.remote_addr, x.local_addr, x.size_bytes);
+}
+
+/// What a data-plane backend reads at once (a pull: the decode rank reads
+/// what its prefill granted it): every read of one chunk of one room from
+/// one peer. `tag` names the room: a peer that serves reads itself admits
+/// them only inside what it granted this rank for that room.
+struct read_batch {
+  room_id tag = 0;
+  endpoint_desc peer;
+  std::vector<read_op> ops;
+  /// Device of the peer's memory (-1: host); one kind per batch.
+  int32_t remote_device_id = -1;
+  /// Device of this rank's memory (-1: host).
+  int32_t local_device_id = -1;
+
+  uint64_t total_bytes() const noexcept;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, read_batch& x) {
+  return f(caf::meta::type_name("kvroom.read_batch"), x.tag, x.peer, x.ops, x.remote_device_id,
+           x.local_device_id);
+}
+
 } // namespace kvroom

@@ -35,6 +35,7 @@ struct backend_caps {
   bool same_host = false;      ///< peers in other processes on this host
   bool cross_host = false;     ///< peers on other hosts
   uint32_t max_batch_ops = 0;  ///< most writes in one posted batch
+  bool reads = false;          ///< serves `post_read` (a pull)
 };
 
 /// Id of one memory registration, unique within a backend.
@@ -109,6 +110,23 @@ public:
 
   /// Validates and posts every write of `batch` (see `post_result`).
   virtual post_result post(const write_batch& batch) = 0;
+
+  /// Validates and posts every read of `batch` (a pull): bytes of the
+  /// peer's registered memory land in this rank's. The contract is `post`'s:
+  /// every range is checked before a byte moves (the local one inside this
+  /// rank's registered memory, the remote one inside the peer's, and, where
+  /// the peer serves reads itself, inside what it granted this rank for the
+  /// batch's room: `grant_read`); a refused batch moves nothing; a batch in
+  /// progress is polled and released like a posted one. Backends that cannot
+  /// read answer `failed` with errc::unsupported.
+  virtual post_result post_read(const read_batch& batch);
+
+  /// True when posting the reads of `batch` completes inside the call and
+  /// may happen on any thread at once (see `completes_inline`).
+  virtual bool reads_inline(const read_batch& batch) const {
+    static_cast<void>(batch);
+    return false;
+  }
 
   /// Progress of a batch whose post returned `in_progress`; `reason` is set
   /// when it returns `failed`. A backend whose posts all complete inside
@@ -185,6 +203,33 @@ public:
 
   /// Nothing of `room` is written again once this returns.
   virtual void revoke(room_id room) {
+    static_cast<void>(room);
+  }
+
+  // -- per-room read grants (serving side of a pull) -------------------------
+  // What a peer may read of this rank's memory. Backends that serve reads
+  // themselves (a tcp read request is answered by this rank's connection
+  // thread) admit a read only inside them; where the reader copies itself
+  // (local, shm) or the NIC reads (verbs), only members hold the way in, as
+  // for writes.
+
+  /// True when `grant_read` restricts what peers may read.
+  virtual bool enforces_read_grants() const {
+    return false;
+  }
+
+  /// `reader` may read `ranges` of this rank's memory for `room` until
+  /// `revoke_read(room)`. False when the table is full.
+  virtual bool grant_read(room_id room, rank_id reader, std::vector<byte_range> ranges) {
+    static_cast<void>(room);
+    static_cast<void>(reader);
+    static_cast<void>(ranges);
+    return true;
+  }
+
+  /// Nothing of `room` is read again once this returns (a read being
+  /// served finishes first).
+  virtual void revoke_read(room_id room) {
     static_cast<void>(room);
   }
 };

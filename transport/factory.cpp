@@ -13,6 +13,12 @@ backend::~backend() {
   // nop
 }
 
+post_result backend::post_read(const read_batch& batch) {
+  return post_result::failed(make_error(errc::unsupported,
+                                        name() + " backend does not read from peers (room "
+                                          + std::to_string(batch.tag) + ")"));
+}
+
 caf::error backend::on_control(const transport_control& msg) {
   return make_error(errc::unsupported, name() + " backend takes no control messages (got one for "
                                          + msg.transport + " from rank "

@@ -38,6 +38,22 @@ public:
   void revoke(room_id room) override {
     inner_->revoke(room);
   }
+  /// Reads pass through (the plan's injection points are a sender's).
+  post_result post_read(const read_batch& batch) override {
+    return inner_->post_read(batch);
+  }
+  bool reads_inline(const read_batch& batch) const override {
+    return inner_->reads_inline(batch);
+  }
+  bool enforces_read_grants() const override {
+    return inner_->enforces_read_grants();
+  }
+  bool grant_read(room_id room, rank_id reader, std::vector<byte_range> ranges) override {
+    return inner_->grant_read(room, reader, std::move(ranges));
+  }
+  void revoke_read(room_id room) override {
+    inner_->revoke_read(room);
+  }
 
 private:
   /// True when the plan breaks the path to `peer`.

@@ -3,8 +3,9 @@
 #include <atomic>
 #include <cstring>
 #include <random>
-#include <shared_mutex>
 #include <mutex>
+#include <shared_mutex>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -72,38 +73,19 @@ public:
   }
 
   /// Validates every op against both instances' registrations, then copies.
-  caf::error copy(uint64_t src_instance, uint64_t dst_instance,
-                  const write_batch& batch) {
-    std::shared_lock<std::shared_mutex> guard{mtx_};
-    auto src = regions_.find(src_instance);
-    auto dst = regions_.find(dst_instance);
-    if (dst == regions_.end())
-      return make_error(errc::not_registered,
-                        "peer rank " + std::to_string(batch.peer.owner)
-                          + " has no registered memory on local endpoint "
-                          + batch.peer.address);
-    if (src == regions_.end())
-      return make_error(errc::not_registered,
-                        "sender has no registered memory");
-    for (size_t i = 0; i < batch.ops.size(); ++i) {
-      auto& op = batch.ops[i];
-      if (!covered(src->second, op.src_addr, op.size_bytes))
-        return make_error(errc::not_registered,
-                          "write " + std::to_string(i) + ": source range "
-                            + range(op.src_addr, op.size_bytes)
-                            + " is outside the sender's registered memory");
-      if (!covered(dst->second, op.dst_addr, op.size_bytes))
-        return make_error(errc::out_of_range,
-                          "write " + std::to_string(i) + ": destination range "
-                            + range(op.dst_addr, op.size_bytes)
-                            + " is outside rank "
-                            + std::to_string(batch.peer.owner)
-                            + "'s registered memory");
-    }
-    for (auto& op : batch.ops)
-      std::memcpy(reinterpret_cast<void*>(op.dst_addr),
-                  reinterpret_cast<const void*>(op.src_addr), op.size_bytes);
-    return caf::none;
+  caf::error copy(uint64_t src_instance, uint64_t dst_instance, const write_batch& batch) {
+    return checked_copy(
+      src_instance, dst_instance, batch.peer, batch.ops, "write",
+      [](const write_op& op) { return std::make_pair(op.src_addr, op.dst_addr); },
+      "the sender", "rank " + std::to_string(batch.peer.owner));
+  }
+
+  /// The same for a pull: from the peer's memory into `local_instance`'s.
+  caf::error read(uint64_t local_instance, uint64_t peer_instance, const read_batch& batch) {
+    return checked_copy(
+      peer_instance, local_instance, batch.peer, batch.ops, "read",
+      [](const read_op& op) { return std::make_pair(op.remote_addr, op.local_addr); },
+      "rank " + std::to_string(batch.peer.owner), "the reader");
   }
 
 private:
@@ -115,6 +97,42 @@ private:
   local_domain() {
     std::random_device rd;
     token_ = (static_cast<uint64_t>(::getpid()) << 32) ^ rd();
+  }
+
+  /// Copies every op (`ends(op)`: its source and destination addresses)
+  /// once all of them lie in registered memory: sources in `src_instance`'s
+  /// (`src_who`), destinations in `dst_instance`'s (`dst_who`).
+  template <class Op, class Ends>
+  caf::error checked_copy(uint64_t src_instance, uint64_t dst_instance, const endpoint_desc& peer,
+                          const std::vector<Op>& ops, const char* what, Ends ends,
+                          const std::string& src_who, const std::string& dst_who) {
+    std::shared_lock<std::shared_mutex> guard{mtx_};
+    auto src = regions_.find(src_instance);
+    auto dst = regions_.find(dst_instance);
+    if (src == regions_.end() || dst == regions_.end())
+      return make_error(errc::not_registered,
+                        (src == regions_.end() ? src_who : dst_who)
+                          + " has no registered memory on local endpoint " + peer.address);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      auto [from, to] = ends(ops[i]);
+      auto len = ops[i].size_bytes;
+      if (!covered(src->second, from, len))
+        return make_error(errc::not_registered,
+                          std::string{what} + " " + std::to_string(i) + ": source range "
+                            + range(from, len) + " is outside " + src_who
+                            + "'s registered memory");
+      if (!covered(dst->second, to, len))
+        return make_error(errc::out_of_range,
+                          std::string{what} + " " + std::to_string(i) + ": destination range "
+                            + range(to, len) + " is outside " + dst_who
+                            + "'s registered memory");
+    }
+    for (auto& op : ops) {
+      auto [from, to] = ends(op);
+      std::memcpy(reinterpret_cast<void*>(to), reinterpret_cast<const void*>(from),
+                  op.size_bytes);
+    }
+    return caf::none;
   }
 
   static bool covered(const std::vector<entry>& xs, uint64_t addr,
@@ -160,6 +178,7 @@ backend_caps local_backend::caps() const {
   out.host_memory = true;
   out.same_process = true;
   out.max_batch_ops = 1u << 20;
+  out.reads = true;
   return out;
 }
 
@@ -191,31 +210,51 @@ caf::error local_backend::deregister_memory(region_id id) {
   return caf::none;
 }
 
+namespace {
+
+/// The peer's instance in this process, or why it cannot be reached.
+caf::expected<uint64_t> peer_instance(const endpoint_desc& peer, int32_t device_a,
+                                      int32_t device_b) {
+  if (peer.transport != "local")
+    return make_error(errc::invalid_argument,
+                      "local backend cannot reach a '" + peer.transport + "' endpoint");
+  if (peer.domain != local_domain::get().token())
+    return make_error(errc::unavailable,
+                      "peer rank " + std::to_string(peer.owner) + " is not in this process");
+  if (device_a >= 0 || device_b >= 0)
+    return make_error(errc::unsupported, "local backend moves host memory only");
+  try {
+    return std::stoull(peer.address);
+  } catch (...) {
+    return make_error(errc::invalid_argument,
+                      "malformed local endpoint address '" + peer.address + "'");
+  }
+}
+
+} // namespace
+
 // Thread-safe: reads only this instance's immutable fields and the domain,
 // which locks its own table.
 post_result local_backend::post(const write_batch& batch) {
-  if (batch.peer.transport != "local")
-    return post_result::failed(make_error(errc::invalid_argument,
-                                          "local backend cannot reach a '"
-                                            + batch.peer.transport + "' endpoint"));
-  if (batch.peer.domain != local_domain::get().token())
-    return post_result::failed(make_error(errc::unavailable,
-                                          "peer rank " + std::to_string(batch.peer.owner)
-                                            + " is not in this process"));
-  if (batch.src_device_id >= 0 || batch.dst_device_id >= 0)
-    return post_result::failed(
-      make_error(errc::unsupported, "local backend moves host memory only"));
-  uint64_t peer_instance = 0;
-  try {
-    peer_instance = std::stoull(batch.peer.address);
-  } catch (...) {
-    return post_result::failed(make_error(errc::invalid_argument,
-                                          "malformed local endpoint address '"
-                                            + batch.peer.address + "'"));
-  }
-  if (auto err = local_domain::get().copy(instance_, peer_instance, batch))
+  auto peer = peer_instance(batch.peer, batch.src_device_id, batch.dst_device_id);
+  if (!peer)
+    return post_result::failed(std::move(peer.error()));
+  if (auto err = local_domain::get().copy(instance_, *peer, batch))
     return post_result::failed(std::move(err));
   return post_result::done();
+}
+
+post_result local_backend::post_read(const read_batch& batch) {
+  auto peer = peer_instance(batch.peer, batch.remote_device_id, batch.local_device_id);
+  if (!peer)
+    return post_result::failed(std::move(peer.error()));
+  if (auto err = local_domain::get().read(instance_, *peer, batch))
+    return post_result::failed(std::move(err));
+  return post_result::done();
+}
+
+bool local_backend::reads_inline(const read_batch&) const {
+  return true;
 }
 
 bool local_backend::completes_inline(const write_batch&) const {

@@ -5,7 +5,7 @@
 namespace kvroom::detail {
 
 /// Same-process backend: a validated memcpy into a peer rank's registered
-/// host memory. Peers are other `local_backend` instances of this process;
+/// host memory (or, for a pull, out of it). Peers are other `local_backend` instances of this process;
 /// their registrations live in one process-wide table.
 class local_backend final : public backend {
 public:
@@ -21,6 +21,9 @@ public:
   /// under the domain's shared lock.
   post_result post(const write_batch& batch) override;
   bool completes_inline(const write_batch& batch) const override;
+  /// A pull: the same validated memcpy, from the peer's memory into ours.
+  post_result post_read(const read_batch& batch) override;
+  bool reads_inline(const read_batch& batch) const override;
 
 private:
   rank_id owner_;

@@ -462,7 +462,34 @@ post_result multipath_backend::post(const write_batch& batch) {
   return post_result::in_progress(id);
 }
 
+post_result multipath_backend::post_read(const read_batch& batch) {
+  // A pull names one path (its peer): the inner backend reads it; a read
+  // in progress is polled through it, its id marked as a read's.
+  auto res = inner_->post_read(batch);
+  if (res.status == xfer_status::in_progress)
+    res.id |= read_id_bit;
+  return res;
+}
+
+bool multipath_backend::reads_inline(const read_batch& batch) const {
+  return inner_->reads_inline(batch);
+}
+
+bool multipath_backend::enforces_read_grants() const {
+  return inner_->enforces_read_grants();
+}
+
+bool multipath_backend::grant_read(room_id room, rank_id reader, std::vector<byte_range> ranges) {
+  return inner_->grant_read(room, reader, std::move(ranges));
+}
+
+void multipath_backend::revoke_read(room_id room) {
+  inner_->revoke_read(room);
+}
+
 xfer_status multipath_backend::poll(xfer_id id, std::string& reason) {
+  if (id & read_id_bit)
+    return inner_->poll(id & ~read_id_bit, reason);
   transfer* t = nullptr;
   {
     std::lock_guard<std::mutex> guard{table_mtx_};
@@ -479,12 +506,18 @@ xfer_status multipath_backend::poll(xfer_id id, std::string& reason) {
 }
 
 bool multipath_backend::refused(xfer_id id) const {
+  if (id & read_id_bit)
+    return inner_->refused(id & ~read_id_bit);
   std::lock_guard<std::mutex> guard{table_mtx_};
   auto i = transfers_.find(id);
   return i != transfers_.end() && i->second.refused;
 }
 
 void multipath_backend::release(xfer_id id) {
+  if (id & read_id_bit) {
+    inner_->release(id & ~read_id_bit);
+    return;
+  }
   transfer t;
   {
     std::lock_guard<std::mutex> guard{table_mtx_};

@@ -56,6 +56,11 @@ public:
   bool enforces_grants() const override;
   bool grant(room_id room, rank_id sender, std::vector<byte_range> ranges) override;
   void revoke(room_id room) override;
+  post_result post_read(const read_batch& batch) override;
+  bool reads_inline(const read_batch& batch) const override;
+  bool enforces_read_grants() const override;
+  bool grant_read(room_id room, rank_id reader, std::vector<byte_range> ranges) override;
+  void revoke_read(room_id room) override;
 
   /// Every path used so far, any thread.
   std::vector<path_report> paths() const;
@@ -118,6 +123,9 @@ private:
   mutable std::mutex table_mtx_;
   std::unordered_map<xfer_id, transfer> transfers_;
   std::atomic<xfer_id> next_id_{1};
+  /// Marks the id of a read in progress (the inner backend's, passed
+  /// through); this backend's own ids never reach it.
+  static constexpr xfer_id read_id_bit = xfer_id{1} << 62;
   std::atomic<uint64_t> next_key_{1};
   std::atomic<uint64_t> turn_{0};
   std::array<std::atomic<uint64_t>, max_path_transports> retries_{}, fallbacks_{};

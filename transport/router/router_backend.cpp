@@ -29,6 +29,7 @@ backend_caps router_backend::caps() const {
     out.same_process |= c.same_process;
     out.same_host |= c.same_host;
     out.cross_host |= c.cross_host;
+    out.reads |= c.reads;
     out.max_batch_ops = out.max_batch_ops == 0 ? c.max_batch_ops
                                                : std::min(out.max_batch_ops, c.max_batch_ops);
   }
@@ -110,17 +111,39 @@ const backend* router_backend::part_for(const write_batch& batch) const {
   return i < parts_.size() ? parts_[i].get() : nullptr;
 }
 
+namespace {
+
+post_result no_part(const endpoint_desc& peer) {
+  return post_result::failed(make_error(errc::unavailable,
+                                        "this rank has no '" + peer.transport + "' backend"));
+}
+
+} // namespace
+
 post_result router_backend::post(const write_batch& batch) {
   auto i = part_index(batch.peer);
   if (i == parts_.size())
-    return post_result::failed(make_error(errc::unavailable, "this rank has no '"
-                                                               + batch.peer.transport
-                                                               + "' backend"));
-  auto res = parts_[i]->post(batch);
+    return no_part(batch.peer);
+  return tagged(i, parts_[i]->post(batch));
+}
+
+post_result router_backend::post_read(const read_batch& batch) {
+  auto i = part_index(batch.peer);
+  if (i == parts_.size())
+    return no_part(batch.peer);
+  return tagged(i, parts_[i]->post_read(batch));
+}
+
+bool router_backend::reads_inline(const read_batch& batch) const {
+  auto i = part_index(batch.peer);
+  return i < parts_.size() && parts_[i]->reads_inline(batch);
+}
+
+post_result router_backend::tagged(size_t part, post_result res) {
   // A batch in progress is polled through this router: its id says which
   // part holds it.
   if (res.status == xfer_status::in_progress)
-    res.id = (static_cast<xfer_id>(i) << shift) | res.id;
+    res.id = (static_cast<xfer_id>(part) << shift) | res.id;
   return res;
 }
 

@@ -45,6 +45,27 @@ public:
       if (p->enforces_grants())
         p->revoke(room);
   }
+  /// A pull goes to the part that reaches the peer, as a batch does.
+  post_result post_read(const read_batch& batch) override;
+  bool reads_inline(const read_batch& batch) const override;
+  bool enforces_read_grants() const override {
+    for (auto& p : parts_)
+      if (p->enforces_read_grants())
+        return true;
+    return false;
+  }
+  bool grant_read(room_id room, rank_id reader, std::vector<byte_range> ranges) override {
+    bool ok = true;
+    for (auto& p : parts_)
+      if (p->enforces_read_grants())
+        ok = p->grant_read(room, reader, ranges) && ok;
+    return ok;
+  }
+  void revoke_read(room_id room) override {
+    for (auto& p : parts_)
+      if (p->enforces_read_grants())
+        p->revoke_read(room);
+  }
   std::vector<transport_control> take_control() override;
   caf::error on_control(const transport_control& msg) override;
   void set_notifier(std::function<void()> notify) override;
@@ -54,6 +75,8 @@ private:
   /// several of one transport the one for that endpoint), or the number of
   /// parts when none does.
   size_t part_index(const endpoint_desc& peer) const;
+  /// `res` of part `part`, its id (in progress) naming the part.
+  static post_result tagged(size_t part, post_result res);
   /// The part that reaches the batch's peer, or null.
   const backend* part_for(const write_batch& batch) const;
   // Ids carry the part's index in their top byte.

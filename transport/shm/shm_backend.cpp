@@ -64,6 +64,7 @@ backend_caps shm_backend::caps() const {
   out.same_process = true;
   out.same_host = true;
   out.max_batch_ops = 1u << 20;
+  out.reads = true;
   return out;
 }
 
@@ -125,53 +126,102 @@ bool shm_backend::completes_inline(const write_batch&) const {
   return true;
 }
 
-caf::error shm_backend::copy(const write_batch& batch) {
-  if (batch.peer.transport != "shm")
+post_result shm_backend::post_read(const read_batch& batch) {
+  if (auto err = copy_in(batch))
+    return post_result::failed(std::move(err));
+  return post_result::done();
+}
+
+bool shm_backend::reads_inline(const read_batch&) const {
+  return true;
+}
+
+caf::error shm_backend::check_peer(const endpoint_desc& peer, int32_t device_a,
+                                   int32_t device_b) const {
+  if (peer.transport != "shm")
     return make_error(errc::invalid_argument,
-                      "shm backend cannot reach a '" + batch.peer.transport + "' endpoint");
-  if (batch.peer.domain != host_domain())
+                      "shm backend cannot reach a '" + peer.transport + "' endpoint");
+  if (peer.domain != host_domain())
     return make_error(errc::unavailable,
-                      "peer rank " + std::to_string(batch.peer.owner) + " is on another host");
-  if (batch.src_device_id >= 0 || batch.dst_device_id >= 0)
+                      "peer rank " + std::to_string(peer.owner) + " is on another host");
+  if (device_a >= 0 || device_b >= 0)
     return make_error(errc::unsupported, "shm backend moves host memory only");
+  return caf::none;
+}
+
+caf::expected<uint8_t*> shm_backend::peer_bytes(const endpoint_desc& peer, uint64_t addr,
+                                                uint64_t len, const std::string& what) {
+  const shm_region* r = nullptr;
+  for (auto& x : peer.shared)
+    if (mem_desc{x.addr, x.size_bytes, -1}.covers(addr, len, -1))
+      r = &x;
+  if (!r)
+    return make_error(errc::out_of_range,
+                      what + " range " + region_table::range(addr, len) + " is outside rank "
+                        + std::to_string(peer.owner) + "'s registered memory");
+  auto m = map_segment(r->segment);
+  if (!m)
+    return m.error();
+  auto at = r->offset + (addr - r->addr);
+  if (at < r->offset || len > m->size || at > m->size - len)
+    return make_error(errc::out_of_range,
+                      what + " runs past the end of shm segment " + r->segment);
+  return m->base + at;
+}
+
+caf::error shm_backend::copy(const write_batch& batch) {
+  if (auto err = check_peer(batch.peer, batch.src_device_id, batch.dst_device_id))
+    return err;
   // Resolve and check every write before the first byte moves.
   std::vector<uint8_t*> targets;
   targets.reserve(batch.ops.size());
+  auto guard = regions_.lock();
   {
-    auto guard = regions_.lock();
     std::unique_lock<std::mutex> maps{mapped_mtx_};
     for (size_t i = 0; i < batch.ops.size(); ++i) {
       auto& op = batch.ops[i];
+      auto what = "write " + std::to_string(i);
       if (!regions_.covers(op.src_addr, op.size_bytes))
         return make_error(errc::not_registered,
-                          "write " + std::to_string(i) + ": source range "
-                            + region_table::range(op.src_addr, op.size_bytes)
+                          what + ": source range " + region_table::range(op.src_addr, op.size_bytes)
                             + " is outside the sender's registered memory");
-      const shm_region* r = nullptr;
-      for (auto& x : batch.peer.shared)
-        if (mem_desc{x.addr, x.size_bytes, -1}.covers(op.dst_addr, op.size_bytes, -1))
-          r = &x;
-      if (!r)
-        return make_error(errc::out_of_range,
-                          "write " + std::to_string(i) + ": destination range "
-                            + region_table::range(op.dst_addr, op.size_bytes)
-                            + " is outside rank " + std::to_string(batch.peer.owner)
-                            + "'s registered memory");
-      auto m = map_segment(r->segment);
-      if (!m)
-        return m.error();
-      auto at = r->offset + (op.dst_addr - r->addr);
-      if (at < r->offset || op.size_bytes > m->size || at > m->size - op.size_bytes)
-        return make_error(errc::out_of_range,
-                          "write " + std::to_string(i) + " runs past the end of shm segment "
-                            + r->segment);
-      targets.push_back(m->base + at);
+      auto to = peer_bytes(batch.peer, op.dst_addr, op.size_bytes, what + ": destination");
+      if (!to)
+        return to.error();
+      targets.push_back(*to);
     }
-    maps.unlock(); // mappings are never removed while the backend lives
-    for (size_t i = 0; i < batch.ops.size(); ++i)
-      std::memcpy(targets[i], reinterpret_cast<const void*>(batch.ops[i].src_addr),
-                  batch.ops[i].size_bytes);
+  } // mappings are never removed while the backend lives
+  for (size_t i = 0; i < batch.ops.size(); ++i)
+    std::memcpy(targets[i], reinterpret_cast<const void*>(batch.ops[i].src_addr),
+                batch.ops[i].size_bytes);
+  return caf::none;
+}
+
+caf::error shm_backend::copy_in(const read_batch& batch) {
+  if (auto err = check_peer(batch.peer, batch.remote_device_id, batch.local_device_id))
+    return err;
+  std::vector<const uint8_t*> sources;
+  sources.reserve(batch.ops.size());
+  auto guard = regions_.lock();
+  {
+    std::unique_lock<std::mutex> maps{mapped_mtx_};
+    for (size_t i = 0; i < batch.ops.size(); ++i) {
+      auto& op = batch.ops[i];
+      auto what = "read " + std::to_string(i);
+      if (!regions_.covers(op.local_addr, op.size_bytes))
+        return make_error(errc::out_of_range,
+                          what + ": destination range "
+                            + region_table::range(op.local_addr, op.size_bytes)
+                            + " is outside the reader's registered memory");
+      auto from = peer_bytes(batch.peer, op.remote_addr, op.size_bytes, what + ": source");
+      if (!from)
+        return from.error();
+      sources.push_back(*from);
+    }
   }
+  for (size_t i = 0; i < batch.ops.size(); ++i)
+    std::memcpy(reinterpret_cast<void*>(batch.ops[i].local_addr), sources[i],
+                batch.ops[i].size_bytes);
   return caf::none;
 }
 

@@ -19,7 +19,8 @@ namespace kvroom::detail {
 /// each range's segment in /proc/self/maps and advertises it. Sending: the
 /// first write to a peer maps each of its segments once (read-write, shared)
 /// and every write is a memcpy into the mapping, after checking it lies in a
-/// region the peer advertised and inside the segment's real size.
+/// region the peer advertised and inside the segment's real size. A pull
+/// (`post_read`) is the same memcpy out of the peer's mapping.
 class shm_backend final : public backend {
 public:
   explicit shm_backend(rank_id owner);
@@ -35,9 +36,18 @@ public:
   /// thread hop).
   post_result post(const write_batch& batch) override;
   bool completes_inline(const write_batch& batch) const override;
+  /// A pull: a memcpy out of the peer's mapped segment, checked the same way.
+  post_result post_read(const read_batch& batch) override;
+  bool reads_inline(const read_batch& batch) const override;
 
 private:
   caf::error copy(const write_batch& batch);
+  caf::error copy_in(const read_batch& batch);
+  caf::error check_peer(const endpoint_desc& peer, int32_t device_a, int32_t device_b) const;
+  /// Where [addr, addr + len) of the peer's advertised memory is mapped
+  /// here; under `mapped_mtx_`. `what` names the op in errors.
+  caf::expected<uint8_t*> peer_bytes(const endpoint_desc& peer, uint64_t addr, uint64_t len,
+                                     const std::string& what);
 
   struct mapping {
     uint8_t* base = nullptr;
