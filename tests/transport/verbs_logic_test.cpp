@@ -37,6 +37,33 @@ TEST_CASE("writes contiguous on both sides become one entry of one work request"
   CHECK((*wrs)[0].sges[0].length == 128);
 }
 
+TEST_CASE("a pull's reads plan as READs: one contiguous remote source scattered into local entries") {
+  // Four reads of one contiguous remote range into scattered local pages;
+  // max_sge (the device's max_sge_rd) 2: two READs of two entries each.
+  device_limits lim{2, 1u << 20, 64};
+  std::vector<read_op> reads{{0x9000, 0x1000, 64}, {0x9040, 0x3000, 64},
+                             {0x9080, 0x5000, 64}, {0x90c0, 0x7000, 64}};
+  auto shape = as_write_shape(reads);
+  REQUIRE(shape.size() == 4);
+  CHECK(shape[1].src_addr == 0x3000);  // local destination
+  CHECK(shape[1].dst_addr == 0x9040);  // remote source
+  auto wrs = plan_read_requests(reads, lim);
+  REQUIRE(wrs);
+  REQUIRE(wrs->size() == 2);
+  CHECK((*wrs)[0].remote_addr == 0x9000);
+  CHECK((*wrs)[1].remote_addr == 0x9080);
+  REQUIRE((*wrs)[1].sges.size() == 2);
+  CHECK((*wrs)[1].sges[0].addr == 0x5000);
+  CHECK((*wrs)[1].sges[1].addr == 0x7000);
+  CHECK(total(*wrs) == 256);
+  // A read never spans two remote registrations (each has its own rkey).
+  auto split = plan_read_requests(reads, device_limits{4, 1u << 20, 64}, nullptr,
+                                  [](uint64_t addr) { return addr < 0x9080 ? 0 : 1; });
+  REQUIRE(split);
+  CHECK(split->size() == 2);
+  CHECK_FALSE(plan_read_requests(reads, device_limits{0, 1u << 20, 64}));
+}
+
 TEST_CASE("scattered sources into a contiguous destination gather up to max_sge entries") {
   device_limits lim{3, 1u << 20, 64};
   std::vector<write_op> ops;

@@ -172,6 +172,7 @@ caf::error verbs_backend::start() {
     return make_error(errc::unavailable, "verbs: ibv_query_device failed: " + errno_text(errno));
   // Enough to gather a layer's pages; larger lists only grow each WQE.
   limits_.max_sge = static_cast<uint32_t>(std::clamp(attr.max_sge, 1, 16));
+  max_sge_rd_ = static_cast<uint32_t>(std::clamp(attr.max_sge_rd, 1, 16));
   limits_.max_send_wr = std::min<uint32_t>(opts_.max_send_wr,
                                            static_cast<uint32_t>(std::max(attr.max_qp_wr, 1)));
   ibv_gid gid{};
@@ -272,6 +273,7 @@ backend_caps verbs_backend::caps() const {
   out.same_host = true;
   out.cross_host = true;
   out.max_batch_ops = 1u << 20;
+  out.reads = true;  // RDMA READ (no read grants: the NIC serves it)
   return out;
 }
 
@@ -288,7 +290,8 @@ caf::expected<region_id> verbs_backend::register_memory(const mem_desc& mem) {
       return make_error(errc::invalid_argument, "verbs: " + range(mem.addr, mem.size_bytes)
                                                   + " overlaps a registered region");
   auto* mr = ibv_reg_mr(pd_, reinterpret_cast<void*>(mem.addr), mem.size_bytes,
-                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
+                          | IBV_ACCESS_REMOTE_READ);
   if (mr == nullptr) {
     std::string why = "verbs: ibv_reg_mr " + range(mem.addr, mem.size_bytes) + " failed: "
                       + errno_text(errno);
@@ -360,6 +363,35 @@ caf::expected<xfer_id> verbs_backend::post_batch(const write_batch& batch) {
   l.queue.push_back(id);
   drive(x.peer, l);
   return id;
+}
+
+post_result verbs_backend::post_read(const read_batch& batch) {
+  if (batch.peer.transport != "verbs")
+    return post_result::failed(make_error(errc::invalid_argument,
+                                          "verbs backend cannot reach a '" + batch.peer.transport
+                                            + "' endpoint"));
+  if (batch.peer.owner < 0 || batch.peer.owner == owner_)
+    return post_result::failed(make_error(
+      errc::invalid_argument, "verbs: bad peer rank " + std::to_string(batch.peer.owner)));
+  if (batch.ops.size() > caps().max_batch_ops)
+    return post_result::failed(make_error(errc::invalid_argument,
+                                          "verbs: batch of " + std::to_string(batch.ops.size())
+                                            + " reads exceeds the limit"));
+  for (auto& op : batch.ops)
+    if (op.size_bytes != 0 && local_region(op.local_addr, op.size_bytes) == nullptr)
+      return post_result::failed(make_error(
+        errc::out_of_range, "destination " + range(op.local_addr, op.size_bytes)
+                              + " lies outside the reader's registered memory"));
+  auto id = next_xfer_++;
+  auto& x = xfers_[id];
+  x.peer = batch.peer.owner;
+  x.read = true;
+  x.ops = verbs::as_write_shape(batch.ops);
+  x.src_device_id = batch.local_device_id;
+  auto& l = link_to(x.peer, batch.peer.address);
+  l.queue.push_back(id);
+  drive(x.peer, l);
+  return post_result::in_progress(id);
 }
 
 xfer_status verbs_backend::poll(xfer_id id, std::string& reason) {
@@ -463,7 +495,7 @@ caf::error verbs_backend::create_qp(link& l) {
   a.qp_state = IBV_QPS_INIT;
   a.pkey_index = 0;
   a.port_num = opts_.port;
-  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT
                                        | IBV_QP_ACCESS_FLAGS);
       rc != 0) {
@@ -583,18 +615,25 @@ caf::error verbs_backend::plan(const link& l, xfer& x) const {
     }
     return -1;
   };
-  // Every destination first: a bad one fails the batch before a byte moves.
+  // Every remote range first: a bad one fails the batch before a byte
+  // moves (a write's destination, a read's source).
   for (auto& op : x.ops)
     if (op.size_bytes != 0 && remote_of(op.dst_addr, op.size_bytes) < 0)
-      return make_error(errc::out_of_range, "destination " + range(op.dst_addr, op.size_bytes)
+      return make_error(errc::out_of_range, std::string{x.read ? "source " : "destination "}
+                                              + range(op.dst_addr, op.size_bytes)
                                               + " lies outside rank " + std::to_string(x.peer)
                                               + "'s registered memory");
   auto local_index = [this](uint64_t addr) -> int64_t {
     auto* r = local_region(addr, 1);
     return r == nullptr ? -1 : static_cast<int64_t>(r - regions_.data());
   };
+  // A read's ops are already turned around (local: src, remote: dst); only
+  // its scatter list is bounded by max_sge_rd.
+  auto limits = limits_;
+  if (x.read)
+    limits.max_sge = std::min(limits.max_sge, max_sge_rd_);
   auto planned = verbs::plan_work_requests(
-    x.ops, limits_, local_index, [&](uint64_t addr) { return remote_of(addr, 1); });
+    x.ops, limits, local_index, [&](uint64_t addr) { return remote_of(addr, 1); });
   if (!planned)
     return planned.error();
   x.wrs = std::move(*planned);
@@ -641,7 +680,7 @@ void verbs_backend::drive(rank_id peer, link& l) {
       bool signalled = l.window->take(last, seq);
       --room;
       ibv_send_wr wr{};
-      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.opcode = x.read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
       wr.wr.rdma.remote_addr = plan.remote_addr;
       wr.wr.rdma.rkey = x.rkeys[x.next_wr];
       wr.num_sge = static_cast<int>(plan.sges.size());

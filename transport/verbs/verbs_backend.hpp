@@ -74,6 +74,10 @@ public:
   caf::expected<region_id> register_memory(const mem_desc& mem) override;
   caf::error deregister_memory(region_id id) override;
   post_result post(const write_batch& batch) override;
+  /// A pull: RDMA READs from the peer's advertised memory (registered for
+  /// remote reads as well as writes) into this rank's, planned like writes
+  /// and completed on the same queue pair and window.
+  post_result post_read(const read_batch& batch) override;
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
   std::vector<transport_control> take_control() override;
@@ -91,6 +95,9 @@ private:
 
   struct xfer {
     rank_id peer = -1;
+    /// A pull: RDMA READs, `ops` as writes turned around (src: the local
+    /// destination, dst: the peer's source; see verbs::plan_read_requests).
+    bool read = false;
     std::vector<write_op> ops;  ///< until planned
     int32_t src_device_id = -1;
     std::vector<verbs::wr_plan> wrs;
@@ -149,6 +156,8 @@ private:
   rank_id owner_;
   verbs_options opts_;
   verbs::device_limits limits_;
+  /// Scatter entries per READ (the device's max_sge_rd).
+  uint32_t max_sge_rd_ = 1;
   std::string device_name_;
   ibv_context* ctx_ = nullptr;
   ibv_pd* pd_ = nullptr;

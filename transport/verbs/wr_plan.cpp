@@ -84,4 +84,21 @@ void send_window::reset() noexcept {
   since_signal_ = 0;
 }
 
+caf::expected<std::vector<wr_plan>> plan_read_requests(const std::vector<read_op>& ops,
+                                                       const device_limits& limits,
+                                                       const region_of& local_region,
+                                                       const region_of& remote_region) {
+  return plan_work_requests(as_write_shape(ops), limits, local_region, remote_region);
+}
+
+std::vector<write_op> as_write_shape(const std::vector<read_op>& ops) {
+  // A READ scatters one remote range into local entries: the planner's
+  // "source" is the local side, its "destination" the remote one.
+  std::vector<write_op> out;
+  out.reserve(ops.size());
+  for (auto& op : ops)
+    out.push_back(write_op{op.local_addr, op.remote_addr, op.size_bytes});
+  return out;
+}
+
 } // namespace kvroom::verbs

@@ -52,6 +52,20 @@ caf::expected<std::vector<wr_plan>> plan_work_requests(const std::vector<write_o
                                                        const region_of& src_region = nullptr,
                                                        const region_of& dst_region = nullptr);
 
+/// A pull's RDMA READs, planned the same way: one READ reads a contiguous
+/// remote range and scatters it into local entries, which is a WRITE's
+/// shape turned around (each `wr_plan`'s `remote_addr` is then the source,
+/// its `sges` the destinations). `limits.max_sge` should be the device's
+/// `max_sge_rd`. `local_region` and `remote_region` as for writes.
+/// A pull's reads in the planner's shape: `src_addr` the local destination,
+/// `dst_addr` the peer's source.
+std::vector<write_op> as_write_shape(const std::vector<read_op>& ops);
+
+caf::expected<std::vector<wr_plan>> plan_read_requests(const std::vector<read_op>& ops,
+                                                       const device_limits& limits,
+                                                       const region_of& local_region = nullptr,
+                                                       const region_of& remote_region = nullptr);
+
 constexpr size_t max_planned_wrs = 1u << 22;
 
 /// Credits of one queue pair's send queue. Work requests are posted
