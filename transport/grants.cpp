@@ -76,7 +76,7 @@ grant_table::permit grant_table::admit(room_id room, rank_id sender,
   }
   for (size_t k = 0; k < ops.size(); ++k)
     if (!inside(s->second, ops[k].first, ops[k].second)) {
-      why = "write " + std::to_string(k) + " of rank " + std::to_string(sender)
+      why = std::string{what_} + " " + std::to_string(k) + " of rank " + std::to_string(sender)
             + " lies outside the pages room " + std::to_string(room) + " granted it";
       return {};
     }

@@ -32,7 +32,10 @@ struct byte_range {
 /// the room is written again.
 class grant_table {
 public:
-  explicit grant_table(size_t max_grants = 1u << 20) : max_grants_(max_grants) {
+  /// `what`: the operation it admits, for its refusals ("write", "read":
+  /// the same table serves a pull's read grants on the serving side).
+  explicit grant_table(size_t max_grants = 1u << 20, const char* what = "write")
+    : max_grants_(max_grants), what_(what) {
     // nop
   }
 
@@ -112,6 +115,7 @@ private:
   static bool inside(const std::vector<byte_range>& xs, uint64_t addr, uint64_t size);
 
   size_t max_grants_;
+  const char* what_;
   mutable std::mutex mtx_;
   std::condition_variable idle_;
   std::unordered_map<room_id, entry> rooms_;

@@ -125,9 +125,12 @@ struct pair_of_ranks {
     receiver = std::move(*r);
     REQUIRE(sender->register_memory(mem_desc{addr(src), bytes, -1}));
     REQUIRE(receiver->register_memory(mem_desc{addr(dst), bytes, -1}));
-    // The rooms (batch tags) these tests use may write all of dst.
-    for (room_id room = 0; room < 16; ++room)
+    // The rooms (batch tags) these tests use may write all of dst, and
+    // rank 2 may pull all of src from rank 1 (the read tests).
+    for (room_id room = 0; room < 16; ++room) {
       REQUIRE(receiver->grant(room, 1, {byte_range{addr(dst), bytes}}));
+      REQUIRE(sender->grant_read(room, 2, {byte_range{addr(src), bytes}}));
+    }
     std::mt19937_64 rng{1234};
     for (auto& b : src)
       b = static_cast<uint8_t>(rng());
@@ -272,8 +275,9 @@ std::pair<bool, std::string> pull(pair_of_ranks& p, std::vector<read_op> ops, ro
 
 TEST_CASE("a backend that reads pulls a seeded pattern byte-exact across sizes and batch sizes") {
   auto names = reading_backends();
-  // local and shm read in every build; tcp and verbs do not yet.
+  // local, shm and tcp read in every build (verbs: hw_conformance).
   CHECK(std::count(names.begin(), names.end(), "local") == 1);
+  CHECK(std::count(names.begin(), names.end(), "tcp") == 1);
   for (auto& name : names) {
     INFO("backend " << name);
     for (size_t block : {size_t{1}, size_t{4096}, size_t{1} << 20}) {
@@ -319,6 +323,33 @@ TEST_CASE("a read outside either side's registered memory is refused whole and m
     CHECK_FALSE(pull(p, {{src + 10, dst, UINT64_MAX}}).first);
     REQUIRE(pull(p, {{src, dst, 64}}).first);
     CHECK(std::memcmp(p.src.data(), p.dst.data(), 64) == 0);
+  }
+}
+
+TEST_CASE("a backend that serves reads itself serves only what it granted, until revoked") {
+  for (auto& name : reading_backends()) {
+    pair_of_ranks p{name, 8192};
+    if (!p.sender->enforces_read_grants())
+      continue;
+    INFO("backend " << name);
+    auto src = pair_of_ranks::addr(p.src);
+    auto dst = pair_of_ranks::addr(p.dst);
+    // A room that granted nothing, then a read past the granted pages.
+    auto res = pull(p, {{src, dst, 64}}, 99);
+    CHECK_FALSE(res.first);
+    CHECK(res.second.find("grants rank 2 no pages") != std::string::npos);
+    REQUIRE(p.sender->grant_read(20, 2, {byte_range{src, 4096}}));
+    res = pull(p, {{src + 4000, dst, 200}}, 20);
+    CHECK_FALSE(res.first);
+    CHECK(res.second.find("read 0 of rank 2 lies outside the pages room 20 granted it")
+          != std::string::npos);
+    CHECK(std::all_of(p.dst.begin(), p.dst.end(), [](uint8_t b) { return b == 0; }));
+    // The stream survives refusals: a granted read lands; once revoked,
+    // the same read is refused.
+    REQUIRE(pull(p, {{src, dst, 4096}}, 20).first);
+    CHECK(std::memcmp(p.src.data(), p.dst.data(), 4096) == 0);
+    p.sender->revoke_read(20);
+    CHECK_FALSE(pull(p, {{src, dst, 64}}, 20).first);
   }
 }
 

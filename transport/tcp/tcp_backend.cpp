@@ -27,6 +27,10 @@ constexpr uint32_t wire_magic = 0x4b56524d; // "KVRM"
 /// Version 2 appends the batch's key to version 1's header; a receiver
 /// reads both (a version-1 batch is unkeyed).
 constexpr uint16_t wire_version = 2;
+/// A read request (a pull): version 1's header, then descriptors of this
+/// rank's memory to send back; no key, no payload. Answered by an ack of
+/// status `ack_data` followed by the bytes, or by a refusal.
+constexpr uint16_t wire_read_version = 3;
 constexpr uint32_t max_reason = 4096;
 
 struct wire_header {
@@ -96,7 +100,7 @@ void set_timeouts(int fd, uint32_t ms) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-enum : uint32_t { ack_written = 0, ack_refused_closing = 1, ack_refused = 2 };
+enum : uint32_t { ack_written = 0, ack_refused_closing = 1, ack_refused = 2, ack_data = 3 };
 
 /// True when the peer closed `fd` (nothing is expected from it: no batch
 /// of ours is unacknowledged).
@@ -260,7 +264,8 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
       break;
     std::string bad;
     wire_key key{0};
-    if (h.magic != wire_magic || (h.version != 1 && h.version != wire_version))
+    if (h.magic != wire_magic
+        || (h.version != 1 && h.version != wire_version && h.version != wire_read_version))
       bad = "malformed batch header (magic or version)";
     else if (h.version == wire_version && !recv_by(fd, &key, sizeof(key), deadline))
       break;
@@ -284,6 +289,14 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
     }
     if (!complete)
       break;
+    if (h.version == wire_read_version) {
+      ranges.clear();
+      for (auto& op : ops)
+        ranges.emplace_back(op.dst_addr, op.size_bytes);
+      if (!serve_read(fd, sender, h.xfer, h.tag, h.total_bytes, ranges))
+        break;
+      continue;
+    }
     // Validate every range before any byte lands; hold the lock while the
     // payload is written so nothing is deregistered under it.
     auto guard = regions_.lock();
@@ -373,6 +386,7 @@ backend_caps tcp_backend::caps() const {
   out.same_host = true;
   out.cross_host = true;
   out.max_batch_ops = max_ops;
+  out.reads = true;
   return out;
 }
 
@@ -451,9 +465,11 @@ void tcp_backend::fail_connection(const std::string& address, const std::string&
   auto i = out_.find(address);
   if (i == out_.end())
     return;
-  for (auto id : i->second.unacked)
+  for (auto id : i->second.unacked) {
     if (auto r = posted_.find(id); r != posted_.end())
       r->second = result{xfer_status::failed, "tcp to " + address + ": " + why, address, 0};
+    reads_.erase(id);  // its answer can no longer come
+  }
   ::close(i->second.fd);
   out_.erase(i);
 }
@@ -468,14 +484,31 @@ bool tcp_backend::apply_acks(connection& c, const std::string& address, std::str
     }
     if (c.inbox.size() < sizeof(ack) + ack.reason_len)
       return true;
-    std::string reason = c.inbox.substr(sizeof(ack), ack.reason_len);
-    c.inbox.erase(0, sizeof(ack) + ack.reason_len);
     if (c.unacked.empty() || c.unacked.front() != ack.xfer) {
       why = "ack for batch " + std::to_string(ack.xfer) + ", which is not the oldest in flight";
       return false;
     }
     auto id = c.unacked.front();
+    auto pending = reads_.find(id);
+    if (ack.status == ack_data) {
+      // A read's answer: its bytes follow; landed once all of them are here.
+      if (pending == reads_.end() || ack.reason_len != 0) {
+        why = "data for batch " + std::to_string(id) + ", which is not a read";
+        return false;
+      }
+      if (c.inbox.size() < sizeof(ack) + pending->second.total)
+        return true;
+      c.inbox.erase(0, sizeof(ack));
+      c.unacked.pop_front();
+      land_read(c, id, pending->second);
+      reads_.erase(pending);
+      continue;
+    }
+    std::string reason = c.inbox.substr(sizeof(ack), ack.reason_len);
+    c.inbox.erase(0, sizeof(ack) + ack.reason_len);
     c.unacked.pop_front();
+    if (pending != reads_.end())
+      reads_.erase(pending);
     auto r = posted_.find(id);
     if (ack.status == ack_written) {
       if (r != posted_.end())
@@ -613,6 +646,127 @@ post_result tcp_backend::post(const write_batch& batch) {
   return post_result::in_progress(id);
 }
 
+bool tcp_backend::serve_read(int fd, rank_id reader, uint64_t xfer, room_id room, uint64_t total,
+                             const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
+  std::string bad;
+  // Registered, and granted to this reader for a live room: checked before
+  // a byte leaves; the lock and the permit are held while the bytes go, so
+  // nothing is deregistered or revoked (the room's pages freed) under them.
+  auto guard = regions_.lock();
+  uint64_t sum = 0;
+  for (size_t i = 0; i < ranges.size() && bad.empty(); ++i) {
+    auto [addr, size] = ranges[i];
+    if (size == 0 || !regions_.covers(addr, size))
+      bad = "read " + std::to_string(i) + ": source range " + region_table::range(addr, size)
+            + " is outside rank " + std::to_string(owner_) + "'s registered memory";
+    sum += size;
+  }
+  if (bad.empty() && sum != total)
+    bad = "read request announces " + std::to_string(total) + " bytes but its reads sum to "
+          + std::to_string(sum);
+  grant_table::permit permit;
+  if (bad.empty())
+    permit = read_grants_.admit(room, reader, ranges, bad);
+  if (!bad.empty()) {
+    // Nothing followed the request: the stream is intact.
+    transport_warning_limited("tcp-refused-read", "tcp: rank " + std::to_string(owner_)
+                                                    + " refuses a read: " + bad);
+    send_ack(fd, xfer, ack_refused, bad);
+    return true;
+  }
+  wire_ack ack{wire_magic, ack_data, xfer, 0, 0};
+  bool ok = send_all(fd, &ack, sizeof(ack), true);
+  for (size_t i = 0; ok && i < ranges.size(); ++i)
+    ok = send_all(fd, reinterpret_cast<const void*>(ranges[i].first), ranges[i].second,
+                  i + 1 < ranges.size());
+  return ok;
+}
+
+post_result tcp_backend::post_read(const read_batch& batch) {
+  if (batch.peer.transport != "tcp")
+    return post_result::failed(make_error(errc::invalid_argument, "tcp backend cannot reach a '"
+                                                                    + batch.peer.transport
+                                                                    + "' endpoint"));
+  if (batch.remote_device_id >= 0 || batch.local_device_id >= 0)
+    return post_result::failed(make_error(errc::unsupported, "tcp backend moves host memory only"));
+  if (batch.ops.empty() || batch.ops.size() > max_ops)
+    return post_result::failed(make_error(errc::invalid_argument,
+                                          "read batch with " + std::to_string(batch.ops.size())
+                                            + " reads"));
+  pending_read r;
+  {
+    auto guard = regions_.lock();
+    for (size_t i = 0; i < batch.ops.size(); ++i) {
+      auto& op = batch.ops[i];
+      if (op.size_bytes == 0 || !regions_.covers(op.local_addr, op.size_bytes))
+        return post_result::failed(
+          make_error(errc::out_of_range, "read " + std::to_string(i) + ": destination range "
+                                           + region_table::range(op.local_addr, op.size_bytes)
+                                           + " is outside the reader's registered memory"));
+      r.to.emplace_back(op.local_addr, op.size_bytes);
+      r.total += op.size_bytes;
+    }
+  }
+  auto id = next_xfer_++;
+  auto& peer = batch.peer.address;
+  std::string reason;
+  auto* c = connection_to(peer, batch.peer.owner, reason);
+  if (c != nullptr && c->unacked.empty() && closed_by_peer(c->fd)) {
+    fail_connection(peer, "closed while idle");
+    c = connection_to(peer, batch.peer.owner, reason);
+  }
+  if (c == nullptr) {
+    posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + reason, peer, 0};
+    return post_result::in_progress(id);
+  }
+  c->peer = batch.peer.owner;
+  if (c->unacked.size() >= max_unacked && pump_acks(peer, false)
+      && c->unacked.size() >= max_unacked)
+    return post_result::would_block();
+  if (out_.find(peer) == out_.end()) {
+    posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": connection failed", peer, 0};
+    return post_result::in_progress(id);
+  }
+  wire_header h{wire_magic, wire_read_version, 0, id, batch.tag,
+                static_cast<uint32_t>(batch.ops.size()), 0, r.total};
+  std::vector<wire_op> ops;
+  ops.reserve(batch.ops.size());
+  for (auto& op : batch.ops)
+    ops.push_back(wire_op{op.remote_addr, op.size_bytes});
+  c->unacked.push_back(id);
+  reads_[id] = std::move(r);
+  posted_[id] = result{xfer_status::in_progress, {}, peer, now_ms() + io_timeout_ms_};
+  if (!send_all(c->fd, &h, sizeof(h), true)
+      || !send_all(c->fd, ops.data(), ops.size() * sizeof(wire_op))) {
+    auto send_error = sys_error("send");
+    fail_connection(peer, send_error);
+  }
+  return post_result::in_progress(id);
+}
+
+void tcp_backend::land_read(connection& c, xfer_id id, pending_read& r) {
+  // The answer's bytes are at the front of the inbox. A read released
+  // meanwhile (its room concluded here) lands nothing.
+  if (!r.released) {
+    auto guard = regions_.lock();
+    size_t at = 0;
+    bool still = true;
+    for (auto& [addr, size] : r.to)
+      still = still && regions_.covers(addr, size);
+    for (auto& [addr, size] : r.to) {
+      if (still)
+        std::memcpy(reinterpret_cast<void*>(addr), c.inbox.data() + at, size);
+      at += size;
+    }
+    if (auto p = posted_.find(id); p != posted_.end())
+      p->second = still ? result{xfer_status::done, {}, p->second.address, 0}
+                        : result{xfer_status::failed,
+                                 "tcp: the reader's memory was deregistered under the read",
+                                 p->second.address, 0};
+  }
+  c.inbox.erase(0, r.total);
+}
+
 xfer_status tcp_backend::poll(xfer_id id, std::string& reason) {
   auto i = posted_.find(id);
   if (i == posted_.end()) {
@@ -638,6 +792,8 @@ bool tcp_backend::refused(xfer_id id) const {
 
 void tcp_backend::release(xfer_id id) {
   posted_.erase(id);
+  if (auto r = reads_.find(id); r != reads_.end())
+    r->second.released = true;
 }
 
 } // namespace kvroom::detail

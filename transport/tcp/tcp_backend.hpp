@@ -72,6 +72,20 @@ public:
   void revoke(room_id room) override {
     grants_.revoke(room);
   }
+  /// A pull: a read request on the connection to the peer, answered by its
+  /// connection thread with the bytes (inside what it granted this rank for
+  /// the room) or a refusal; the bytes land in this rank's registered
+  /// memory when `poll` reads the answer.
+  post_result post_read(const read_batch& batch) override;
+  bool enforces_read_grants() const override {
+    return true;
+  }
+  bool grant_read(room_id room, rank_id reader, std::vector<byte_range> ranges) override {
+    return read_grants_.grant(room, reader, std::move(ranges));
+  }
+  void revoke_read(room_id room) override {
+    read_grants_.revoke(room);
+  }
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
   bool refused(xfer_id id) const override;
@@ -124,6 +138,10 @@ private:
   /// Joins the threads of ended connections; under conns_mtx_.
   void reap_locked();
   void serve(inbound& conn, rank_id sender);
+  /// Answers one read request (its descriptors read): the bytes, or a
+  /// refusal that leaves the stream intact. False when the connection failed.
+  bool serve_read(int fd, rank_id reader, uint64_t xfer, room_id room, uint64_t total,
+                  const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
   struct connection {
     int fd = -1;
     rank_id peer = -1;
@@ -148,6 +166,8 @@ private:
   std::list<inbound> inbound_;
   region_table regions_;
   grant_table grants_;
+  /// What peers may read of this rank's memory (pulls), per room.
+  grant_table read_grants_{1u << 20, "read"};
   // Sending side: used by the one worker thread only.
   std::unordered_map<std::string, connection> out_;
   struct result {
@@ -158,6 +178,16 @@ private:
     bool refused = false;  ///< the receiver refused the batch, not the path
   };
   std::unordered_map<xfer_id, result> posted_;
+  /// Reads in flight: where their bytes go. Kept until their answer is
+  /// consumed, even once released (the bytes are then read and dropped).
+  struct pending_read {
+    std::vector<std::pair<uint64_t, uint64_t>> to;  ///< local address, size
+    uint64_t total = 0;
+    bool released = false;
+  };
+  std::unordered_map<xfer_id, pending_read> reads_;
+  /// Lands a read's answer (its bytes at the front of `c.inbox`).
+  void land_read(connection& c, xfer_id id, pending_read& r);
   xfer_id next_xfer_ = 1;
 };
 
