@@ -33,6 +33,10 @@ from .scheduler_side import CancelSpec, KvroomMetadata, RecvSpec, SendSpec
 
 logger = logging.getLogger("kvroom.vllm")
 
+#: What the keeper counts (rooms sent, failed sending, received, failed
+#: receiving; blocks sent; blocks vLLM was told could not load).
+COUNTED = ("sent", "send_failed", "received", "recv_failed", "blocks_sent", "load_error_blocks")
+
 #: Seconds between two polls of open rooms (each poll is nanoseconds in
 #: C++; the pause keeps the keeper from competing with the engine thread).
 POLL_PERIOD_S = 0.0005
@@ -67,7 +71,9 @@ class RoomKeeper:
         self._start_error: Optional[BaseException] = None
         self._stop = False
         self.ranks: Dict[str, object] = {}
-        self.counters = collections.Counter()
+        # Every key from the start: the engine thread copies the counters
+        # while this thread counts, and a dict that grows under a copy raises.
+        self.counters = collections.Counter({k: 0 for k in COUNTED})
         self._thread = threading.Thread(target=self._run, name="kvroom-vllm-rooms", daemon=True)
         self._thread.start()
         self._started.wait()
