@@ -489,7 +489,8 @@ bool tcp_backend::apply_acks(connection& c, const std::string& address, std::str
       return false;
     }
     auto id = c.unacked.front();
-    auto pending = reads_.find(id);
+    // Writes' acks (the hot path) look up nothing while no read is in flight.
+    auto pending = reads_.empty() ? reads_.end() : reads_.find(id);
     if (ack.status == ack_data) {
       // A read's answer: its bytes follow; landed once all of them are here.
       if (pending == reads_.end() || ack.reason_len != 0) {
