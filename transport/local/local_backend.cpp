@@ -74,18 +74,21 @@ public:
 
   /// Validates every op against both instances' registrations, then copies.
   caf::error copy(uint64_t src_instance, uint64_t dst_instance, const write_batch& batch) {
+    // Names are made only for an error: posts are the hot path.
+    auto owner = batch.peer.owner;
     return checked_copy(
       src_instance, dst_instance, batch.peer, batch.ops, "write",
       [](const write_op& op) { return std::make_pair(op.src_addr, op.dst_addr); },
-      "the sender", "rank " + std::to_string(batch.peer.owner));
+      [owner](bool src) { return src ? std::string{"the sender"} : "rank " + std::to_string(owner); });
   }
 
   /// The same for a pull: from the peer's memory into `local_instance`'s.
   caf::error read(uint64_t local_instance, uint64_t peer_instance, const read_batch& batch) {
+    auto owner = batch.peer.owner;
     return checked_copy(
       peer_instance, local_instance, batch.peer, batch.ops, "read",
       [](const read_op& op) { return std::make_pair(op.remote_addr, op.local_addr); },
-      "rank " + std::to_string(batch.peer.owner), "the reader");
+      [owner](bool src) { return src ? "rank " + std::to_string(owner) : std::string{"the reader"}; });
   }
 
 private:
@@ -100,18 +103,17 @@ private:
   }
 
   /// Copies every op (`ends(op)`: its source and destination addresses)
-  /// once all of them lie in registered memory: sources in `src_instance`'s
-  /// (`src_who`), destinations in `dst_instance`'s (`dst_who`).
-  template <class Op, class Ends>
+  /// once all of them lie in registered memory: sources in `src_instance`'s,
+  /// destinations in `dst_instance`'s (`who(true)`, `who(false)` name them).
+  template <class Op, class Ends, class Who>
   caf::error checked_copy(uint64_t src_instance, uint64_t dst_instance, const endpoint_desc& peer,
-                          const std::vector<Op>& ops, const char* what, Ends ends,
-                          const std::string& src_who, const std::string& dst_who) {
+                          const std::vector<Op>& ops, const char* what, Ends ends, Who who) {
     std::shared_lock<std::shared_mutex> guard{mtx_};
     auto src = regions_.find(src_instance);
     auto dst = regions_.find(dst_instance);
     if (src == regions_.end() || dst == regions_.end())
       return make_error(errc::not_registered,
-                        (src == regions_.end() ? src_who : dst_who)
+                        who(src == regions_.end())
                           + " has no registered memory on local endpoint " + peer.address);
     for (size_t i = 0; i < ops.size(); ++i) {
       auto [from, to] = ends(ops[i]);
@@ -119,12 +121,12 @@ private:
       if (!covered(src->second, from, len))
         return make_error(errc::not_registered,
                           std::string{what} + " " + std::to_string(i) + ": source range "
-                            + range(from, len) + " is outside " + src_who
+                            + range(from, len) + " is outside " + who(true)
                             + "'s registered memory");
       if (!covered(dst->second, to, len))
         return make_error(errc::out_of_range,
                           std::string{what} + " " + std::to_string(i) + ": destination range "
-                            + range(to, len) + " is outside " + dst_who
+                            + range(to, len) + " is outside " + who(false)
                             + "'s registered memory");
     }
     for (auto& op : ops) {
