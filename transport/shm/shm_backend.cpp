@@ -150,14 +150,17 @@ caf::error shm_backend::check_peer(const endpoint_desc& peer, int32_t device_a,
 }
 
 caf::expected<uint8_t*> shm_backend::peer_bytes(const endpoint_desc& peer, uint64_t addr,
-                                                uint64_t len, const std::string& what) {
+                                                uint64_t len, const char* kind, size_t i,
+                                                const char* side) {
+  // The op's name is made only for an error: copies are the hot path.
+  auto what = [&] { return std::string{kind} + " " + std::to_string(i) + ": " + side; };
   const shm_region* r = nullptr;
   for (auto& x : peer.shared)
     if (mem_desc{x.addr, x.size_bytes, -1}.covers(addr, len, -1))
       r = &x;
   if (!r)
     return make_error(errc::out_of_range,
-                      what + " range " + region_table::range(addr, len) + " is outside rank "
+                      what() + " range " + region_table::range(addr, len) + " is outside rank "
                         + std::to_string(peer.owner) + "'s registered memory");
   auto m = map_segment(r->segment);
   if (!m)
@@ -165,7 +168,7 @@ caf::expected<uint8_t*> shm_backend::peer_bytes(const endpoint_desc& peer, uint6
   auto at = r->offset + (addr - r->addr);
   if (at < r->offset || len > m->size || at > m->size - len)
     return make_error(errc::out_of_range,
-                      what + " runs past the end of shm segment " + r->segment);
+                      what() + " runs past the end of shm segment " + r->segment);
   return m->base + at;
 }
 
@@ -180,12 +183,12 @@ caf::error shm_backend::copy(const write_batch& batch) {
     std::unique_lock<std::mutex> maps{mapped_mtx_};
     for (size_t i = 0; i < batch.ops.size(); ++i) {
       auto& op = batch.ops[i];
-      auto what = "write " + std::to_string(i);
       if (!regions_.covers(op.src_addr, op.size_bytes))
         return make_error(errc::not_registered,
-                          what + ": source range " + region_table::range(op.src_addr, op.size_bytes)
+                          "write " + std::to_string(i) + ": source range "
+                            + region_table::range(op.src_addr, op.size_bytes)
                             + " is outside the sender's registered memory");
-      auto to = peer_bytes(batch.peer, op.dst_addr, op.size_bytes, what + ": destination");
+      auto to = peer_bytes(batch.peer, op.dst_addr, op.size_bytes, "write", i, "destination");
       if (!to)
         return to.error();
       targets.push_back(*to);
@@ -207,13 +210,12 @@ caf::error shm_backend::copy_in(const read_batch& batch) {
     std::unique_lock<std::mutex> maps{mapped_mtx_};
     for (size_t i = 0; i < batch.ops.size(); ++i) {
       auto& op = batch.ops[i];
-      auto what = "read " + std::to_string(i);
       if (!regions_.covers(op.local_addr, op.size_bytes))
         return make_error(errc::out_of_range,
-                          what + ": destination range "
+                          "read " + std::to_string(i) + ": destination range "
                             + region_table::range(op.local_addr, op.size_bytes)
                             + " is outside the reader's registered memory");
-      auto from = peer_bytes(batch.peer, op.remote_addr, op.size_bytes, what + ": source");
+      auto from = peer_bytes(batch.peer, op.remote_addr, op.size_bytes, "read", i, "source");
       if (!from)
         return from.error();
       sources.push_back(*from);

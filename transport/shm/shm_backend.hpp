@@ -45,9 +45,9 @@ private:
   caf::error copy_in(const read_batch& batch);
   caf::error check_peer(const endpoint_desc& peer, int32_t device_a, int32_t device_b) const;
   /// Where [addr, addr + len) of the peer's advertised memory is mapped
-  /// here; under `mapped_mtx_`. `what` names the op in errors.
+  /// here; under `mapped_mtx_`. Errors name op `i` of `kind` and its `side`.
   caf::expected<uint8_t*> peer_bytes(const endpoint_desc& peer, uint64_t addr, uint64_t len,
-                                     const std::string& what);
+                                     const char* kind, size_t i, const char* side);
 
   struct mapping {
     uint8_t* base = nullptr;
