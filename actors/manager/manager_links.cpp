@@ -80,13 +80,15 @@ void registration_failed(manager_ptr self, caf::error err) {
   if (st.joining_rank && transient(err) && now_ms() + 200 < st.join_deadline_ms) {
     auto pause = 50 + st.link_rng() % 250;
     if (err == caf::sec::request_timeout && st.registry && st.registry_port != 0
-        && st.registry.node() != self->node()) {
+        && st.registry.node() != self->node() && !self->home_system().has_openssl_manager()) {
       // Unanswered over a remote registry's connection: the next try goes
       // over a new one. Measured (96 rank processes on 2 cores): CAF 0.17
       // delivered one rank's hello to the registry without a sender (the
       // registry's BASP had no node for that connection), and every later
       // hello on it went unanswered until the rank's window closed. A rank
-      // that is joining has no link of its own on the connection yet.
+      // that is joining has no link of its own on the connection yet. Not
+      // with TLS: CAF 0.17.6's OpenSSL module drops a node's other sessions
+      // when one ends in an error, and this close would be one.
       logger()->debug("{}: registration not answered ({}); again on a new connection in {} ms",
                       to_string(me(self)), describe(err), pause);
       detail::close_connection(self->home_system(), st.registry.node());
