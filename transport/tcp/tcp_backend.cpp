@@ -559,6 +559,37 @@ bool tcp_backend::pump_acks(const std::string& address, bool block) {
   return true;
 }
 
+tcp_backend::connection* tcp_backend::connection_for(const endpoint_desc& peer, xfer_id id,
+                                                     post_result& out) {
+  auto& address = peer.address;
+  std::string reason;
+  auto fresh = [&]() -> connection* {
+    auto* c = connection_to(address, peer.owner, reason);
+    if (c != nullptr)
+      c->peer = peer.owner;
+    return c;
+  };
+  auto* c = fresh();
+  if (c != nullptr && c->unacked.empty() && closed_by_peer(c->fd)) {
+    // The receiver closed it while it was idle: start over on a fresh one.
+    fail_connection(address, "closed while idle");
+    c = fresh();
+  }
+  // Bounded pipelining: a peer that acks slowly pushes back.
+  if (c != nullptr && c->unacked.size() >= max_unacked && pump_acks(address, false)
+      && c->unacked.size() >= max_unacked) {
+    out = post_result::would_block();
+    return nullptr;
+  }
+  if (c != nullptr && out_.find(address) == out_.end())
+    c = fresh(); // the connection failed while reading acks: start over
+  if (c == nullptr) {
+    posted_[id] = result{xfer_status::failed, "tcp to " + address + ": " + reason, address, 0};
+    out = post_result::in_progress(id);
+  }
+  return c;
+}
+
 post_result tcp_backend::post(const write_batch& batch) {
   if (batch.peer.transport != "tcp")
     return post_result::failed(make_error(errc::invalid_argument, "tcp backend cannot reach a '"
@@ -584,37 +615,10 @@ post_result tcp_backend::post(const write_batch& batch) {
   // the connection's reason (a refusal read from the peer's ack included).
   auto id = next_xfer_++;
   auto& peer = batch.peer.address;
-  std::string reason;
-  auto* c = connection_to(peer, batch.peer.owner, reason);
-  if (c == nullptr) {
-    posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + reason, peer, 0};
-    return post_result::in_progress(id);
-  }
-  c->peer = batch.peer.owner;
-  if (c->unacked.empty() && closed_by_peer(c->fd)) {
-    // The receiver closed it while it was idle: start over on a fresh one.
-    fail_connection(peer, "closed while idle");
-    c = connection_to(peer, batch.peer.owner, reason);
-    if (c == nullptr) {
-      posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + reason, peer, 0};
-      return post_result::in_progress(id);
-    }
-    c->peer = batch.peer.owner;
-  }
-  // Bounded pipelining: a peer that acks slowly pushes back.
-  if (c->unacked.size() >= max_unacked && pump_acks(peer, false)
-      && c->unacked.size() >= max_unacked) {
-    return post_result::would_block();
-  }
-  if (out_.find(peer) == out_.end()) {
-    // The connection failed while reading acks: start over on a fresh one.
-    c = connection_to(peer, batch.peer.owner, reason);
-    if (c == nullptr) {
-      posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + reason, peer, 0};
-      return post_result::in_progress(id);
-    }
-    c->peer = batch.peer.owner;
-  }
+  post_result early;
+  auto* c = connection_for(batch.peer, id, early);
+  if (c == nullptr)
+    return early;
   wire_header h{wire_magic, wire_version, 0, id, batch.tag,
                 static_cast<uint32_t>(batch.ops.size()), 0, batch.total_bytes()};
   wire_key key{batch.key};
@@ -710,24 +714,10 @@ post_result tcp_backend::post_read(const read_batch& batch) {
   }
   auto id = next_xfer_++;
   auto& peer = batch.peer.address;
-  std::string reason;
-  auto* c = connection_to(peer, batch.peer.owner, reason);
-  if (c != nullptr && c->unacked.empty() && closed_by_peer(c->fd)) {
-    fail_connection(peer, "closed while idle");
-    c = connection_to(peer, batch.peer.owner, reason);
-  }
-  if (c == nullptr) {
-    posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + reason, peer, 0};
-    return post_result::in_progress(id);
-  }
-  c->peer = batch.peer.owner;
-  if (c->unacked.size() >= max_unacked && pump_acks(peer, false)
-      && c->unacked.size() >= max_unacked)
-    return post_result::would_block();
-  if (out_.find(peer) == out_.end()) {
-    posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": connection failed", peer, 0};
-    return post_result::in_progress(id);
-  }
+  post_result early;
+  auto* c = connection_for(batch.peer, id, early);
+  if (c == nullptr)
+    return early;
   wire_header h{wire_magic, wire_read_version, 0, id, batch.tag,
                 static_cast<uint32_t>(batch.ops.size()), 0, r.total};
   std::vector<wire_op> ops;

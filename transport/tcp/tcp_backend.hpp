@@ -149,6 +149,10 @@ private:
     std::string inbox;            ///< ack bytes read but not parsed yet
   };
   connection* connection_to(const std::string& address, rank_id peer, std::string& reason);
+  /// The connection batch `id` to `peer` goes on, ready for it; or null with
+  /// `out` set: would_block (nothing posted), or in progress with the
+  /// failure recorded for `poll`.
+  connection* connection_for(const endpoint_desc& peer, xfer_id id, post_result& out);
   /// Reads what acks arrived (blocking: until none is outstanding); false
   /// when the connection failed, which fails every batch still on it.
   bool pump_acks(const std::string& address, bool block);
