@@ -559,6 +559,20 @@ bool tcp_backend::pump_acks(const std::string& address, bool block) {
   return true;
 }
 
+caf::error tcp_backend::check_shape(const endpoint_desc& peer, int32_t device_a,
+                                    int32_t device_b, size_t ops, const char* batch,
+                                    const char* what) const {
+  if (peer.transport != "tcp")
+    return make_error(errc::invalid_argument,
+                      "tcp backend cannot reach a '" + peer.transport + "' endpoint");
+  if (device_a >= 0 || device_b >= 0)
+    return make_error(errc::unsupported, "tcp backend moves host memory only");
+  if (ops == 0 || ops > max_ops)
+    return make_error(errc::invalid_argument,
+                      std::string{batch} + " with " + std::to_string(ops) + " " + what);
+  return caf::none;
+}
+
 tcp_backend::connection* tcp_backend::connection_for(const endpoint_desc& peer, xfer_id id,
                                                      post_result& out) {
   auto& address = peer.address;
@@ -591,16 +605,9 @@ tcp_backend::connection* tcp_backend::connection_for(const endpoint_desc& peer, 
 }
 
 post_result tcp_backend::post(const write_batch& batch) {
-  if (batch.peer.transport != "tcp")
-    return post_result::failed(make_error(errc::invalid_argument, "tcp backend cannot reach a '"
-                                                                    + batch.peer.transport
-                                                                    + "' endpoint"));
-  if (batch.src_device_id >= 0 || batch.dst_device_id >= 0)
-    return post_result::failed(make_error(errc::unsupported, "tcp backend moves host memory only"));
-  if (batch.ops.empty() || batch.ops.size() > max_ops)
-    return post_result::failed(make_error(errc::invalid_argument,
-                                          "batch with " + std::to_string(batch.ops.size())
-                                            + " writes"));
+  if (auto err = check_shape(batch.peer, batch.src_device_id, batch.dst_device_id,
+                             batch.ops.size(), "batch", "writes"))
+    return post_result::failed(std::move(err));
   {
     auto guard = regions_.lock();
     for (size_t i = 0; i < batch.ops.size(); ++i)
@@ -688,16 +695,9 @@ bool tcp_backend::serve_read(int fd, rank_id reader, uint64_t xfer, room_id room
 }
 
 post_result tcp_backend::post_read(const read_batch& batch) {
-  if (batch.peer.transport != "tcp")
-    return post_result::failed(make_error(errc::invalid_argument, "tcp backend cannot reach a '"
-                                                                    + batch.peer.transport
-                                                                    + "' endpoint"));
-  if (batch.remote_device_id >= 0 || batch.local_device_id >= 0)
-    return post_result::failed(make_error(errc::unsupported, "tcp backend moves host memory only"));
-  if (batch.ops.empty() || batch.ops.size() > max_ops)
-    return post_result::failed(make_error(errc::invalid_argument,
-                                          "read batch with " + std::to_string(batch.ops.size())
-                                            + " reads"));
+  if (auto err = check_shape(batch.peer, batch.remote_device_id, batch.local_device_id,
+                             batch.ops.size(), "read batch", "reads"))
+    return post_result::failed(std::move(err));
   pending_read r;
   {
     auto guard = regions_.lock();

@@ -149,6 +149,9 @@ private:
     std::string inbox;            ///< ack bytes read but not parsed yet
   };
   connection* connection_to(const std::string& address, rank_id peer, std::string& reason);
+  /// A batch's peer, memory kinds and op count (writes and reads alike).
+  caf::error check_shape(const endpoint_desc& peer, int32_t device_a, int32_t device_b,
+                         size_t ops, const char* batch, const char* what) const;
   /// The connection batch `id` to `peer` goes on, ready for it; or null with
   /// `out` set: would_block (nothing posted), or in progress with the
   /// failure recorded for `poll`.
