@@ -58,6 +58,10 @@ caf::error validate(const rank_config& cfg) {
                         + " outside [0, tp_size)");
   if (cfg.dp_rank < 0)
     return make_error(errc::invalid_config, "dp_rank must not be negative");
+  if (cfg.pull && cfg.side != role::decode)
+    return make_error(errc::invalid_config,
+                      "pull is a decode rank's choice (it reads its prefill's pages); "
+                      "a prefill rank serves the reads of whichever decode rank pulls");
   if (cfg.dp_size < 0 || (cfg.dp_size > 0 && cfg.dp_rank >= cfg.dp_size))
     return make_error(errc::invalid_config,
                       "dp_rank " + std::to_string(cfg.dp_rank) + " outside [0, dp_size "

@@ -106,6 +106,15 @@ struct rank_config {
   /// `integrity`, the decode rank that found it the origin). Every rank of
   /// a deployment the same; host memory only.
   integrity_mode integrity = integrity_mode::off;
+  /// Decode only: pull the KV (vLLM's NixlConnector's default direction).
+  /// The prefill rank grants this rank reads of the pages of each chunk and
+  /// says where they are; this rank's worker reads them into its own pages
+  /// and answers. The room protocol is the push's: one decider, one origin,
+  /// the fence (which also holds a terminal state while this rank's own
+  /// reads are in flight). The prefill's hold is the read lease: its grants
+  /// end when its room concludes (or its deadline passes). Needs a data
+  /// plane that reads (local, shm, tcp, verbs).
+  bool pull = false;
   /// With `network`: the address and port (0: any) the rank's manager is
   /// published on, for peers' direct links; advertised in the directory.
   std::string control_host = "127.0.0.1";

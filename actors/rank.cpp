@@ -49,6 +49,10 @@ caf::error rank::start() {
   // injector's) failures per path, an embedder's data plane included.
   paths_ = std::make_shared<multipath_backend>(std::move(*made), cfg_.paths);
   data_plane_ = paths_;
+  if (cfg_.pull && !data_plane_->caps().reads)
+    return make_error(errc::invalid_config,
+                      to_string(ref_) + ": pull needs a data plane that reads; this rank's ("
+                        + cfg_.transport + ") does not");
   shortcut_ = std::make_shared<inline_path>(data_plane_, cfg_.limits.inline_copy_bytes);
   metrics_ = std::make_shared<rank_metrics>(ref_);
   for (auto* buffers : {&cfg_.memory.kv, &cfg_.memory.aux, &cfg_.memory.state})
@@ -223,8 +227,9 @@ caf::expected<Handle> rank::open(room_id room, role side, int32_t peer_dp,
   p.protocol.one_decider = !cfg_.chaos.local_decisions;
   p.monitor_manager = cfg_.chaos.keep_room_monitors;
   p.trust = trust_;
-  if (side == role::decode)
-    p.data_plane = data_plane_;
+  // Decode rooms grant and revoke writes, prefill rooms reads (a pull).
+  p.data_plane = data_plane_;
+  p.pull = side == role::decode && cfg_.pull;
   auto& sys = rt_.system();
   // The room announces itself to the manager as its first act, so the
   // manager hears of it before anything else the room sends.

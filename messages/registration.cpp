@@ -37,6 +37,8 @@ void add_message_types(caf::actor_system_config& cfg) {
     .add_message_type<dst_info>("kvroom.dst_info")
     .add_message_type<transfer_started>("kvroom.transfer_started")
     .add_message_type<transfer_done>("kvroom.transfer_done")
+    .add_message_type<source_ready>("kvroom.source_ready")
+    .add_message_type<reads_done>("kvroom.reads_done")
     .add_message_type<room_failed>("kvroom.room_failed")
     .add_message_type<room_fenced>("kvroom.room_fenced")
     .add_message_type<room_concluded>("kvroom.room_concluded")
@@ -57,6 +59,9 @@ void add_message_types(caf::actor_system_config& cfg) {
     .add_message_type<link_closed>("kvroom.link_closed")
     .add_message_type<directory_update>("kvroom.directory_update")
     .add_message_type<transfer_job>("kvroom.transfer_job")
+    .add_message_type<read_job>("kvroom.read_job")
+    .add_message_type<read_op>("kvroom.read_op")
+    .add_message_type<read_batch>("kvroom.read_batch")
     .add_message_type<transfer_result>("kvroom.transfer_result")
     .add_message_type<part_done>("kvroom.part_done")
     .add_message_type<room_committed>("kvroom.room_committed");

@@ -127,12 +127,16 @@ struct dst_info {
   std::vector<int64_t> state_indices;
   /// See receiver_init.
   int64_t decode_prefix_len = 0;
+  /// The decode rank pulls: it reads the prefill rank's pages itself
+  /// (`source_ready`, `reads_done`) instead of the prefill writing them.
+  bool pull = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, dst_info& x) {
   return f(caf::meta::type_name("kvroom.dst_info"), x.room, x.decode_rank,
-           x.decode_room, x.kv_indices, x.aux_index, x.state_indices, x.decode_prefix_len);
+           x.decode_room, x.kv_indices, x.aux_index, x.state_indices, x.decode_prefix_len,
+           x.pull);
 }
 
 /// Prefill room started moving bytes for the room (decode -> Transferring).
@@ -172,6 +176,49 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_done& x) {
   return f(caf::meta::type_name("kvroom.transfer_done"), x.room, x.src_rank,
            x.bytes, x.pages, x.counted, x.committed, x.has_digest, x.digest);
+}
+
+/// Pull: prefill rank `src_rank` holds job `job_id` of this room for decode
+/// rank `decode_rank` to read. `ops` are the writes a push would post (source:
+/// the prefill's pages; destination: the decode rank's), and the prefill
+/// granted that rank reads of exactly their source bytes until the room
+/// concludes there. The decode rank reads them only into pages it handed
+/// out for this room. `prefill_room`: the room's actor where both share a
+/// process (the answer goes straight to it; across processes no proxy per
+/// room is made and the answer goes through the managers).
+struct source_ready {
+  room_id room = 0;
+  rank_id src_rank = -1;
+  rank_id decode_rank = -1;
+  uint64_t job_id = 0;
+  caf::actor prefill_room;
+  std::vector<write_op> ops;
+  int32_t src_device_id = -1;
+  int32_t dst_device_id = -1;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, source_ready& x) {
+  return f(caf::meta::type_name("kvroom.source_ready"), x.room, x.src_rank, x.decode_rank,
+           x.job_id, x.prefill_room, x.ops, x.src_device_id, x.dst_device_id);
+}
+
+/// Pull: decode rank `decode_rank`'s reads of job `job_id` are over: every
+/// byte landed (`ok`, `bytes`), or none may be counted (`reason`). The
+/// prefill room takes it as a push's transfer result.
+struct reads_done {
+  room_id room = 0;
+  rank_id decode_rank = -1;
+  uint64_t job_id = 0;
+  bool ok = false;
+  std::string reason;
+  uint64_t bytes = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reads_done& x) {
+  return f(caf::meta::type_name("kvroom.reads_done"), x.room, x.decode_rank, x.job_id, x.ok,
+           x.reason, x.bytes);
 }
 
 // -- agreement: one decider per room -------------------------------------------
@@ -531,6 +578,19 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_job& x) {
   return f(caf::meta::type_name("kvroom.transfer_job"), x.room, x.job_id,
            x.batch);
+}
+
+/// Pull: a batch of reads for the decode rank's worker to post and drive to
+/// completion (answered with a `transfer_result` like a write job).
+struct read_job {
+  room_id room = 0;
+  uint64_t job_id = 0;
+  read_batch batch;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, read_job& x) {
+  return f(caf::meta::type_name("kvroom.read_job"), x.room, x.job_id, x.batch);
 }
 
 /// The worker's verdict on one job.

@@ -48,7 +48,7 @@ void grant_table::revoke(room_id room) {
   rooms_.erase(room);
 }
 
-bool grant_table::inside(const std::vector<byte_range>& xs, uint64_t addr, uint64_t size) {
+bool ranges_cover(const std::vector<byte_range>& xs, uint64_t addr, uint64_t size) {
   // The last range starting at or before addr must hold all of it.
   auto i = std::upper_bound(xs.begin(), xs.end(), addr,
                             [](uint64_t a, const byte_range& x) { return a < x.addr; });
@@ -75,7 +75,7 @@ grant_table::permit grant_table::admit(room_id room, rank_id sender,
     return {};
   }
   for (size_t k = 0; k < ops.size(); ++k)
-    if (!inside(s->second, ops[k].first, ops[k].second)) {
+    if (!ranges_cover(s->second, ops[k].first, ops[k].second)) {
       why = std::string{what_} + " " + std::to_string(k) + " of rank " + std::to_string(sender)
             + " lies outside the pages room " + std::to_string(room) + " granted it";
       return {};

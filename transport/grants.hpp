@@ -112,8 +112,6 @@ private:
     bool revoked = false;
   };
 
-  static bool inside(const std::vector<byte_range>& xs, uint64_t addr, uint64_t size);
-
   size_t max_grants_;
   const char* what_;
   mutable std::mutex mtx_;
@@ -123,5 +121,9 @@ private:
 
 /// Sorts and merges touching or overlapping ranges.
 std::vector<byte_range> merge_ranges(std::vector<byte_range> xs);
+
+/// Whether [addr, addr + size) lies inside one of `merged` (merge_ranges'
+/// output): a write a receiver granted, a read a pull's reader expects.
+bool ranges_cover(const std::vector<byte_range>& merged, uint64_t addr, uint64_t size);
 
 } // namespace kvroom

@@ -450,6 +450,19 @@ void on_transfer_done(manager_ptr self, transfer_done& msg) {
     run_dead(self, msg.room, to.protocol->source_done(msg.src_rank, now_ms()));
 }
 
+void on_source_ready(manager_ptr self, source_ready& msg) {
+  // Decode, pulling: a prefill room in another process offers reads by
+  // room id; a room gone here needs nothing (its source hears otherwise).
+  if (auto* entry = self->state.rooms->find(msg.room))
+    self->send(entry->actor, std::move(msg));
+}
+
+void on_reads_done(manager_ptr self, reads_done& msg) {
+  // Prefill: a pulling decode rank in another process answers by room id.
+  if (auto* entry = self->state.rooms->find(msg.room))
+    self->send(entry->actor, std::move(msg));
+}
+
 // -- the decider -------------------------------------------------------------------------
 
 void route_to_decider(manager_ptr self, const decider_ref& group, caf::message payload) {

@@ -23,32 +23,52 @@ using wake_atom = caf::atom_constant<caf::atom("wake")>;
 /// delayed self-message instead of a spin, so an idle worker costs nothing.
 constexpr auto poll_interval = std::chrono::microseconds(50);
 
-void reply(self_ptr self, const caf::actor& room, const transfer_job& work,
-           bool ok, std::string reason, uint64_t bytes) {
-  self->send(room, transfer_result{work.room, work.job_id, ok,
-                                   std::move(reason), bytes});
+using job = transfer_worker_state::job;
+
+void flush_control(self_ptr self);
+void schedule_poll(self_ptr self);
+
+void reply(self_ptr self, const job& j, bool ok, std::string reason, uint64_t bytes) {
+  self->send(j.room, transfer_result{j.room_id_, j.job_id, ok, std::move(reason), bytes});
 }
 
 /// Posts one job; false when the backend pushed back and it must wait.
-bool post(self_ptr self, const transfer_worker_state::job& j) {
+bool post(self_ptr self, const job& j) {
   auto& st = self->state;
-  auto res = st.data_plane->post(j.work.batch);
-  auto bytes = j.work.batch.total_bytes();
+  auto res = j.is_read ? st.data_plane->post_read(j.read) : st.data_plane->post(j.write);
+  auto bytes = j.total_bytes();
   switch (res.status) {
     case xfer_status::done:
-      reply(self, j.room, j.work, true, {}, bytes);
+      reply(self, j, true, {}, bytes);
       return true;
     case xfer_status::failed:
-      reply(self, j.room, j.work, false, describe(res.error), 0);
+      reply(self, j, false, describe(res.error), 0);
       return true;
     case xfer_status::would_block:
       return false;
     case xfer_status::in_progress:
-      st.active.push_back({j.room, j.work.room, j.work.job_id, bytes, res.id,
+      st.active.push_back({j.room, j.room_id_, j.job_id, bytes, res.id,
                            monotonic_ms() + st.job_timeout_ms});
       return true;
   }
   return true;
+}
+
+/// Takes a job from a room of this process: posted now, queued behind
+/// jobs waiting on back-pressure, or refused when the queue is full.
+void take(self_ptr self, job j) {
+  auto& st = self->state;
+  if (!j.room)
+    return;
+  if (st.active.size() + st.waiting.size() >= st.max_jobs) {
+    reply(self, j, false, "transfer queue full (" + std::to_string(st.max_jobs) + " jobs)", 0);
+    return;
+  }
+  // Keep order behind jobs already waiting on back-pressure.
+  if (!st.waiting.empty() || !post(self, j))
+    st.waiting.push_back(std::move(j));
+  flush_control(self);
+  schedule_poll(self);
 }
 
 /// Hands the backend's connection messages to the manager for delivery.
@@ -133,23 +153,21 @@ caf::behavior transfer_worker(counted_actor<transfer_worker_state>* self,
   });
   return {
     [=](transfer_job& work) {
-      auto& st = self->state;
-      auto room = caf::actor_cast<caf::actor>(self->current_sender());
-      if (!room)
-        return;
-      transfer_worker_state::job j{room, std::move(work)};
-      if (st.active.size() + st.waiting.size() >= st.max_jobs) {
-        reply(self, j.room, j.work, false,
-              "transfer queue full (" + std::to_string(st.max_jobs)
-                + " jobs)",
-              0);
-        return;
-      }
-      // Keep order behind jobs already waiting on back-pressure.
-      if (!st.waiting.empty() || !post(self, j))
-        st.waiting.push_back(std::move(j));
-      flush_control(self);
-      schedule_poll(self);
+      job j;
+      j.room = caf::actor_cast<caf::actor>(self->current_sender());
+      j.room_id_ = work.room;
+      j.job_id = work.job_id;
+      j.write = std::move(work.batch);
+      take(self, std::move(j));
+    },
+    [=](read_job& work) {
+      job j;
+      j.room = caf::actor_cast<caf::actor>(self->current_sender());
+      j.room_id_ = work.room;
+      j.job_id = work.job_id;
+      j.is_read = true;
+      j.read = std::move(work.batch);
+      take(self, std::move(j));
     },
     [=](const fence_room& msg) {
       // The room concluded Failed or died: nothing of it is posted from now
@@ -157,7 +175,7 @@ caf::behavior transfer_worker(counted_actor<transfer_worker_state>* self,
       auto& st = self->state;
       auto& ws = st.waiting;
       ws.erase(std::remove_if(ws.begin(), ws.end(),
-                              [&](const auto& j) { return j.work.room == msg.room; }),
+                              [&](const auto& j) { return j.room_id_ == msg.room; }),
                ws.end());
       if (std::find(st.fences.begin(), st.fences.end(), msg.room) == st.fences.end())
         st.fences.push_back(msg.room);

@@ -16,9 +16,18 @@ namespace kvroom {
 /// State of a rank's transfer worker: the user of the rank's backend for
 /// everything but the small batches rooms move inline (`inline_path`).
 struct transfer_worker_state {
+  /// A write batch (a push) or a read batch (a pull) of one room.
   struct job {
     caf::actor room;
-    transfer_job work;
+    room_id room_id_ = 0;
+    uint64_t job_id = 0;
+    bool is_read = false;
+    write_batch write;
+    read_batch read;
+
+    uint64_t total_bytes() const {
+      return is_read ? read.total_bytes() : write.total_bytes();
+    }
   };
   struct in_flight {
     caf::actor room;
@@ -47,8 +56,9 @@ struct transfer_worker_state {
   static inline const char* name = "kvroom.transfer_worker";
 };
 
-/// Posts each room's write batches to the rank's backend and reports every
-/// completion to the room as a `transfer_result`. Spawned detached: memcpy,
+/// Posts each room's write batches (and a pulling decode room's read
+/// batches) to the rank's backend and reports every completion to the room
+/// as a `transfer_result`. Spawned detached: memcpy,
 /// socket writes and completion polling block, so they get their own thread
 /// instead of a scheduler worker. A backend with a completion thread of its
 /// own wakes the worker by message; the others are polled on a short timer.

@@ -8,7 +8,9 @@
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/messages/error.hpp"
 #include "kvroom/transport/part_digest.hpp"
+#include "kvroom/transport/grants.hpp"
 #include "kvroom/transport/rank_mapping.hpp"
+#include "kvroom/transport/select.hpp"
 #include "kvroom/transport/transfer_plan.hpp"
 
 namespace kvroom {
@@ -25,7 +27,11 @@ void maybe_send_dst(self_ptr self) {
   // Those prefill ranks, and no one else, may write these pages for this
   // room until the room concludes (data planes that check grants: tcp).
   auto& dp = core.params().data_plane;
-  if (dp && dp->enforces_grants()) {
+  if (core.params().pull) {
+    // Nothing writes here; what this rank reads lands only inside these.
+    st.own_ranges = room_grant(core.params().self_entry->layout, st.init.kv_indices,
+                               st.init.aux_index, st.init.state_indices);
+  } else if (dp && dp->enforces_grants()) {
     auto ranges = room_grant(core.params().self_entry->layout, st.init.kv_indices,
                              st.init.aux_index, st.init.state_indices);
     for (auto& s : st.sources)
@@ -54,6 +60,7 @@ void maybe_send_dst(self_ptr self) {
     info.aux_index = st.init.aux_index;
     info.state_indices = st.init.state_indices;
     info.decode_prefix_len = st.init.decode_prefix_len;
+    info.pull = core.params().pull;
     // Straight to the prefill rank's manager; this rank's manager hears
     // where the pages went, in case this actor dies before the fence.
     self->send(core.params().manager, dst_sent{info.room, s->rank.id});
@@ -274,6 +281,106 @@ std::string check_init(const memory_layout& layout, const receiver_init& msg) {
   return check_state_indices(layout, msg.state_indices);
 }
 
+/// Pull: why source `msg` may not be read into this room's pages (empty:
+/// it may). Every read must land inside the pages this room handed out;
+/// the source side is checked by the data plane (the peer's registered
+/// memory, and on tcp what the peer granted this rank for the room).
+std::string check_offer(const decode_room_state& st, const source_ready& msg) {
+  // One chunk's writes to this rank are at most a few per page and buffer.
+  constexpr size_t max_ops = size_t{1} << 22;
+  if (msg.ops.empty() || msg.ops.size() > max_ops)
+    return std::to_string(msg.ops.size()) + " reads offered (1 to "
+           + std::to_string(max_ops) + ")";
+  for (size_t i = 0; i < msg.ops.size(); ++i) {
+    auto& op = msg.ops[i];
+    if (op.size_bytes == 0 || !ranges_cover(st.own_ranges, op.dst_addr, op.size_bytes))
+      return "read " + std::to_string(i) + " of " + std::to_string(op.size_bytes)
+             + " bytes would land outside this room's pages";
+  }
+  return {};
+}
+
+/// Pull: a source offers a chunk; this rank's worker reads it.
+void on_offer(self_ptr self, source_ready& msg) {
+  auto& st = self->state;
+  auto& core = st.core;
+  auto& me = core.params().self;
+  if (core.concluded())
+    return; // the source hears of the conclusion (fan-out, fence)
+  if (!core.params().pull || !st.dst_sent || msg.decode_rank != me.id) {
+    logger()->debug("room {} on {}: an offer of reads from rank {} ignored (pull={}, "
+                    "destination sent={})", msg.room, to_string(me), msg.src_rank,
+                    core.params().pull, st.dst_sent);
+    return;
+  }
+  auto src = std::find_if(st.sources.begin(), st.sources.end(),
+                          [&](const auto& e) { return e->rank.id == msg.src_rank; });
+  if (src == st.sources.end()) {
+    logger()->debug("room {} on {}: an offer of reads from rank {}, not a source, ignored",
+                    msg.room, to_string(me), msg.src_rank);
+    return;
+  }
+  auto bad = check_offer(st, msg);
+  if (!bad.empty()) {
+    core.fail_local("prefill " + to_string((*src)->rank) + " offered reads this room cannot "
+                    "take: " + bad);
+    return;
+  }
+  auto kind = [](int32_t device) { return device < 0 ? mem_kind::host : mem_kind::device; };
+  auto paths = choose_paths((*src)->endpoints, core.params().self_entry->endpoints,
+                            core.params().transport,
+                            memory_kinds{kind(msg.src_device_id), kind(msg.dst_device_id)});
+  if (!paths) {
+    core.fail_local("cannot reach prefill " + to_string((*src)->rank)
+                    + " to read from it: " + describe(paths.error()));
+    return;
+  }
+  read_job job;
+  job.room = core.params().room;
+  job.job_id = st.next_read++;
+  job.batch.tag = job.room;
+  job.batch.peer = std::move(paths->front());
+  job.batch.remote_device_id = msg.src_device_id;
+  job.batch.local_device_id = msg.dst_device_id;
+  job.batch.ops.reserve(msg.ops.size());
+  for (auto& op : msg.ops)
+    job.batch.ops.push_back(read_op{op.src_addr, op.dst_addr, op.size_bytes});
+  st.reads.emplace(job.job_id,
+                   decode_room_state::pending_read{msg.src_rank, msg.job_id,
+                                                   std::move(msg.prefill_room)});
+  if (st.reads.size() == 1)
+    core.reading(true);
+  if (!st.started) {
+    st.started = true;
+    core.advance(kv_poll::transferring);
+  }
+  self->send(core.params().worker, std::move(job));
+}
+
+/// Pull: the worker read a job (or could not): its source hears, and once
+/// nothing is being read the room's fence may publish.
+void on_read(self_ptr self, const transfer_result& res) {
+  auto& st = self->state;
+  auto& core = st.core;
+  auto i = st.reads.find(res.job_id);
+  if (i == st.reads.end())
+    return;
+  auto r = std::move(i->second);
+  st.reads.erase(i);
+  reads_done done{core.params().room, core.params().self.id, r.source_job, res.ok,
+                  res.reason, res.bytes};
+  if (r.source_room) {
+    self->send(r.source_room, std::move(done));
+  } else {
+    auto src = std::find_if(st.sources.begin(), st.sources.end(),
+                            [&](const auto& e) { return e->rank.id == r.source; });
+    if (src != st.sources.end())
+      self->send((*src)->manager, std::move(done));
+  }
+  if (st.reads.empty())
+    core.reading(false);
+}
+
 } // namespace
 
 caf::behavior decode_room(counted_actor<decode_room_state>* self,
@@ -325,6 +432,15 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
       if (st.hashing && !st.core.concluded())
         report.damage = check_part(self, msg);
       st.core.source_finished(report);
+    },
+    [=](source_ready& msg) {
+      if (self->state.core.from_member())
+        on_offer(self, msg);
+    },
+    [=](const transfer_result& msg) {
+      // Only this rank's worker answers reads.
+      if (self->current_sender() == self->state.core.params().worker)
+        on_read(self, msg);
     },
     [=](tick_atom) {
       self->state.core.on_tick();

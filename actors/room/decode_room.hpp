@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "caf/stateful_actor.hpp"
@@ -34,6 +35,16 @@ struct decode_room_state {
   parallel_layout layout;
   /// The deployment checks integrity: each part is hashed as it completes.
   bool hashing = false;
+  /// Pull: the bytes this room's pages span (what a source may ask this
+  /// rank to read into), and the reads at the worker, by this room's job id.
+  struct pending_read {
+    rank_id source = -1;
+    uint64_t source_job = 0;
+    caf::actor source_room;
+  };
+  std::vector<byte_range> own_ranges;
+  std::unordered_map<uint64_t, pending_read> reads;
+  uint64_t next_read = 1;
 
   bool is_source(rank_id id) const {
     for (auto& s : sources)
@@ -48,7 +59,9 @@ struct decode_room_state {
 /// The receiver room actor: resolves the prefill ranks of its room through
 /// the manager's copy of the bootstrap registry, sends them its destination
 /// pages, reports its part to the room's decider once every one of them
-/// wrote its last byte, and concludes Success on the decider's commit.
+/// wrote its last byte, and concludes Success on the decider's commit. A
+/// pulling room reads each chunk its sources offer (`source_ready`) on the
+/// rank's worker and answers each (`reads_done`); the rest is the same.
 caf::behavior decode_room(counted_actor<decode_room_state>* self,
                           room_params params);
 

@@ -117,6 +117,39 @@ caf::error plan_for(self_ptr self, prefill_target& t, const sender_chunk& chunk,
   return caf::none;
 }
 
+/// A pull: instead of posting `batch`, grants decode rank `t` reads of its
+/// source bytes for this room (where the data plane serves reads itself)
+/// and tells it where they are; its `reads_done` is this job's result.
+void offer_reads(self_ptr self, prefill_target& t, uint64_t job, write_batch batch) {
+  auto& core = self->state.core;
+  auto& room = core.params().room;
+  auto& dp = core.params().data_plane;
+  if (dp && dp->enforces_read_grants()) {
+    std::vector<byte_range> ranges;
+    ranges.reserve(batch.ops.size());
+    for (auto& op : batch.ops)
+      ranges.push_back(byte_range{op.src_addr, op.size_bytes});
+    if (!dp->grant_read(room, t.dst.decode_rank.id, merge_ranges(std::move(ranges)))) {
+      // As a message: the caller is still walking this chunk's jobs.
+      self->send(self, transfer_result{room, job, false,
+                                       "this rank's read grant table is full", 0});
+      return;
+    }
+  }
+  core.reads_granted();
+  source_ready msg;
+  msg.room = room;
+  msg.src_rank = core.params().self.id;
+  msg.decode_rank = t.dst.decode_rank.id;
+  msg.job_id = job;
+  if (t.dst.decode_room)
+    msg.prefill_room = caf::actor_cast<caf::actor>(self);
+  msg.ops = std::move(batch.ops);
+  msg.src_device_id = batch.src_device_id;
+  msg.dst_device_id = batch.dst_device_id;
+  to_decode(self, t, std::move(msg));
+}
+
 /// Hands the next queued chunk to the worker, one batch per target, when
 /// nothing of the room is in flight (or moves it right here when it is
 /// small and the data plane allows). A dummy (no target) moves nothing.
@@ -156,6 +189,8 @@ void send_next_chunk(self_ptr self) {
   std::vector<bool> inline_done(batches.size(), false);
   if (auto& shortcut = core.params().shortcut) {
     for (size_t i = 0; i < batches.size(); ++i) {
+      if (st.targets[st.job_targets[i]].dst.pull)
+        continue; // the decode rank reads it
       if (auto res = shortcut->try_post(batches[i])) {
         inline_done[i] = true;
         done_here.push_back(transfer_result{room, st.jobs[i], !*res,
@@ -172,10 +207,17 @@ void send_next_chunk(self_ptr self) {
                                      [](const transfer_result& r) { return r.ok; });
   if (first && !whole_inline)
     for (auto& t : st.targets)
-      to_decode(self, t, transfer_started{room, core.params().self.id});
-  for (size_t i = 0; i < batches.size(); ++i)
-    if (!inline_done[i])
+      if (!t.dst.pull) // a pulling decode rank knows when its reads start
+        to_decode(self, t, transfer_started{room, core.params().self.id});
+  for (size_t i = 0; i < batches.size(); ++i) {
+    if (inline_done[i])
+      continue;
+    auto& t = st.targets[st.job_targets[i]];
+    if (t.dst.pull)
+      offer_reads(self, t, st.jobs[i], std::move(batches[i]));
+    else
       self->send(core.params().worker, transfer_job{room, st.jobs[i], std::move(batches[i])});
+  }
   for (auto& res : done_here)
     on_result(self, res);
 }
@@ -399,6 +441,14 @@ void on_dst(self_ptr self, dst_ready& msg) {
     }
     t->map = std::move(*m);
   }
+  if (msg.info.pull) {
+    auto& dp = core.params().data_plane;
+    if (!dp || !dp->caps().reads) {
+      core.fail_local("decode " + to_string(d) + " pulls, and this rank's data plane serves no "
+                      "reads");
+      return;
+    }
+  }
   auto kind = [](int32_t device) { return device < 0 ? mem_kind::host : mem_kind::device; };
   auto paths = choose_paths(msg.peer->endpoints, core.params().self_entry->endpoints,
                             core.params().transport,
@@ -566,6 +616,28 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
     [=](dst_ready& msg) { on_dst(self, msg); },
     [=](group_reply& msg) { on_group(self, msg); },
     [=](const transfer_result& msg) { on_result(self, msg); },
+    // A pulling decode rank read a job (only from members, and only the
+    // decode rank the job was offered to).
+    [=](reads_done& msg) {
+      auto& st = self->state;
+      if (!st.core.from_member())
+        return;
+      auto job = std::find(st.jobs.begin(), st.jobs.end(), msg.job_id);
+      if (job == st.jobs.end())
+        return; // stale: its chunk failed or the room concluded
+      auto& t = st.targets[st.job_targets[static_cast<size_t>(job - st.jobs.begin())]];
+      if (!t.dst.pull || t.dst.decode_rank.id != msg.decode_rank) {
+        logger()->debug("room {}: reads_done for job {} from rank {}, offered to rank {}, "
+                        "ignored", msg.room, msg.job_id, msg.decode_rank,
+                        t.dst.decode_rank.id);
+        return;
+      }
+      on_result(self, transfer_result{msg.room, msg.job_id, msg.ok,
+                                      msg.ok ? std::string{}
+                                             : "its read of this rank's pages failed: "
+                                                 + msg.reason,
+                                      msg.ok ? msg.bytes : 0});
+    },
     // From other ranks: only from members (room_core::from_member).
     [=](const part_done& msg) {
       if (self->state.core.from_member())

@@ -31,9 +31,10 @@ void room_core::init(caf::event_based_actor* self, room_params params) {
 void room_core::publish(kv_poll state, kv_transfer_error error) {
   auto room = params_.room;
   // Decode: from here on nothing of the room may land in its pages; a data
-  // plane that checks grants refuses its writes from now.
-  if (is_terminal(state) && params_.data_plane)
-    params_.data_plane->revoke(room);
+  // plane that checks grants refuses its writes from now. Prefill: a
+  // pulling decode rank reads nothing more of it (its lease ended).
+  if (is_terminal(state))
+    revoke_grants();
   room_event ev{room, state, std::move(error), decode_prefix_len_};
   if (params_.listener)
     self_->send(params_.listener, ev);
@@ -144,10 +145,27 @@ void room_core::abort(const std::string& reason) {
   fail_local(reason.empty() ? by : by + ": " + reason, true);
 }
 
-void room_core::clear() {
-  run(protocol_->clear(timing_.now()));
-  if (params_.data_plane)
+void room_core::reading(bool in_flight) {
+  run(protocol_->reading(in_flight, timing_.now()));
+}
+
+void room_core::revoke_grants() {
+  if (!params_.data_plane)
+    return;
+  if (params_.self.side == role::decode)
     params_.data_plane->revoke(params_.room);
+  else if (reads_granted_)
+    params_.data_plane->revoke_read(params_.room);
+}
+
+void room_core::clear() {
+  // Reads of this room still waiting at the worker are dropped (those
+  // under way complete: a scheduler that clears a live room gave its pages
+  // up, as with a push whose sender has not fenced yet).
+  if (protocol_->reads_in_flight() && params_.worker)
+    self_->send(params_.worker, fence_room{params_.room});
+  run(protocol_->clear(timing_.now()));
+  revoke_grants();
   self_->quit();
 }
 

@@ -48,8 +48,11 @@ struct room_params {
   bool monitor_manager = false;
   /// Nodes whose ranks proved membership (the manager's table).
   std::shared_ptr<const trust_table> trust;
-  /// Decode rooms: the rank's data plane, for per-room write grants.
+  /// The rank's data plane: decode rooms grant writes, prefill rooms grant
+  /// a pulling decode rank reads.
   std::shared_ptr<backend> data_plane;
+  /// Decode rooms: read the prefill's pages (rank_config::pull).
+  bool pull = false;
 };
 
 /// The part every room actor shares: a shell around `room_protocol` that
@@ -153,6 +156,15 @@ public:
   void dst_sent(rank_id prefill, bool reports);
   void fenced(rank_id prefill);
 
+  /// Prefill: a pulling decode rank may read this room's pages (grants are
+  /// revoked once the room is terminal here, waiting for a read being
+  /// served: no page is read after its room concluded).
+  void reads_granted() {
+    reads_granted_ = true;
+  }
+  /// Decode, pulling: this rank's worker has reads of the room in flight.
+  void reading(bool in_flight);
+
   /// The scheduler released the room: stop for good.
   void clear();
 
@@ -216,6 +228,8 @@ private:
   uint64_t bytes_ = 0;
   std::string transport_;
   int64_t decode_prefix_len_ = 0;
+  bool reads_granted_ = false;
+  void revoke_grants();
 };
 
 } // namespace kvroom

@@ -95,9 +95,10 @@ room_effects& room_protocol::advance(kv_poll next, uint64_t now_ms) {
 }
 
 void room_protocol::publish_terminal(room_effects& out) {
-  if (opts_.fence && self_.side == role::decode && !writers_.empty()) {
-    // A sender may still be writing into the pages: the scheduler must not
-    // see the room terminal (and reuse them) before it stopped.
+  if (opts_.fence && self_.side == role::decode && (!writers_.empty() || reading_)) {
+    // A sender may still be writing into the pages (or this rank's own
+    // reads landing in them): the scheduler must not see the room terminal
+    // (and reuse them) before that stopped.
     held_ = true;
     return;
   }
@@ -434,7 +435,8 @@ room_effects& room_protocol::tick(uint64_t now_ms) {
   if (fsm_.cleared())
     return out;
   if (held_) {
-    if (now_ms >= fence_deadline_ms_) {
+    // Only the senders' fence expires; this rank's own reads always answer.
+    if (!writers_.empty() && now_ms >= fence_deadline_ms_) {
       auto ev = make_effect(room_effect::kind::fence_expired, fsm_.state(),
                             fsm_.failure());
       ev.recipients = writers_;
@@ -503,6 +505,14 @@ room_effects& room_protocol::source_done(rank_id prefill, uint64_t) {
 room_effects& room_protocol::fenced(rank_id prefill, uint64_t) {
   auto& out = fresh_effects();
   release_writer(prefill, out);
+  return out;
+}
+
+room_effects& room_protocol::reading(bool in_flight, uint64_t) {
+  auto& out = fresh_effects();
+  reading_ = in_flight;
+  if (!in_flight && held_ && writers_.empty())
+    publish_terminal(out);
   return out;
 }
 

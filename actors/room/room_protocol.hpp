@@ -121,7 +121,9 @@ struct written_part {
 ///   rank publishes a terminal state only once that rank wrote its last byte
 ///   (`source_done`), confirmed it stopped (`fenced`), or was lost; after
 ///   that, nothing of the room lands in its pages again and the scheduler may
-///   reuse them. The fence waits at most `fence_ms()`.
+///   reuse them. The fence waits at most `fence_ms()`. A decode rank that
+///   pulls (reads the prefill's pages itself) holds it also while its own
+///   reads are in flight (`reading`).
 class room_protocol {
 public:
   /// Switches that exist only so a stress run can prove its checker catches
@@ -328,6 +330,17 @@ public:
     return writers_;
   }
 
+  /// Decode, pulling: this rank's own transfer worker has reads of the room
+  /// in flight (`true`) or none (`false`). A terminal state is held while
+  /// they are; unlike a sender's fence this hold never expires, since the
+  /// worker answers every read within its job timeout, and only then is
+  /// nothing of the room landing in its pages.
+  room_effects& reading(bool in_flight, uint64_t now_ms);
+
+  bool reads_in_flight() const noexcept {
+    return reading_;
+  }
+
   /// The scheduler released the room: a live room fails at once (and its
   /// peers hear of it); nothing changes it afterwards.
   room_effects& clear(uint64_t now_ms);
@@ -384,6 +397,8 @@ private:
   std::vector<rank_id> writers_;
   bool held_ = false;
   uint64_t fence_deadline_ms_ = 0;
+  // Decode, pulling: this rank's own reads of the room are in flight.
+  bool reading_ = false;
 };
 
 } // namespace kvroom

@@ -421,6 +421,54 @@ TEST_CASE("a sender that finished writing needs no fence") {
   CHECK(net.published(d0) == kv_poll::failed);
 }
 
+TEST_CASE("a pulling decode rank holds Failed until its own reads are over, past the fence's deadline") {
+  room_net net;
+  net.auto_fence = false;
+  net.transfer_all();
+  net.run(d0, net.at(d0).reading(true, net.now));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", net.now, true));
+  net.settle();
+  CHECK(net.at(d0).fence_held());
+  // The sender stopped serving (its fence), but a read may still be landing.
+  net.run(d0, net.at(d0).fenced(p0, net.now));
+  CHECK(net.published(d0) == kv_poll::transferring);
+  // The worker answers every read: the hold has no deadline of its own.
+  net.now += 10 * net.at(d0).fence_ms();
+  net.run(d0, net.at(d0).tick(net.now));
+  CHECK(net.published(d0) == kv_poll::transferring);
+  CHECK(net.fence_expiries() == 0);
+  net.run(d0, net.at(d0).reading(false, net.now));
+  CHECK(net.published(d0) == kv_poll::failed);
+  CHECK(net.error(d0).origin_rank == d0);
+}
+
+TEST_CASE("a pulling decode rank whose sender's fence expires still waits for its reads") {
+  room_net net;
+  net.auto_fence = false;
+  net.transfer_all();
+  net.run(d0, net.at(d0).reading(true, net.now));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", net.now, true));
+  net.settle();
+  net.now += net.at(d0).fence_ms();
+  net.run(d0, net.at(d0).tick(net.now));
+  CHECK(net.fence_expiries() == 1);
+  CHECK(net.published(d0) == kv_poll::transferring);
+  net.run(d0, net.at(d0).reading(false, net.now));
+  CHECK(net.published(d0) == kv_poll::failed);
+}
+
+TEST_CASE("reads that end before the room concludes hold nothing") {
+  room_net net;
+  net.auto_fence = false;
+  net.transfer_all();
+  net.run(d0, net.at(d0).reading(true, net.now));
+  net.run(d0, net.at(d0).reading(false, net.now));
+  net.run(d0, net.at(d0).source_done(p0, net.now));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", net.now, true));
+  net.settle();
+  CHECK(net.published(d0) == kv_poll::failed);
+}
+
 TEST_CASE("without the fence the decode rank publishes at once (the sabotage a stress run catches)") {
   room_protocol::options opts;
   opts.fence = false;

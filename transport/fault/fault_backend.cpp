@@ -72,15 +72,16 @@ bool fault_backend::on_faulty_path(const endpoint_desc& peer) const {
   return false;
 }
 
-std::optional<fault_point> fault_backend::selects(const write_batch& batch) {
-  if (on_faulty_path(batch.peer)) {
+std::optional<fault_point> fault_backend::selects(room_id tag, const endpoint_desc& peer,
+                                                  bool has_aux) {
+  if (on_faulty_path(peer)) {
     std::uniform_real_distribution<double> dist{0.0, 1.0};
     if (plan_.path_probability >= 1.0 || dist(rng_) < plan_.path_probability)
       return plan_.path_point;
   }
-  auto i = rooms_.find(batch.tag);
+  auto i = rooms_.find(tag);
   auto point = i != rooms_.end() ? i->second : plan_.point;
-  if (point == fault_point::on_aux && batch.aux_ops == 0)
+  if (point == fault_point::on_aux && !has_aux)
     return std::nullopt;
   if (i != rooms_.end())
     return point;
@@ -93,47 +94,31 @@ std::optional<fault_point> fault_backend::selects(const write_batch& batch) {
   return std::nullopt;
 }
 
-post_result fault_backend::post(const write_batch& batch) {
-  auto point = selects(batch);
-  if (!point)
-    return inner_->post(batch);
+template <class Batch, class Post>
+post_result fault_backend::inject(fault_point point, const Batch& batch, Post post_inner) {
   auto room = std::to_string(batch.tag) + (plan_.paths.empty() ? "" : " on " + batch.peer.address);
-  switch (*point) {
+  switch (point) {
     case fault_point::before_post:
       return post_result::failed(
         make_error(errc::transport_error, "injected fault before post (room " + room + ")"));
     case fault_point::on_aux:
       return post_result::failed(
         make_error(errc::transport_error, "injected fault on aux data (room " + room + ")"));
-    case fault_point::flip: {
-      if (batch.src_device_id >= 0 || batch.ops.empty())
-        return post_result::failed(make_error(errc::unsupported,
-                                              "a flip fault needs host memory (room " + room
-                                                + ")"));
-      // The last byte of the first write changes on its way; its source is
-      // itself again once the transport has read it.
-      auto* byte = reinterpret_cast<uint8_t*>(batch.ops.front().src_addr
-                                              + batch.ops.front().size_bytes - 1);
-      auto was = *byte;
-      *byte = static_cast<uint8_t>(was ^ 0xA5);
-      auto res = inner_->post(batch);
-      *byte = was;
-      return res;
-    }
     case fault_point::slow: {
       auto id = next_own_++;
-      delayed_.emplace(id, delayed{batch, now_ms() + plan_.slow_ms});
+      delayed_.emplace(id, delayed{[post_inner, batch] { return post_inner(batch); },
+                                   now_ms() + plan_.slow_ms});
       return post_result::in_progress(id);
     }
     default: {
       // The bytes move (or are refused) as the inner backend says; what
       // completes is turned into a failure or a stall, so the batch stays
       // in progress here even when the inner post finished at once.
-      auto res = inner_->post(batch);
+      auto res = post_inner(batch);
       if (res.status == xfer_status::failed || res.status == xfer_status::would_block)
         return res;
       auto id = next_own_++;
-      doomed d{batch.tag, *point, {}};
+      doomed d{batch.tag, point, {}};
       if (res.status == xfer_status::in_progress)
         d.inner = res.id;
       doomed_.emplace(id, d);
@@ -142,13 +127,44 @@ post_result fault_backend::post(const write_batch& batch) {
   }
 }
 
+post_result fault_backend::post(const write_batch& batch) {
+  auto point = selects(batch.tag, batch.peer, batch.aux_ops > 0);
+  if (!point)
+    return inner_->post(batch);
+  if (*point == fault_point::flip) {
+    if (batch.src_device_id >= 0 || batch.ops.empty())
+      return post_result::failed(make_error(errc::unsupported,
+                                            "a flip fault needs host memory (room "
+                                              + std::to_string(batch.tag) + ")"));
+    // The last byte of the first write changes on its way; its source is
+    // itself again once the transport has read it.
+    auto* byte = reinterpret_cast<uint8_t*>(batch.ops.front().src_addr
+                                            + batch.ops.front().size_bytes - 1);
+    auto was = *byte;
+    *byte = static_cast<uint8_t>(was ^ 0xA5);
+    auto res = inner_->post(batch);
+    *byte = was;
+    return res;
+  }
+  auto* inner = inner_.get();
+  return inject(*point, batch, [inner](const write_batch& b) { return inner->post(b); });
+}
+
+post_result fault_backend::post_read(const read_batch& batch) {
+  auto point = selects(batch.tag, batch.peer, false);
+  if (!point || *point == fault_point::flip || *point == fault_point::on_aux)
+    return inner_->post_read(batch);
+  auto* inner = inner_.get();
+  return inject(*point, batch, [inner](const read_batch& b) { return inner->post_read(b); });
+}
+
 xfer_status fault_backend::poll(xfer_id id, std::string& reason) {
   if (auto d = delayed_.find(id); d != delayed_.end()) {
     auto& x = d->second;
     if (!x.posted) {
       if (now_ms() < x.due_ms)
         return xfer_status::in_progress;
-      auto res = inner_->post(x.batch);
+      auto res = x.post();
       switch (res.status) {
         case xfer_status::failed:
           reason = describe(res.error);

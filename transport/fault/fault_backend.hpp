@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <random>
 #include <unordered_map>
@@ -38,12 +39,13 @@ public:
   void revoke(room_id room) override {
     inner_->revoke(room);
   }
-  /// Reads pass through (the plan's injection points are a sender's).
-  post_result post_read(const read_batch& batch) override {
-    return inner_->post_read(batch);
-  }
-  bool reads_inline(const read_batch& batch) const override {
-    return inner_->reads_inline(batch);
+  /// A pulling reader's batches meet the plan's faults as a sender's do
+  /// (before or after the post, a bad status, a stall, slow), by room and
+  /// path; aux and flip faults are a writer's only.
+  post_result post_read(const read_batch& batch) override;
+  /// Its faults complete on a poll: no read completes inline.
+  bool reads_inline(const read_batch&) const override {
+    return false;
   }
   bool enforces_read_grants() const override {
     return inner_->enforces_read_grants();
@@ -58,8 +60,13 @@ public:
 private:
   /// True when the plan breaks the path to `peer`.
   bool on_faulty_path(const endpoint_desc& peer) const;
-  /// The point at which `batch` fails, if the plan selects it.
-  std::optional<fault_point> selects(const write_batch& batch);
+  /// The point at which a batch of room `tag` to `peer` fails, if the plan
+  /// selects it.
+  std::optional<fault_point> selects(room_id tag, const endpoint_desc& peer, bool has_aux);
+  /// The fault a selected batch meets: a failed post, or an id of this
+  /// backend's whose completion the plan decides (`post_inner` posts it).
+  template <class Batch, class Post>
+  post_result inject(fault_point point, const Batch& batch, Post post_inner);
 
   backend_ptr inner_;
   fault_plan plan_;
@@ -77,7 +84,7 @@ private:
   std::unordered_map<xfer_id, doomed> doomed_;
   /// `slow` batches: posted to the inner backend only once `due_ms` passed.
   struct delayed {
-    write_batch batch;
+    std::function<post_result()> post;
     uint64_t due_ms = 0;
     bool posted = false;
     std::optional<xfer_id> inner;
