@@ -86,6 +86,7 @@ public:
   int64_t data_timeout_ms = 30'000;
   int64_t path_rest_ms = 30'000;
   std::string integrity = "off";
+  bool pull = false;
 
   serve_config() {
     opt_group group{custom_options_, "global"};
@@ -110,6 +111,8 @@ public:
                                          "(doubling while it keeps failing, up to 10x)")
       .add(integrity, "integrity", "off, or xxh3: prefill hashes every part, decode checks "
                                    "what landed (every rank of a deployment the same)")
+      .add(pull, "pull", "decode: read the prefill's pages (the prefill grants them) instead "
+                         "of the prefill writing them")
       .add(control_host, "control-host", "IPv4 address of this rank's control endpoint (default: --tcp-host)")
       .add(control_port, "control-port", "port of this rank's control endpoint (0: any)")
       .add(metrics_port, "metrics-port", "serve Prometheus /metrics and /health here (0: any "
@@ -286,6 +289,7 @@ int run_serve(int argc, char** argv) {
     rc.data_timeout_ms = static_cast<uint32_t>(cfg.data_timeout_ms);
     if (!from_string(cfg.integrity, rc.integrity))
       return bad("--integrity must be off or xxh3, not '" + cfg.integrity + "'");
+    rc.pull = cfg.pull;
     rc.paths.rules.first_rest_ms = static_cast<uint32_t>(cfg.path_rest_ms);
     rc.paths.rules.max_rest_ms = static_cast<uint32_t>(std::min<int64_t>(10 * cfg.path_rest_ms,
                                                                          UINT32_MAX));
@@ -325,7 +329,11 @@ int run_serve(int argc, char** argv) {
                                               {"pid", int64_t{::getpid()}},
                                               {"tcp", r.data_plane_address("tcp")},
                                               {"control", r.control_address()},
-                                              {"metrics", metrics_at}})
+                                              {"metrics", metrics_at},
+                                              // A decode rank pulls or is pushed to;
+                                              // a prefill rank does what each asks.
+                                              {"direction", side == role::prefill ? "either"
+                                                            : cfg.pull ? "pull" : "push"}})
                            .c_str());
     std::fflush(stdout);
     auto key = [&](room_id room) { return room ^ (static_cast<room_id>(cfg.tp + 1) << 40); };

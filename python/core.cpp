@@ -280,7 +280,8 @@ PYBIND11_MODULE(_core, m) {
             const std::vector<buffer_spec>& aux, int32_t device_id, const std::string& transport,
             bool network, const std::string& host, const std::vector<uint64_t>& fail_rooms,
             const std::vector<buffer_spec>& state, const py::object& layout,
-            const std::string& integrity, int32_t dp_size, const py::object& timeouts) {
+            const std::string& integrity, int32_t dp_size, const py::object& timeouts,
+            bool pull) {
            rank_config cfg;
            if (side == "prefill")
              cfg.side = role::prefill;
@@ -297,6 +298,7 @@ PYBIND11_MODULE(_core, m) {
            cfg.parallel = layout_from(layout, tp_size, tp_rank);
            cfg.transport = transport;
            cfg.network = network;
+           cfg.pull = pull;
            if (!from_string(integrity, cfg.integrity))
              throw py::value_error("integrity must be 'off' or 'xxh3', got '" + integrity + "'");
            if (!timeouts.is_none())
@@ -327,7 +329,7 @@ PYBIND11_MODULE(_core, m) {
          py::arg("host") = "127.0.0.1", py::arg("fail_rooms") = std::vector<uint64_t>{},
          py::arg("state") = std::vector<buffer_spec>{}, py::arg("layout") = py::none(),
          py::arg("integrity") = "off", py::arg("dp_size") = 0, py::arg("timeouts") = py::none(),
-         py::keep_alive<0, 1>());
+         py::arg("pull") = false, py::keep_alive<0, 1>());
 
   py::class_<py_rank>(m, "Rank")
     .def_property_readonly("id", [](py_rank& r) { return r.get().ref().id; })

@@ -340,6 +340,7 @@ void on_offer(self_ptr self, source_ready& msg) {
   job.job_id = st.next_read++;
   job.batch.tag = job.room;
   job.batch.peer = std::move(paths->front());
+  st.read_transport = job.batch.peer.transport;
   job.batch.remote_device_id = msg.src_device_id;
   job.batch.local_device_id = msg.dst_device_id;
   job.batch.ops.reserve(msg.ops.size());
@@ -367,6 +368,12 @@ void on_read(self_ptr self, const transfer_result& res) {
     return;
   auto r = std::move(i->second);
   st.reads.erase(i);
+  if (res.ok) {
+    // This rank moved these bytes: its metrics count them, as a pushing
+    // prefill rank's count what it wrote.
+    st.bytes_read += res.bytes;
+    core.note_transfer(st.bytes_read, st.read_transport);
+  }
   reads_done done{core.params().room, core.params().self.id, r.source_job, res.ok,
                   res.reason, res.bytes};
   if (r.source_room) {

@@ -45,6 +45,9 @@ struct decode_room_state {
   std::vector<byte_range> own_ranges;
   std::unordered_map<uint64_t, pending_read> reads;
   uint64_t next_read = 1;
+  /// Bytes this rank read, and over which transport (its metrics).
+  uint64_t bytes_read = 0;
+  std::string read_transport;
 
   bool is_source(rank_id id) const {
     for (auto& s : sources)

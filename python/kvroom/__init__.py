@@ -234,7 +234,7 @@ class Runtime:
     def add_rank(self, side, tp_rank=0, tp_size=1, dp_rank=0, id=-1, kv=(), aux=(),
                  device_id=-1, transport="local", network=False, host="127.0.0.1",
                  keep=(), fail_rooms=(), state=(), layout=None, integrity="off", dp_size=0,
-                 timeouts=None):
+                 timeouts=None, pull=False):
         """Starts a rank. ``kv``/``aux``/``state``: (address, size, page
         bytes) per buffer (``buffer_of(array, page_bytes)``, or SGLang's
         ``data_ptr()``s; ``state``: a hybrid model's state buffers, whose
@@ -255,8 +255,11 @@ class Runtime:
         registered; ``timeouts``: the deadlines of this rank's rooms, a dict
         of ``bootstrap_ms`` (until the peer side shows up: a prefill's hold
         on its pages for a decode that never comes), ``waiting_ms``,
-        ``transferring_ms`` (kvroom's defaults for those left out)."""
+        ``transferring_ms`` (kvroom's defaults for those left out); ``pull``
+        (decode only): read the prefill's pages instead of the prefill
+        writing them (vLLM's NIXL direction); the prefill grants each chunk
+        and its room's deadlines are the read lease."""
         impl = self._impl.add_rank(side, tp_rank, tp_size, dp_rank, id, list(kv), list(aux),
                                    device_id, transport, network, host, list(fail_rooms),
-                                   list(state), layout, integrity, dp_size, timeouts)
+                                   list(state), layout, integrity, dp_size, timeouts, pull)
         return Rank(impl, tuple(keep))

@@ -53,7 +53,17 @@ TEST_CASE("pulled rooms land byte-exact on every host data plane, whole and in c
     pulled_room(g, 11, 1);
     pulled_room(g, 12, 3);
     CHECK(all_quiet(g));
+    // The decode ranks moved the bytes (a pushed decode rank counts none).
+    for (auto& r : g.decode) {
+      auto m = r->metrics();
+      CHECK(m.transfer_bytes[static_cast<size_t>(transport_index(transport))] > 0);
+    }
   }
+  group pushed{group::options{}};
+  pulled_room(pushed, 13, 1);
+  for (auto& r : pushed.decode)
+    for (auto bytes : r->metrics().transfer_bytes)
+      CHECK(bytes == 0);
 }
 
 TEST_CASE("pulled rooms with the integrity check on are hashed on both sides", "[pull]") {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real processes on loopback (or in the test's own network namespaces):
 #   multiprocess_test.sh KVROOM_BINARY SCENARIO WORKDIR [KVROOM_STRANGER]
-# Scenarios: transfer (auto: shm on one host), transfer_shm, transfer_tcp,
+# Scenarios: transfer (auto: shm on one host), transfer_shm, transfer_tcp, transfer_pull,
 # sigkill, sigstop, malformed, netns, registry_restart, dp_groups, auth, tls,
 # parallel, metrics, paths, netns_paths, idle_links; etcd_cluster, etcd_sigkill,
 # etcd_refusals, etcd_scale, etcd_secured, etcd_lease (etcd_scenarios.sh).
@@ -62,12 +62,13 @@ wait_exit() {
 # rooms FILE STATE: how many rooms of the report ended in STATE.
 rooms() { grep -c "\"state\": \"$2\"" "$1" 2>/dev/null || true; }
 
-group() { # group PORT EXTRA_ARGS... : 2 prefill + 2 decode ranks, TP=2
+group() { # group PORT EXTRA_ARGS... : 2 prefill + 2 decode ranks, TP=2 (DECODE_ARGS: the decode ranks' own)
   local p=$1; shift
+  local dargs=(${DECODE_ARGS:-})
   start p0 "$K" serve "$SECRET" --role=prefill --tp=0 --tp-size=2 --bootstrap-port="$p" --publish-registry --report=p0.json "$@"
   start p1 "$K" serve "$SECRET" --role=prefill --tp=1 --tp-size=2 --bootstrap-port="$p" --report=p1.json "$@"
-  start d0 "$K" serve "$SECRET" --role=decode --tp=0 --tp-size=2 --bootstrap-port="$p" --report=d0.json "$@"
-  start d1 "$K" serve "$SECRET" --role=decode --tp=1 --tp-size=2 --bootstrap-port="$p" --report=d1.json "$@"
+  start d0 "$K" serve "$SECRET" --role=decode --tp=0 --tp-size=2 --bootstrap-port="$p" --report=d0.json "$@" "${dargs[@]}"
+  start d1 "$K" serve "$SECRET" --role=decode --tp=1 --tp-size=2 --bootstrap-port="$p" --report=d1.json "$@" "${dargs[@]}"
 }
 
 # namespaces NP ND: two network namespaces, prefill's ($np) and decode's
@@ -120,6 +121,19 @@ transfer|transfer_tcp|transfer_shm)
   for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
   check_all_ok 300
   echo "ok: 300 rooms byte-exact across 2P x 2D processes (${extra[*]:-auto})"
+  ;;
+
+transfer_pull)
+  # The decode ranks pull: they read the prefill's pages (granted per room
+  # on tcp) instead of the prefill writing them; over tcp, then shm.
+  for t in tcp shm; do
+    rm -f p0.json p1.json d0.json d1.json
+    DECODE_ARGS=--pull group "$(port)" --rooms=300 --transport=$t
+    for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish ($t)"; done
+    check_all_ok 300
+    grep -q '"direction": "pull"' d0.log || fail "d0 does not say it pulls"
+  done
+  echo "ok: 300 rooms byte-exact across 2P x 2D processes, decode pulling, over tcp and shm"
   ;;
 
 parallel)

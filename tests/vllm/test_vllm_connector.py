@@ -152,13 +152,23 @@ def assert_clean(rep, who):
     assert not rep["mismatches"], (who, rep["mismatches"])
 
 
+# Both directions of the data plane: the producer writes the consumer's
+# blocks (push), or the consumer reads the producer's (pull: NIXL's way).
+DIRECTIONS = ["push", "pull"]
+
+
+def pulls(direction):
+    return {"pull": direction == "pull"}
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("roles", [("kv_producer", "kv_consumer"), ("kv_both", "kv_both")])
-def test_push_24_requests_byte_exact(registry, roles):
+def test_24_requests_byte_exact(registry, roles, direction):
     """vLLM's examples run both instances as kv_both: each worker then
     holds a prefill and a decode rank over the same blocks, and each
     instance is its own kvroom group ('instance')."""
     p = Proc(roles[0], registry, instance=0)
-    d = Proc(roles[1], registry, instance=1)
+    d = Proc(roles[1], registry, instance=1, **pulls(direction))
     try:
         reqs = prompts(24)
         params = prefill_all(p, reqs)
@@ -209,12 +219,13 @@ def test_decode_first_with_a_room_the_proxy_chose(registry):
         p.close()
 
 
-def test_prefix_hit_on_decode_moves_only_the_missing_blocks(registry):
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_prefix_hit_on_decode_moves_only_the_missing_blocks(registry, direction):
     """Decode holds a prompt's first blocks in its prefix cache (an earlier
-    request's): the prefill sends only the blocks after them, and the
-    request attends to both, byte-exact."""
+    request's): the prefill sends (or decode reads) only the blocks after
+    them, and the request attends to both, byte-exact."""
     p = Proc("kv_producer", registry)
-    d = Proc("kv_consumer", registry)
+    d = Proc("kv_consumer", registry, **pulls(direction))
     try:
         (rid, base), = prompts(1, base=100, length=lambda i: 160)
         params = prefill_all(p, [(rid, base)])
@@ -241,13 +252,14 @@ def test_prefix_hit_on_decode_moves_only_the_missing_blocks(registry):
         p.close()
 
 
-def test_aborts_at_every_stage(registry):
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_aborts_at_every_stage(registry, direction):
     """Prefill aborts a request while it is prefilling (no room, blocks
     back); decode aborts one before it was scheduled (its prefill lets go at
     once, not at its hold) and one waiting for a prefill that never comes
     (decode frees its blocks, nothing lands later)."""
     p = Proc("kv_producer", registry, hold_ms=120000)
-    d = Proc("kv_consumer", registry)
+    d = Proc("kv_consumer", registry, **pulls(direction))
     try:
         # Prefill, mid-prefill: 3000 tokens take six steps of 512; the
         # engine takes two, then the abort comes.
@@ -285,14 +297,15 @@ def test_aborts_at_every_stage(registry):
         p.close()
 
 
+@pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("policy", ["fail", "recompute"])
-def test_producer_sigkilled_with_requests_in_flight(registry, policy):
+def test_producer_sigkilled_with_requests_in_flight(registry, policy, direction):
     """The producer is stopped before decode asks for its rooms, then
     SIGKILLed: decode's loads fail (every block reported), and vLLM's
     policy decides: 'fail' ends the requests with an error, 'recompute'
     computes them locally, byte-exact. Nothing hangs, nothing leaks."""
     p = Proc("kv_producer", registry)
-    d = Proc("kv_consumer", registry, policy=policy)
+    d = Proc("kv_consumer", registry, policy=policy, **pulls(direction))
     try:
         reqs = prompts(8, base=300)
         params = prefill_all(p, reqs)
@@ -317,11 +330,13 @@ def test_producer_sigkilled_with_requests_in_flight(registry, policy):
         p.close()
 
 
-def test_prefill_hold_expires(registry):
-    """No decode comes: the prefill holds the blocks for its hold, then
-    frees them; a decode that comes later fails its load cleanly."""
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_prefill_hold_expires(registry, direction):
+    """No decode comes: the prefill holds the blocks for its hold (a pull's
+    read lease), then frees them; a decode that comes later fails its load
+    cleanly, and reads nothing of them."""
     p = Proc("kv_producer", registry, hold_ms=3000)
-    d = Proc("kv_consumer", registry)
+    d = Proc("kv_consumer", registry, **pulls(direction))
     try:
         reqs = prompts(4, base=400)
         params = prefill_all(p, reqs)

@@ -36,10 +36,13 @@ freed once nothing can land in them.
   decode (default 480000, vLLM's NIXL abort timeout); ``wait_ms``: how long
   a decode waits for a room's prefill to show up (default 60000), after
   which the load fails;
-- ``integrity``: ``off`` or ``xxh3``.
+- ``integrity``: ``off`` or ``xxh3``;
+- ``pull`` (the consumer's): true to read the producer's blocks instead of
+  the producer writing them (NixlConnector's direction). The producer
+  grants each request's blocks to the reading decode rank and its hold is
+  the read lease: once it expires no block of it is read again.
 
-Not yet: the decode-pull direction (decode reads prefill's blocks), and
-layer-by-layer send/load (``save_kv_layer``/``wait_for_layer_load`` do
+Not yet: layer-by-layer send/load (``save_kv_layer``/``wait_for_layer_load`` do
 nothing: a request moves whole, after its prefill); vLLM's hybrid KV cache
 manager (the factory asks for ``--disable-hybrid-kv-cache-manager``).
 """

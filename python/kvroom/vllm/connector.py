@@ -28,6 +28,17 @@ class KvroomConnectorMetadata(KvroomMetadata, KVConnectorMetadata):
     """vLLM's connector metadata type, carrying kvroom's plan of a step."""
 
 
+def _flag(value) -> bool:
+    """A boolean from the extra config (JSON true, or a string from a CLI)."""
+    if isinstance(value, str):
+        if value.lower() in ("1", "true", "yes", "on"):
+            return True
+        if value.lower() in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError(f"kv_connector_extra_config: 'pull' must be true or false, got {value!r}")
+    return bool(value)
+
+
 def _parallel(vllm_config, extra) -> Tuple[int, int, int, int]:
     """(tp_rank, tp_size, group, dp_size) of this worker. ``group`` is the
     kvroom DP group of this engine on its side: every vLLM instance of a
@@ -140,7 +151,8 @@ class KvroomConnector(KVConnectorBase_V1):
             device_id=Runtime.DEVICE_FROM_POINTER,
             transport=x.get("transport") or os.environ.get("KVROOM_TRANSPORT") or "auto",
             network=True, host=x.get("host", "127.0.0.1"), keep=keep,
-            integrity=x.get("integrity", "off"), timeouts={"bootstrap_ms": int(hold)})
+            integrity=x.get("integrity", "off"), timeouts={"bootstrap_ms": int(hold)},
+            pull=side == "decode" and _flag(x.get("pull", False)))
 
     def start_load_kv(self, forward_context, **kwargs) -> None:
         meta = self._get_connector_metadata()
