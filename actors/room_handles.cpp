@@ -118,10 +118,24 @@ caf::error kv_sender::init(uint64_t num_kv_indices, int64_t aux_index) {
 
 caf::error kv_sender::send(std::vector<int64_t> kv_indices, bool is_last,
                            std::vector<int64_t> state_indices) {
+  return send_chunk(sender_chunk{0, std::move(kv_indices), is_last, std::move(state_indices)});
+}
+
+caf::error kv_sender::send_buffers(std::vector<int64_t> kv_indices,
+                                   std::vector<int32_t> kv_buffers, bool is_last,
+                                   std::vector<int64_t> state_indices) {
+  if (kv_buffers.empty())
+    return make_error(errc::invalid_argument,
+                      "send_buffers names no KV buffer (send() sends every buffer)");
+  return send_chunk(sender_chunk{0, std::move(kv_indices), is_last, std::move(state_indices),
+                                 std::move(kv_buffers)});
+}
+
+caf::error kv_sender::send_chunk(sender_chunk chunk) {
   if (slot_ && owned())
     owner_->pump();
   if (slot_ && dummy_done(*slot_) && slot_->initialized && !slot_->last_sent) {
-    slot_->last_sent = is_last;
+    slot_->last_sent = chunk.is_last;
     return caf::none;
   }
   bool skip = false;
@@ -133,21 +147,24 @@ caf::error kv_sender::send(std::vector<int64_t> kv_indices, bool is_last,
   if (slot_->last_sent)
     return make_error(errc::invalid_argument,
                       room_text(slot_->room) + ": the last chunk was sent");
-  auto total = slot_->sent_pages + kv_indices.size();
   caf::error result;
-  if (total > slot_->declared_pages)
-    result = make_error(errc::too_many_indices,
-                        room_text(slot_->room) + ": "
-                          + std::to_string(total) + " KV indices sent, "
-                          + std::to_string(slot_->declared_pages)
-                          + " declared by init");
-  slot_->sent_pages = total;
-  slot_->last_sent = is_last;
+  // Pages of every buffer are counted here; a chunk of some buffers is
+  // counted per buffer by the room, which fails with the reason.
+  if (chunk.kv_buffers.empty()) {
+    auto total = slot_->sent_pages + chunk.kv_indices.size();
+    if (total > slot_->declared_pages)
+      result = make_error(errc::too_many_indices,
+                          room_text(slot_->room) + ": "
+                            + std::to_string(total) + " KV indices sent, "
+                            + std::to_string(slot_->declared_pages)
+                            + " declared by init");
+    slot_->sent_pages = total;
+  }
+  slot_->last_sent = chunk.is_last;
   // Even a refused chunk goes to the room, which fails with the same reason:
   // the scheduler's view of the room is broken and its peers must know.
-  caf::anon_send(slot_->actor,
-                 sender_chunk{slot_->room, std::move(kv_indices), is_last,
-                              std::move(state_indices)});
+  chunk.room = slot_->room;
+  caf::anon_send(slot_->actor, std::move(chunk));
   return result;
 }
 

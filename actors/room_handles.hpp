@@ -15,6 +15,9 @@
 
 namespace kvroom {
 
+struct sender_chunk;
+
+
 class rank;
 
 namespace detail {
@@ -140,8 +143,17 @@ public:
   caf::error send(std::vector<int64_t> kv_indices, bool is_last,
                   std::vector<int64_t> state_indices = {});
 
+  /// Sends one chunk of pages of some KV buffers only (`kv_buffers`, indices
+  /// into the rank's KV buffers: a layer's K and V, as soon as the forward
+  /// pass computed that layer). Every buffer receives the declared pages in
+  /// order, and the last chunk leaves none unsent; a room mapped by declared
+  /// parallel layouts refuses it (it fails, with the reason).
+  caf::error send_buffers(std::vector<int64_t> kv_indices, std::vector<int32_t> kv_buffers,
+                          bool is_last, std::vector<int64_t> state_indices = {});
+
 private:
   friend class rank;
+  caf::error send_chunk(sender_chunk chunk);
   using room_handle::room_handle;
 };
 

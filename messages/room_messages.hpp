@@ -44,12 +44,15 @@ struct sender_chunk {
   std::vector<int64_t> kv_indices;
   bool is_last = false;
   std::vector<int64_t> state_indices;
+  /// The KV buffers these pages are of (a layer's K and V, sent as soon as
+  /// the layer was computed); empty: every buffer.
+  std::vector<int32_t> kv_buffers = {};
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sender_chunk& x) {
   return f(caf::meta::type_name("kvroom.sender_chunk"), x.room, x.kv_indices,
-           x.is_last, x.state_indices);
+           x.is_last, x.state_indices, x.kv_buffers);
 }
 
 /// Decode scheduler hands the pre-allocated destination pages and aux slot

@@ -177,6 +177,12 @@ void carry_on_dead(manager_ptr self, room_id room, const room_directory::entry& 
   auto& p = st.rooms->carry(room, room_protocol::orphaned(room, mine, entry.prefill_dp, st.timing,
                                                           now, opts, entry.dst_ranks,
                                                           entry.fences, decode_ranks));
+  if (mine.side == role::decode && st.worker) {
+    // A pulling room's reads may still be at the worker: its Failed waits
+    // until the worker says none of them moves any more (on_fenced).
+    run_dead(self, room, p.reading(true, now));
+    self->send(st.worker, fence_room{room});
+  }
   run_dead(self, room, p.fail_local("room actor on " + to_string(mine) + " exited: "
                                       + caf::to_string(reason),
                                     now));
@@ -422,9 +428,12 @@ void on_committed(manager_ptr self, room_committed& msg) {
 void on_fenced(manager_ptr self, room_fenced& msg) {
   auto& st = self->state;
   if (msg.prefill_rank < 0) {
-    // The worker's answer to `fence_room`.
+    // The worker's answer to `fence_room`: prefill, the decode ranks to
+    // tell; decode, a dead room's reads are over.
     for (auto decode : st.rooms->end_fence(msg.room))
       send_fenced(self, msg.room, decode);
+    if (auto* dead = st.rooms->dead(msg.room); dead && me(self).side == role::decode)
+      run_dead(self, msg.room, dead->reading(false, now_ms()));
     return;
   }
   auto to = st.rooms->route(msg.room);

@@ -72,15 +72,35 @@ part_spec part_of(self_ptr self, const prefill_target& t) {
 /// the last chunk where aux sits apart from the KV: the KV pages, then the
 /// aux writes), or says why they cannot be planned. With the integrity
 /// check on, the writes are kept for the part's digest.
-caf::error plan_for(self_ptr self, prefill_target& t, const sender_chunk& chunk,
+/// `x` with only the KV buffers `buffers` (aux and state as they are).
+memory_layout only_buffers(const memory_layout& x, const std::vector<int32_t>& buffers) {
+  memory_layout out = x;
+  out.kv.clear();
+  for (auto b : buffers)
+    out.kv.push_back(x.kv[static_cast<size_t>(b)]);
+  return out;
+}
+
+caf::error plan_for(self_ptr self, prefill_target& t, const prefill_room_state::queued_chunk& q,
                     std::vector<write_batch>& out) {
   auto& st = self->state;
   auto& core = st.core;
+  auto& chunk = q.chunk;
   auto n = chunk.kv_indices.size();
-  std::vector<int64_t> dst_pages(t.dst.kv_indices.begin() + st.planned_pages,
-                                 t.dst.kv_indices.begin() + st.planned_pages + n);
+  auto from = t.dst.kv_indices.begin() + static_cast<std::ptrdiff_t>(q.offset);
+  std::vector<int64_t> dst_pages(from, from + static_cast<std::ptrdiff_t>(n));
   write_batch batch;
-  auto ops = plan_part(part_of(self, t), chunk.kv_indices, dst_pages, chunk.is_last,
+  auto part = part_of(self, t);
+  // A chunk of some buffers (a layer's): the same plan over those alone,
+  // on both sides (buffer b here is buffer b there).
+  memory_layout src_sub, dst_sub;
+  if (!chunk.kv_buffers.empty()) {
+    src_sub = only_buffers(*part.src_mem, chunk.kv_buffers);
+    dst_sub = only_buffers(*part.dst_mem, chunk.kv_buffers);
+    part.src_mem = &src_sub;
+    part.dst_mem = &dst_sub;
+  }
+  auto ops = plan_part(part, chunk.kv_indices, dst_pages, chunk.is_last,
                        st.aux_index, t.dst.aux_index, st.state_indices, t.dst.state_indices,
                        batch.aux_ops);
   if (!ops)
@@ -159,22 +179,23 @@ void send_next_chunk(self_ptr self) {
   if (core.concluded() || !st.initialized || !ready(st) || !st.jobs.empty()
       || st.queued.empty() || st.targets.empty())
     return;
-  auto chunk = std::move(st.queued.front());
+  auto q = std::move(st.queued.front());
   st.queued.pop_front();
+  auto& chunk = q.chunk;
   // Every batch is planned before any moves: nothing goes out partially.
   // Nothing is in flight here (`st.jobs` is empty): each batch's target
   // goes straight into `job_targets`, undone if planning fails.
   std::vector<write_batch> batches;
   batches.reserve(st.targets.size());
   for (size_t i = 0; i < st.targets.size(); ++i) {
-    if (auto err = plan_for(self, st.targets[i], chunk, batches)) {
+    if (auto err = plan_for(self, st.targets[i], q, batches)) {
       st.job_targets.clear();
       core.fail_local(describe(err));
       return;
     }
     st.job_targets.resize(batches.size(), i);
   }
-  st.planned_pages += chunk.kv_indices.size();
+  st.planned_pages = std::max(st.planned_pages, q.offset + chunk.kv_indices.size());
   st.last_in_flight = chunk.is_last;
   bool first = !st.started;
   if (first) {
@@ -239,17 +260,14 @@ void on_chunk(self_ptr self, sender_chunk& chunk) {
     return;
   }
   auto n = chunk.kv_indices.size();
-  if (st.received_pages + n > st.declared_pages) {
-    core.fail_local("too many KV indices: " + std::to_string(st.received_pages + n)
-                    + " sent, " + std::to_string(st.declared_pages)
-                    + " declared by init");
+  if (!chunk.kv_buffers.empty() && st.mapped) {
+    core.fail_local("a chunk of some KV buffers (a layer's) needs a room without declared "
+                    "parallel layouts: a mapped room moves every layer of its pages at once");
     return;
   }
-  if (chunk.is_last && st.received_pages + n != st.declared_pages) {
-    core.fail_local("last chunk leaves "
-                    + std::to_string(st.declared_pages - st.received_pages - n)
-                    + " of " + std::to_string(st.declared_pages)
-                    + " declared pages unsent");
+  auto admitted = st.ledger->admit(n, chunk.kv_buffers, chunk.is_last);
+  if (!admitted.error.empty()) {
+    core.fail_local(admitted.error);
     return;
   }
   if (st.queued.size() >= core.params().max_queued_chunks) {
@@ -271,12 +289,11 @@ void on_chunk(self_ptr self, sender_chunk& chunk) {
     }
     st.state_indices = chunk.state_indices;
   }
-  st.received_pages += n;
   st.last_received = chunk.is_last;
   // A dummy moves nothing; a non-last empty chunk neither; the last one
   // still carries aux.
   if ((n > 0 || chunk.is_last) && !(st.role_known && st.targets.empty()))
-    st.queued.push_back(std::move(chunk));
+    st.queued.push_back(prefill_room_state::queued_chunk{std::move(chunk), admitted.offset});
   send_next_chunk(self);
 }
 
@@ -608,6 +625,7 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
       }
       st.initialized = true;
       st.declared_pages = msg.num_kv_indices;
+      st.ledger.emplace(core.params().self_entry->layout.kv.size(), msg.num_kv_indices);
       st.aux_index = msg.aux_index;
       if (check_counts(self))
         send_next_chunk(self);

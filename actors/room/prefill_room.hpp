@@ -2,11 +2,13 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 
 #include "caf/stateful_actor.hpp"
 
 #include "kvroom/actors/counted_actor.hpp"
 
+#include "kvroom/actors/room/chunk_ledger.hpp"
 #include "kvroom/actors/room/room_core.hpp"
 #include "kvroom/transport/rank_mapping.hpp"
 
@@ -60,9 +62,16 @@ struct prefill_room_state {
   /// Mapped: destinations that came before the role was known (at most one
   /// per decode TP rank).
   std::vector<dst_ready> early;
-  /// Chunks received and not yet handed to the worker (bounded).
-  std::deque<sender_chunk> queued;
-  uint64_t received_pages = 0;
+  /// Chunks received and not yet handed to the worker (bounded), each with
+  /// where its pages start among the room's.
+  struct queued_chunk {
+    sender_chunk chunk;
+    uint64_t offset = 0;
+  };
+  std::deque<queued_chunk> queued;
+  /// What the scheduler sent of each KV buffer (made by init).
+  std::optional<chunk_ledger> ledger;
+  /// Pages of every buffer handed to the data plane.
   uint64_t planned_pages = 0;
   bool last_received = false;
   /// The jobs of the chunk in flight, one per target: one chunk at a time
