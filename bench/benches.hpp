@@ -16,6 +16,7 @@ int bench_bandwidth(int argc, char** argv);
 int bench_processes(int argc, char** argv);
 int bench_detect(int argc, char** argv);
 int bench_scale(int argc, char** argv);
+int bench_layers(int argc, char** argv);
 
 /// Options every benchmark shares, through CAF's config system.
 class bench_config : public caf::actor_system_config {

@@ -10,6 +10,8 @@
 //   kvroom-bench detect     SIGKILL / SIGSTOP of a peer to rooms Failed
 //   kvroom-bench scale      32+ rank processes at once: ready, rooms/s, memory,
 //                           links, loss known (built-in registry vs etcd)
+//   kvroom-bench layers     transfer time exposed after a forward's last layer:
+//                           layer by layer vs the whole room after it
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -19,7 +21,7 @@
 int main(int argc, char** argv) {
   using namespace kvroom::bench;
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
-    std::puts("usage: kvroom-bench <rooms|latency|poll|memory|bandwidth|processes|detect|scale> [options]\n"
+    std::puts("usage: kvroom-bench <rooms|latency|poll|memory|bandwidth|processes|detect|scale|layers> [options]\n"
               "`kvroom-bench <bench> --help` lists the options.");
     return argc < 2 ? 2 : 0;
   }
@@ -40,6 +42,8 @@ int main(int argc, char** argv) {
     return bench_detect(argc - 1, argv + 1);
   if (cmd == "scale")
     return bench_scale(argc - 1, argv + 1);
+  if (cmd == "layers")
+    return bench_layers(argc - 1, argv + 1);
   std::fprintf(stderr, "kvroom-bench: unknown benchmark '%s'\n", cmd.c_str());
   return 2;
 }
