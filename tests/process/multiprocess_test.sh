@@ -62,13 +62,27 @@ wait_exit() {
 # rooms FILE STATE: how many rooms of the report ended in STATE.
 rooms() { grep -c "\"state\": \"$2\"" "$1" 2>/dev/null || true; }
 
+# start_rooms TAG NAMES...: once every named rank printed "ready" (it is
+# registered), they open their rooms (they were started with
+# --wait-file=$WORK/start_TAG). A room's bootstrap deadline then measures
+# kvroom, not how long a loaded machine takes to start the other processes
+# (5-6 s seen under load, past a 5 s deadline).
+start_rooms() {
+  local tag=$1; shift
+  for r in "$@"; do wait_for '"ready"' "$r.log" 60 || fail "$r not ready"; done
+  touch "$WORK/start_$tag"
+}
+
 group() { # group PORT EXTRA_ARGS... : 2 prefill + 2 decode ranks, TP=2 (DECODE_ARGS: the decode ranks' own)
   local p=$1; shift
   local dargs=(${DECODE_ARGS:-})
-  start p0 "$K" serve "$SECRET" --role=prefill --tp=0 --tp-size=2 --bootstrap-port="$p" --publish-registry --report=p0.json "$@"
-  start p1 "$K" serve "$SECRET" --role=prefill --tp=1 --tp-size=2 --bootstrap-port="$p" --report=p1.json "$@"
-  start d0 "$K" serve "$SECRET" --role=decode --tp=0 --tp-size=2 --bootstrap-port="$p" --report=d0.json "$@" "${dargs[@]}"
-  start d1 "$K" serve "$SECRET" --role=decode --tp=1 --tp-size=2 --bootstrap-port="$p" --report=d1.json "$@" "${dargs[@]}"
+  rm -f "$WORK/start_$p"
+  local go=--wait-file="$WORK/start_$p"
+  start p0 "$K" serve "$SECRET" --role=prefill --tp=0 --tp-size=2 --bootstrap-port="$p" --publish-registry --report=p0.json "$go" "$@"
+  start p1 "$K" serve "$SECRET" --role=prefill --tp=1 --tp-size=2 --bootstrap-port="$p" --report=p1.json "$go" "$@"
+  start d0 "$K" serve "$SECRET" --role=decode --tp=0 --tp-size=2 --bootstrap-port="$p" --report=d0.json "$go" "$@" "${dargs[@]}"
+  start d1 "$K" serve "$SECRET" --role=decode --tp=1 --tp-size=2 --bootstrap-port="$p" --report=d1.json "$go" "$@" "${dargs[@]}"
+  start_rooms "$p" p0 p1 d0 d1
 }
 
 # namespaces NP ND: two network namespaces, prefill's ($np) and decode's
@@ -144,8 +158,8 @@ parallel)
     local name=$1 ptp=$2 dtp=$3; shift 3
     local p; p=$(port); local names=() pp=${PP:-1}
     for ((i = 0; i < ptp * pp; ++i)); do
-      local t=$((i % ptp)) s=$((i / ptp)) extra=()
-      [ $i = 0 ] && extra=(--publish-registry)
+      local t=$((i % ptp)) s=$((i / ptp)) extra=(--wait-file="$WORK/start_$name")
+      [ $i = 0 ] && extra+=(--publish-registry)
       [ "$pp" -gt 1 ] && extra+=(--pp-size=$pp --pp=$s --layers=$((LAYERS / pp)))
       start "${name}_p$i" "$K" serve "$SECRET" --role=prefill --tp=$t --tp-size=$ptp --bootstrap-port="$p" \
         --report="${name}_p$i.json" "$@" "${extra[@]}"
@@ -154,9 +168,10 @@ parallel)
     done
     for ((t = 0; t < dtp; ++t)); do
       start "${name}_d$t" "$K" serve "$SECRET" --role=decode --tp=$t --tp-size=$dtp --bootstrap-port="$p" \
-        --report="${name}_d$t.json" "$@"
+        --report="${name}_d$t.json" --wait-file="$WORK/start_$name" "$@"
       names+=("${name}_d$t")
     done
+    start_rooms "$name" "${names[@]}"
     for r in "${names[@]}"; do eval "wait_exit \$PID_$r 90" || fail "$r did not finish"; done
     for r in "${names[@]}"; do
       [ "$(rooms $r.json success)" = 150 ] || fail "$r: $(rooms $r.json success) of 150 rooms succeeded"
