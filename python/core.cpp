@@ -424,6 +424,14 @@ PYBIND11_MODULE(_core, m) {
                         optional_indices(state_indices, "state_indices")));
          },
          py::arg("kv_indices"), py::arg("is_last"), py::arg("state_indices") = py::none())
+    .def("send_buffers",
+         [](kv_sender& s, const py::handle& kv_indices, const std::vector<int32_t>& kv_buffers,
+            bool is_last, const py::handle& state_indices) {
+           check(s.send_buffers(indices(kv_indices, "kv_indices"), kv_buffers, is_last,
+                                optional_indices(state_indices, "state_indices")));
+         },
+         py::arg("kv_indices"), py::arg("kv_buffers"), py::arg("is_last"),
+         py::arg("state_indices") = py::none())
     .def("decode_prefix_len", [](kv_sender& s) { return s.decode_prefix_len(); });
   py::class_<kv_receiver> receiver(m, "Receiver");
   common(receiver);

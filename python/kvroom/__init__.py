@@ -145,6 +145,13 @@ class Sender(_Handle):
         window pages, with the last chunk only."""
         self._impl.send(kv_indices, is_last, state_indices)
 
+    def send_buffers(self, kv_indices, kv_buffers, is_last, state_indices=None):
+        """Pages of some KV buffers only (``kv_buffers``: indices into the
+        rank's KV buffers, a layer's K and V), sent as soon as the forward
+        pass computed that layer. Every buffer receives the declared pages
+        in order; the last chunk leaves none unsent."""
+        self._impl.send_buffers(kv_indices, list(kv_buffers), is_last, state_indices)
+
     def decode_prefix_len(self):
         """Tokens the decode side holds already (its radix cache), known from
         WaitingForInput on: send and declare only the pages after them."""

@@ -7,7 +7,7 @@ import types
 import pytest
 
 from kvroom.vllm.scheduler_side import (PREFILL_DP_RANK, ROOM, KvroomScheduler, room_of)
-from kvroom.vllm.worker_side import FinishedTracker, kv_buffers
+from kvroom.vllm.worker_side import FinishedTracker, kv_buffers, layer_buffers
 
 
 def request(rid, prompt_len, params, status="FINISHED_LENGTH_CAPPED", computed=None):
@@ -23,6 +23,54 @@ class Blocks:
 
     def get_unhashed_block_ids(self):
         return list(self.unhashed)
+
+    def get_block_ids(self):
+        return (list(self.unhashed),)
+
+
+def step(scheduled, cached=(), new_blocks=(), resumed=()):
+    """vLLM's SchedulerOutput, the parts the scheduler role reads."""
+    return types.SimpleNamespace(
+        num_scheduled_tokens=dict(scheduled),
+        scheduled_cached_reqs=types.SimpleNamespace(req_ids=list(cached),
+                                                    new_block_ids=list(new_blocks),
+                                                    resumed_req_ids=set(resumed)))
+
+
+def test_layer_by_layer_opens_the_room_in_the_step_that_completes_the_prompt():
+    s = KvroomScheduler(block_size=16, layerwise=True)
+    r = request("p", 40, {"do_remote_decode": True, ROOM: 77}, status="RUNNING", computed=0)
+    s.update_state_after_alloc(r, Blocks([5, 6]), 0)
+    # A first chunk of 32 tokens: the prompt is not complete yet.
+    assert not s.build_connector_meta(step({"p": 32})).saves
+    r.num_computed_tokens = 32
+    # The last 8: one more block, and the room opens before the pass.
+    meta = s.build_connector_meta(step({"p": 8}, cached=["p"], new_blocks=[([9],)]))
+    assert [(x.req_id, x.room, x.block_ids) for x in meta.saves] == [("p", 77, [5, 6, 9])]
+    r.status = types.SimpleNamespace(name="FINISHED_LENGTH_CAPPED")
+    r.num_computed_tokens = 40
+    delay, params = s.request_finished(r, [5, 6, 9])
+    # Held, named the same room, and not sent again whole.
+    assert delay and params[ROOM] == 77
+    assert not s.build_connector_meta().sends
+
+
+def test_layer_by_layer_a_prefill_aborted_after_its_room_opened_is_held_until_it_concludes():
+    s = KvroomScheduler(block_size=16, layerwise=True)
+    r = request("p", 16, {"do_remote_decode": True}, status="RUNNING", computed=0)
+    s.update_state_after_alloc(r, Blocks([3]), 0)
+    assert len(s.build_connector_meta(step({"p": 16})).saves) == 1
+    r.status = types.SimpleNamespace(name="FINISHED_ABORTED")
+    assert s.request_finished(r, [3]) == (True, None)
+    meta = s.build_connector_meta()
+    assert [d.req_id for d in meta.drops] == ["p"] and not meta.sends
+
+
+def test_without_layerwise_nothing_opens_before_the_request_finished():
+    s = KvroomScheduler(block_size=16)
+    r = request("p", 16, {"do_remote_decode": True}, status="RUNNING", computed=0)
+    s.update_state_after_alloc(r, Blocks([3]), 0)
+    assert not s.build_connector_meta(step({"p": 16})).saves
 
 
 def test_prefill_holds_the_computed_blocks_and_names_the_room():
@@ -117,3 +165,15 @@ def test_kv_buffers_split_k_and_v_per_layer():
         kv_buffers({"c": torch.zeros(3, 5)}, 10)
     with pytest.raises(ValueError):
         kv_buffers({"d": flash.transpose(0, 1)}, 10)
+
+
+def test_layer_buffers_name_each_layers_k_and_v():
+    np = pytest.importorskip("numpy")
+
+    class T:
+        def __init__(self, shape):
+            self.shape = shape
+
+    kv = {"l0": T((2, 10, 16, 2, 8)), "l1": T((10, 16, 64)), "l2": T((2, 10, 4))}
+    assert layer_buffers(kv, 10) == {"l0": [0, 1], "l1": [2], "l2": [3, 4]}
+    assert np is not None

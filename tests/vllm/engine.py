@@ -109,6 +109,9 @@ def _hashes(tokens):
 
 class Engine:
     def __init__(self, role, extra, policy="fail", num_blocks=400):
+        # The stand-in forward's time per layer (extra "layer_ms", the
+        # suite's own key): a model that takes time per layer.
+        self.layer_s = float(extra.pop("layer_ms", 0) or 0) / 1000
         import torch
         from vllm.distributed.kv_transfer.kv_transfer_state import (
             ensure_kv_transfer_initialized, get_kv_transfer_group)
@@ -180,9 +183,11 @@ class Engine:
         req_ids, sampled = [], []
         with set_forward_context(None, self.vc), \
                 KVConnectorModelRunnerMixin._get_kv_connector_output(so) as kvo:
-            for req_id, n in so.num_scheduled_tokens.items():
-                start = self._start[req_id]
-                self._forward(req_id, start, start + n)
+            batch = [(req_id, self._start[req_id], self._start[req_id] + n)
+                     for req_id, n in so.num_scheduled_tokens.items()]
+            self._forward(batch)
+            for req_id, start, end in batch:
+                n = end - start
                 req_ids.append(req_id)
                 r = self.scheduler.requests[req_id]
                 # A token is sampled once the prompt is computed.
@@ -242,25 +247,32 @@ class Engine:
         blocks = torch.tensor(table, dtype=torch.int64)[pos // BLOCK_SIZE]
         return blocks * BLOCK_SIZE + pos % BLOCK_SIZE
 
-    def _forward(self, req_id, start, end):
-        """Attends to [0, start) (checked), writes [start, end); per layer,
-        vLLM's hooks around the attention (wait_for_layer_load before,
-        save_kv_layer after), as its maybe_transfer_kv_layer does."""
-        if end > len(self.tokens[req_id]):
-            raise RuntimeError(f"{req_id}: scheduled past its tokens")
-        ctx = self._slots(req_id, 0, start) if start else None
-        new = self._slots(req_id, start, end)
+    def _forward(self, batch):
+        """One pass over every scheduled request, layer by layer as a model
+        runs: per layer, vLLM's hooks around the attention
+        (wait_for_layer_load before, save_kv_layer after, as its
+        maybe_transfer_kv_layer does); each request attends to [0, start)
+        (checked) and writes [start, end)."""
+        plan = []
+        for req_id, start, end in batch:
+            if end > len(self.tokens[req_id]):
+                raise RuntimeError(f"{req_id}: scheduled past its tokens")
+            ctx = self._slots(req_id, 0, start) if start else None
+            plan.append((req_id, start, end, ctx, self._slots(req_id, start, end)))
         for li, name in enumerate(self.layers):
             self.worker.wait_for_layer_load(name)
             flat = self.kv[name].view(2, self.num_blocks * BLOCK_SIZE, HEADS, HEAD_SIZE)
-            for k in (0, 1):
-                if ctx is not None:
-                    got = flat[k][ctx]
-                    want = self._expected(req_id, 0, start, li, k)
-                    bad = int((got != want).any(dim=2).any(dim=1).sum())
-                    if bad:
-                        self.mismatches[req_id] = self.mismatches.get(req_id, 0) + bad
-                flat[k][new] = self._expected(req_id, start, end, li, k)
+            for req_id, start, end, ctx, new in plan:
+                for k in (0, 1):
+                    if ctx is not None:
+                        got = flat[k][ctx]
+                        want = self._expected(req_id, 0, start, li, k)
+                        bad = int((got != want).any(dim=2).any(dim=1).sum())
+                        if bad:
+                            self.mismatches[req_id] = self.mismatches.get(req_id, 0) + bad
+                    flat[k][new] = self._expected(req_id, start, end, li, k)
+            if self.layer_s:
+                time.sleep(self.layer_s)
             self.worker.save_kv_layer(name, self.kv[name], None)
 
     def _next_token(self, req_id, pos):

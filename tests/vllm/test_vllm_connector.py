@@ -351,3 +351,39 @@ def test_prefill_hold_expires(registry, direction):
     finally:
         d.close()
         p.close()
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_layer_by_layer(registry, direction):
+    """The producer sends each layer as its forward pass computes it
+    (save_kv_layer, 'layerwise'): with the proxy naming the room and the
+    consumer asking first (its destination is there during the pass), then
+    in the usual order (the layers wait in the room for the destination).
+    Byte-exact either way, every layer a chunk of its own, nothing left
+    held."""
+    p = Proc("kv_producer", registry, layerwise=True, layer_ms=2)
+    d = Proc("kv_consumer", registry, **pulls(direction))
+    try:
+        first = prompts(8, base=700)
+        rooms = {rid: 8_000_000 + i for i, (rid, _) in enumerate(first)}
+        d.call("add", [(rid, toks, 3, {"do_remote_prefill": True, "kvroom_room": rooms[rid]})
+                       for rid, toks in first])
+        d.wait_status([rid for rid, _ in first], "WAITING_FOR_REMOTE_KVS")
+        params = prefill_all_with(p, first, lambda rid: {"do_remote_decode": True,
+                                                       "kvroom_room": rooms[rid]})
+        assert all(params[rid]["kvroom_room"] == rooms[rid] for rid, _ in first)
+        d.wait_finished([rid for rid, _ in first])
+        then = prompts(8, base=800)
+        params = prefill_all(p, then)
+        d.call("add", [(rid, toks, 3, params[rid]) for rid, toks in then])
+        out = d.wait_finished([rid for rid, _ in then])
+        assert all(out[rid]["finish"] == "length" for rid, _ in then), out
+        rep_d = d.settle()
+        rep_p = p.settle()
+        assert_clean(rep_d, "decode")
+        assert_clean(rep_p, "prefill")
+        assert rep_p["stats"]["sent"] == 16 and rep_d["stats"]["received"] == 16
+        assert rep_p["stats"]["layer_chunks"] == 16 * engine.LAYERS
+    finally:
+        d.close()
+        p.close()

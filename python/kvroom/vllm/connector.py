@@ -15,7 +15,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V
 
 from .. import Runtime, _process
 from .scheduler_side import KvroomMetadata, KvroomScheduler
-from .worker_side import FinishedTracker, RoomKeeper, kv_buffers
+from .worker_side import FinishedTracker, RoomKeeper, kv_buffers, layer_buffers
 
 logger = logging.getLogger("kvroom.vllm")
 
@@ -28,14 +28,15 @@ class KvroomConnectorMetadata(KvroomMetadata, KVConnectorMetadata):
     """vLLM's connector metadata type, carrying kvroom's plan of a step."""
 
 
-def _flag(value) -> bool:
+def _flag(value, key: str = "pull") -> bool:
     """A boolean from the extra config (JSON true, or a string from a CLI)."""
     if isinstance(value, str):
         if value.lower() in ("1", "true", "yes", "on"):
             return True
         if value.lower() in ("0", "false", "no", "off", ""):
             return False
-        raise ValueError(f"kv_connector_extra_config: 'pull' must be true or false, got {value!r}")
+        raise ValueError(f"kv_connector_extra_config: {key!r} must be true or false, "
+                         f"got {value!r}")
     return bool(value)
 
 
@@ -81,8 +82,11 @@ class KvroomConnector(KVConnectorBase_V1):
         self._keeper: Optional[RoomKeeper] = None
         self._tracker = FinishedTracker()
         self._stats_seen: Dict[str, int] = {}
+        self._saving_now = False
         if role == KVConnectorRole.SCHEDULER:
-            self._scheduler = KvroomScheduler(self._block_size, dp_rank)
+            self._scheduler = KvroomScheduler(self._block_size, dp_rank,
+                                              layerwise=_flag(self._extra.get("layerwise", False),
+                                                              "layerwise"))
 
     # -- scheduler side ----------------------------------------------------
 
@@ -93,8 +97,9 @@ class KvroomConnector(KVConnectorBase_V1):
         self._scheduler.update_state_after_alloc(request, blocks, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output) -> KVConnectorMetadata:
-        plan = self._scheduler.build_connector_meta()
-        return KvroomConnectorMetadata(plan.sends, plan.recvs, plan.cancels)
+        plan = self._scheduler.build_connector_meta(scheduler_output)
+        return KvroomConnectorMetadata(plan.sends, plan.recvs, plan.cancels, plan.saves,
+                                       plan.drops)
 
     def request_finished(self, request, block_ids) -> Tuple[bool, Optional[Dict[str, Any]]]:
         return self._scheduler.request_finished(request, block_ids)
@@ -110,7 +115,8 @@ class KvroomConnector(KVConnectorBase_V1):
             raise ValueError(f"kvroom: kv_role must be kv_producer, kv_consumer or kv_both, "
                              f"got {self._kv_role!r}")
         keep = tuple(kv_caches.values())
-        self._keeper = RoomKeeper(lambda: self._make_ranks(sides, kv, keep), self._block_size)
+        self._keeper = RoomKeeper(lambda: self._make_ranks(sides, kv, keep), self._block_size,
+                                  layer_buffers(kv_caches, num_blocks))
         _process.close_at_exit(self)
 
     def _make_ranks(self, sides, kv, keep):
@@ -160,6 +166,7 @@ class KvroomConnector(KVConnectorBase_V1):
             return
         self._tracker.submit(meta)
         self._keeper.submit(meta)
+        self._saving_now = bool(meta.saves)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         # Loads finish between steps (vLLM's asynchronous loads): a request
@@ -167,11 +174,19 @@ class KvroomConnector(KVConnectorBase_V1):
         return
 
     def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs) -> None:
-        # A request moves whole once vLLM finished its prefill.
-        return
+        # Layer by layer: this layer of every request whose prompt this pass
+        # completes may go now (the keeper sends it once the room's decode
+        # destination is there). Otherwise a request moves whole once vLLM
+        # finished it.
+        if self._keeper is not None and self._saving_now:
+            self._keeper.layer_done(layer_name)
 
     def wait_for_save(self):
-        return
+        # Every layer was computed: a layer vLLM did not name (none should
+        # be) goes now too, so each room's last chunk is never held back.
+        if self._keeper is not None and self._saving_now:
+            self._keeper.pass_done()
+        self._saving_now = False
 
     def get_finished(self, finished_req_ids: Set[str]):
         if self._keeper is None:

@@ -14,6 +14,12 @@ A request moves through kvroom as one bootstrap room:
   workers open R's receiving side with them.
 A decode request that ends before its load started still opens R, only to
 abort it: the prefill lets go of its blocks at once instead of at its hold.
+
+Layer by layer (``layerwise``): a prefill request whose prompt completes in
+this step opens R before the forward pass (``SaveSpec``), and each layer's
+K and V go as soon as the pass computed them (``save_kv_layer``); with
+decode's destination there already (the proxy named R and sent the request
+to both), what is left after the last layer is one layer's transfer.
 """
 
 import dataclasses
@@ -36,6 +42,23 @@ class SendSpec:
     req_id: str
     room: int
     block_ids: List[int]
+
+
+@dataclasses.dataclass
+class SaveSpec:
+    """Prefill, layer by layer: this step's forward pass completes the
+    prompt of ``req_id``; open ``room`` now and send each layer of
+    ``block_ids`` as the pass computes it."""
+    req_id: str
+    room: int
+    block_ids: List[int]
+
+
+@dataclasses.dataclass
+class DropSpec:
+    """Prefill, layer by layer: ``req_id`` was aborted; abort its room (its
+    blocks are freed once the room concluded)."""
+    req_id: str
 
 
 @dataclasses.dataclass
@@ -64,6 +87,8 @@ class KvroomMetadata:
     sends: List[SendSpec] = dataclasses.field(default_factory=list)
     recvs: List[RecvSpec] = dataclasses.field(default_factory=list)
     cancels: List[CancelSpec] = dataclasses.field(default_factory=list)
+    saves: List[SaveSpec] = dataclasses.field(default_factory=list)
+    drops: List[DropSpec] = dataclasses.field(default_factory=list)
 
 
 def _status_name(request) -> str:
@@ -87,12 +112,18 @@ def room_of(params) -> Optional[int]:
 class KvroomScheduler:
     """vLLM's scheduler-side connector calls, decided."""
 
-    def __init__(self, block_size: int, dp_rank: int = 0):
+    def __init__(self, block_size: int, dp_rank: int = 0, layerwise: bool = False):
         if block_size <= 0:
             raise ValueError(f"kvroom: a block size must be positive, got {block_size}")
         self.block_size = block_size
         self.dp_rank = dp_rank
+        self.layerwise = layerwise
         self._next = KvroomMetadata()
+        # Layer by layer: prefill requests for a decode, until their prompt
+        # is scheduled to completion (request, block ids so far), and those
+        # whose room is open (req_id -> room) until vLLM finishes them.
+        self._producing: Dict[str, Tuple[Any, List[int]]] = {}
+        self._saving: Dict[str, int] = {}
 
     # -- decode ------------------------------------------------------------
 
@@ -111,6 +142,10 @@ class KvroomScheduler:
         call (vLLM's, after the load) finds the request marked and does
         nothing."""
         params = getattr(request, "kv_transfer_params", None)
+        if self.layerwise and params and params.get("do_remote_decode") \
+                and request.request_id not in self._saving:
+            self._producing[request.request_id] = (
+                request, [int(b) for b in blocks.get_block_ids()[0]])
         if not params or not params.get("do_remote_prefill"):
             return
         room = room_of(params)
@@ -145,21 +180,63 @@ class KvroomScheduler:
         if not params.get("do_remote_decode"):
             return False, None
         # Prefill.
+        self._producing.pop(request.request_id, None)
+        saving = self._saving.pop(request.request_id, None)
         if _status_name(request) not in _DONE_GENERATING:
+            if saving is not None:
+                # Its room is open and may be sending: the blocks are
+                # freed once it concluded.
+                self._next.drops.append(DropSpec(request.request_id))
+                return True, None
             return False, None  # aborted or errored: no decode will ask
         tokens = int(getattr(request, "num_computed_tokens", 0) or 0)
         n = -(-tokens // self.block_size)
         blocks = [int(b) for b in list(block_ids)[:n]]
         if not blocks:
             return False, None
-        room = room_of(params)
-        if room is None:
-            room = secrets.randbits(63)
-        self._next.sends.append(SendSpec(request.request_id, room, blocks))
+        if saving is not None:
+            # Sent layer by layer from its room, opened before the pass.
+            room = saving
+        else:
+            room = room_of(params)
+            if room is None:
+                room = secrets.randbits(63)
+            self._next.sends.append(SendSpec(request.request_id, room, blocks))
         return True, {"do_remote_prefill": True, "do_remote_decode": False, ROOM: room,
                       PREFILL_DP_RANK: self.dp_rank, "remote_num_tokens": tokens}
 
-    def build_connector_meta(self) -> KvroomMetadata:
+    def build_connector_meta(self, scheduler_output=None) -> KvroomMetadata:
         """What the workers do this step; the next step starts empty."""
+        if self._producing and scheduler_output is not None:
+            self._plan_saves(scheduler_output)
         out, self._next = self._next, KvroomMetadata()
         return out
+
+    def _plan_saves(self, so) -> None:
+        """Layer by layer: the prefill requests whose prompt this step's pass
+        completes open their rooms now (vLLM builds this before it advances
+        ``num_computed_tokens``)."""
+        cached = getattr(so, "scheduled_cached_reqs", None)
+        for i, req_id in enumerate(getattr(cached, "req_ids", None) or ()):
+            if req_id in self._producing:
+                new = cached.new_block_ids[i]
+                ids = self._producing[req_id][1]
+                if req_id in (getattr(cached, "resumed_req_ids", None) or ()):
+                    ids.clear()  # preempted and back: its blocks are these
+                if new:
+                    ids.extend(int(b) for b in new[0])
+        scheduled = getattr(so, "num_scheduled_tokens", None) or {}
+        for req_id in [r for r in scheduled if r in self._producing]:
+            request, blocks = self._producing[req_id]
+            prompt = len(request.prompt_token_ids or ())
+            if int(request.num_computed_tokens) + int(scheduled[req_id]) < prompt:
+                continue  # a later step completes it
+            del self._producing[req_id]
+            n = -(-prompt // self.block_size)
+            if len(blocks) < n:
+                continue  # cannot tell its blocks: it goes whole when it finishes
+            room = room_of(request.kv_transfer_params)
+            if room is None:
+                room = secrets.randbits(63)
+            self._saving[req_id] = room
+            self._next.saves.append(SaveSpec(req_id, room, blocks[:n]))

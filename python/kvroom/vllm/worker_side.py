@@ -29,13 +29,15 @@ import threading
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .. import Error, KVPoll
-from .scheduler_side import CancelSpec, KvroomMetadata, RecvSpec, SendSpec
+from .scheduler_side import CancelSpec, KvroomMetadata, RecvSpec, SaveSpec, SendSpec
 
 logger = logging.getLogger("kvroom.vllm")
 
 #: What the keeper counts (rooms sent, failed sending, received, failed
-#: receiving; blocks sent; blocks vLLM was told could not load).
-COUNTED = ("sent", "send_failed", "received", "recv_failed", "blocks_sent", "load_error_blocks")
+#: receiving; blocks sent; blocks vLLM was told could not load; chunks sent
+#: layer by layer).
+COUNTED = ("sent", "send_failed", "received", "recv_failed", "blocks_sent", "load_error_blocks",
+           "layer_chunks")
 
 #: Seconds between two polls of open rooms (each poll is nanoseconds in
 #: C++; the pause keeps the keeper from competing with the engine thread).
@@ -45,10 +47,14 @@ IDLE_WAIT_S = 0.05
 
 
 class _Send:
-    __slots__ = ("spec", "handle", "started")
+    __slots__ = ("spec", "handle", "started", "layered", "ready", "sent", "pages", "dropped")
 
-    def __init__(self, spec: SendSpec, handle):
+    def __init__(self, spec, handle, layered=False):
         self.spec, self.handle, self.started = spec, handle, False
+        # Layer by layer: the layers computed, and those sent.
+        self.layered, self.ready, self.sent = layered, set(), set()
+        self.pages: Optional[List[int]] = None
+        self.dropped = False
 
 
 class _Recv:
@@ -62,9 +68,12 @@ class RoomKeeper:
     """Owns this worker's ranks (made by ``make_ranks`` on its thread) and
     rooms. ``submit``/``finish``/``collect`` are the engine thread's side."""
 
-    def __init__(self, make_ranks, block_size: int):
+    def __init__(self, make_ranks, block_size: int, layers: Optional[Dict[str, List[int]]] = None):
         self.block_size = block_size
         self._make_ranks = make_ranks
+        # Layer name -> its KV buffers among the rank's (layer by layer).
+        self.layers: Dict[str, List[int]] = dict(layers or {})
+        self._pass_saves: Set[str] = set()
         self._commands: "queue.Queue" = queue.Queue()
         self._events = collections.deque()  # (kind, req_id, payload), appended by the keeper
         self._started = threading.Event()
@@ -83,8 +92,17 @@ class RoomKeeper:
     # -- engine thread -----------------------------------------------------
 
     def submit(self, meta: KvroomMetadata) -> None:
-        if meta.sends or meta.recvs or meta.cancels:
+        if meta.sends or meta.recvs or meta.cancels or meta.saves or meta.drops:
             self._commands.put(("meta", meta))
+
+    def layer_done(self, layer_name: str) -> None:
+        """The forward pass computed this layer of this step's saves."""
+        self._commands.put(("layer", layer_name))
+
+    def pass_done(self) -> None:
+        """The forward pass ended: every layer of this step's saves is
+        computed."""
+        self._commands.put(("pass", None))
 
     def finish(self, req_ids: Set[str]) -> None:
         """vLLM's finished requests of this step: a receive still open for
@@ -148,7 +166,26 @@ class RoomKeeper:
                 if not r.aborted:
                     r.aborted = True
                     r.handle.abort("the request was aborted while its KV loaded")
+        elif kind == "layer":
+            if arg not in self.layers:
+                return  # not a layer with KV of its own here
+            for req_id in self._pass_saves:
+                if req_id in sends:
+                    sends[req_id].ready.add(arg)
+        elif kind == "pass":
+            for req_id in self._pass_saves:
+                if req_id in sends:
+                    sends[req_id].ready.update(self.layers)
+            self._pass_saves = set()
         elif kind == "meta":
+            for s in arg.saves:
+                self._open_send(s, sends, layered=True)
+            self._pass_saves = {s.req_id for s in arg.saves}
+            for d in arg.drops:
+                x = sends.get(d.req_id)
+                if x is not None and not x.dropped:
+                    x.dropped = True
+                    x.handle.abort("the prefill request was aborted")
             for s in arg.sends:
                 self._open_send(s, sends)
             for r in arg.recvs:
@@ -156,7 +193,7 @@ class RoomKeeper:
             for c in arg.cancels:
                 self._cancel(c)
 
-    def _open_send(self, spec: SendSpec, sends):
+    def _open_send(self, spec, sends, layered=False):
         rank = self.ranks.get("prefill")
         if rank is None:
             logger.error("kvroom: request %s asks to send, but this worker is no producer",
@@ -164,7 +201,7 @@ class RoomKeeper:
             self._events.append(("sent", spec.req_id, None))
             return
         try:
-            sends[spec.req_id] = _Send(spec, rank.make_sender(spec.room))
+            sends[spec.req_id] = _Send(spec, rank.make_sender(spec.room), layered)
         except Error as e:  # a room id in use: the request's blocks go back now
             logger.warning("kvroom: request %s: cannot open room %d: %s", spec.req_id,
                            spec.room, e)
@@ -201,6 +238,18 @@ class RoomKeeper:
         except Error as e:
             logger.debug("kvroom: cancelling room %d: %s", spec.room, e)
 
+    def _send_layers(self, s: "_Send") -> None:
+        """The computed layers of a layered send not sent yet, in layer
+        order; the one that completes every layer is the room's last."""
+        for name, buffers in self.layers.items():
+            if name in s.ready and name not in s.sent:
+                s.sent.add(name)
+                last = len(s.sent) == len(self.layers)
+                s.handle.send_buffers(s.pages, buffers, last)
+                self.counters["layer_chunks"] += 1
+                if last:
+                    self.counters["blocks_sent"] += len(s.pages)
+
     def _poll(self, sends, recvs):
         done = []
         for req_id, s in sends.items():
@@ -210,10 +259,15 @@ class RoomKeeper:
                 # Decode holds the first tokens already (its prefix cache):
                 # only the blocks after them move.
                 skip = s.handle.decode_prefix_len() // self.block_size
-                pages = s.spec.block_ids[skip:]
-                s.handle.init(len(pages))
-                s.handle.send(pages, True)
-                self.counters["blocks_sent"] += len(pages)
+                s.pages = s.spec.block_ids[skip:]
+                s.handle.init(len(s.pages))
+                if not s.layered:
+                    s.handle.send(s.pages, True)
+                    self.counters["blocks_sent"] += len(s.pages)
+                state = s.handle.poll()
+            if s.layered and s.started and s.ready - s.sent and state not in (KVPoll.Success,
+                                                                             KVPoll.Failed):
+                self._send_layers(s)
                 state = s.handle.poll()
             if state in (KVPoll.Success, KVPoll.Failed):
                 self.counters["sent" if state == KVPoll.Success else "send_failed"] += 1
@@ -256,6 +310,7 @@ class FinishedTracker:
 
     def submit(self, meta: KvroomMetadata) -> None:
         self._open.update(s.req_id for s in meta.sends)
+        self._open.update(s.req_id for s in getattr(meta, "saves", ()))
 
     def step(self, finished_req_ids, events) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
         sending: Set[str] = set()
@@ -280,6 +335,17 @@ class FinishedTracker:
     def take_load_errors(self) -> Set[int]:
         out, self.load_errors = self.load_errors, set()
         return out
+
+
+def layer_buffers(kv_caches: Dict[str, Any], num_blocks: int) -> Dict[str, List[int]]:
+    """Per layer name, its buffers' indices among ``kv_buffers``'s."""
+    out, at = {}, 0
+    for name, t in kv_caches.items():
+        shape = tuple(t.shape)
+        n = 2 if len(shape) >= 2 and shape[0] == 2 and shape[1] == num_blocks else 1
+        out[name] = list(range(at, at + n))
+        at += n
+    return out
 
 
 def kv_buffers(kv_caches: Dict[str, Any], num_blocks: int):
