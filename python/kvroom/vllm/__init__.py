@@ -42,9 +42,16 @@ freed once nothing can land in them.
   grants each request's blocks to the reading decode rank and its hold is
   the read lease: once it expires no block of it is read again.
 
-Not yet: layer-by-layer send/load (``save_kv_layer``/``wait_for_layer_load`` do
-nothing: a request moves whole, after its prefill); vLLM's hybrid KV cache
-manager (the factory asks for ``--disable-hybrid-kv-cache-manager``).
+- ``layerwise`` (the producer's): true to send each layer's K and V as the
+  forward pass computes it (``save_kv_layer``) instead of the whole request
+  after it. It pays where decode's destination is there during the pass (a
+  proxy that names the room and sends the request to both at once); in the
+  usual order the layers wait in the room for it. ``wait_for_layer_load``
+  does nothing: loads are asynchronous, and a request runs once every layer
+  of it landed.
+
+Not yet: vLLM's hybrid KV cache manager (the factory asks for
+``--disable-hybrid-kv-cache-manager``).
 """
 
 __all__ = ["KvroomConnector", "KvroomConnectorMetadata", "register"]
