@@ -5,18 +5,41 @@
 namespace kvroom {
 
 chunk_ledger::chunk_ledger(size_t buffers, uint64_t declared)
-  : declared_(declared), received_(std::max<size_t>(buffers, 1), 0) {
+  : declared_(declared), buffers_(std::max<size_t>(buffers, 1)) {
   // nop
 }
 
 uint64_t chunk_ledger::complete_pages() const noexcept {
+  if (received_.empty())
+    return uniform_;
   return *std::min_element(received_.begin(), received_.end());
 }
 
 chunk_ledger::admitted chunk_ledger::admit(uint64_t pages, const std::vector<int32_t>& buffers,
                                            bool is_last) {
   admitted out;
-  auto n = received_.size();
+  auto n = buffers_;
+  if (buffers.empty() && received_.empty()) {
+    // Every buffer at once, as every chunk so far (the common case: no
+    // allocation, one counter).
+    out.offset = uniform_;
+    if (out.offset + pages > declared_) {
+      out.error = "too many KV indices: " + std::to_string(out.offset + pages) + " sent, "
+                  + std::to_string(declared_) + " declared by init";
+      return out;
+    }
+    if (is_last && out.offset + pages != declared_) {
+      out.error = "last chunk leaves " + std::to_string(declared_ - out.offset - pages) + " of "
+                  + std::to_string(declared_) + " declared pages unsent";
+      return out;
+    }
+    uniform_ += pages;
+    return out;
+  }
+  // From here on each buffer counts for itself (nothing changes if this
+  // chunk is refused: the counts start where the uniform one stood).
+  if (received_.empty())
+    received_.assign(n, uniform_);
   std::vector<size_t> mine;
   if (buffers.empty()) {
     for (size_t b = 0; b < n; ++b)

@@ -38,6 +38,10 @@ public:
 
 private:
   uint64_t declared_;
+  size_t buffers_;
+  /// While every chunk was of every buffer, they all stand at one page:
+  /// `uniform_` (no allocation per room); then each buffer's own count.
+  uint64_t uniform_ = 0;
   std::vector<uint64_t> received_;
 };
 

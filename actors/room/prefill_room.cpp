@@ -170,30 +170,46 @@ void offer_reads(self_ptr self, prefill_target& t, uint64_t job, write_batch bat
   to_decode(self, t, std::move(msg));
 }
 
-/// Hands the next queued chunk to the worker, one batch per target, when
-/// nothing of the room is in flight (or moves it right here when it is
-/// small and the data plane allows). A dummy (no target) moves nothing.
+/// Chunks of one room in flight at once. Their writes go to pages of their
+/// own (or buffers of their own: a layer's), so they need no order among
+/// them; the room's part is done once every one of them landed. A few keep
+/// a layer-by-layer room from paying a round trip per layer.
+constexpr size_t max_chunks_in_flight = 8;
+
+bool send_one_chunk(self_ptr self);
+
+/// Hands queued chunks to the worker, one batch per target each, while
+/// fewer than `max_chunks_in_flight` are in flight (or moves one right here
+/// when it is small and the data plane allows). A dummy (no target) moves
+/// nothing.
 void send_next_chunk(self_ptr self) {
   auto& st = self->state;
+  while (!st.core.concluded() && st.initialized && ready(st) && !st.queued.empty()
+         && !st.targets.empty() && st.jobs.size() < max_chunks_in_flight * st.targets.size())
+    if (!send_one_chunk(self))
+      return;
+}
+
+/// Plans and posts the next queued chunk; false when it failed the room.
+bool send_one_chunk(self_ptr self) {
+  auto& st = self->state;
   auto& core = st.core;
-  if (core.concluded() || !st.initialized || !ready(st) || !st.jobs.empty()
-      || st.queued.empty() || st.targets.empty())
-    return;
   auto q = std::move(st.queued.front());
   st.queued.pop_front();
   auto& chunk = q.chunk;
   // Every batch is planned before any moves: nothing goes out partially.
-  // Nothing is in flight here (`st.jobs` is empty): each batch's target
-  // goes straight into `job_targets`, undone if planning fails.
+  // Each batch's target goes into `job_targets` after those of the jobs in
+  // flight (from `base` on), undone if planning fails.
+  auto base = st.jobs.size();
   std::vector<write_batch> batches;
   batches.reserve(st.targets.size());
   for (size_t i = 0; i < st.targets.size(); ++i) {
     if (auto err = plan_for(self, st.targets[i], q, batches)) {
-      st.job_targets.clear();
+      st.job_targets.resize(base);
       core.fail_local(describe(err));
-      return;
+      return false;
     }
-    st.job_targets.resize(batches.size(), i);
+    st.job_targets.resize(base + batches.size(), i);
   }
   st.planned_pages = std::max(st.planned_pages, q.offset + chunk.kv_indices.size());
   st.last_in_flight = chunk.is_last;
@@ -203,6 +219,8 @@ void send_next_chunk(self_ptr self) {
     core.advance(kv_poll::transferring);
   }
   auto& room = core.params().room;
+  // This chunk's job ids: first_id, first_id + 1, ...
+  auto first_id = st.next_job;
   for (size_t i = 0; i < batches.size(); ++i)
     st.jobs.push_back(st.next_job++);
   // Small batches move right here when the data plane allows.
@@ -210,11 +228,11 @@ void send_next_chunk(self_ptr self) {
   std::vector<bool> inline_done(batches.size(), false);
   if (auto& shortcut = core.params().shortcut) {
     for (size_t i = 0; i < batches.size(); ++i) {
-      if (st.targets[st.job_targets[i]].dst.pull)
+      if (st.targets[st.job_targets[base + i]].dst.pull)
         continue; // the decode rank reads it
       if (auto res = shortcut->try_post(batches[i])) {
         inline_done[i] = true;
-        done_here.push_back(transfer_result{room, st.jobs[i], !*res,
+        done_here.push_back(transfer_result{room, first_id + i, !*res,
                                             *res ? describe(*res) : std::string{},
                                             *res ? 0 : batches[i].total_bytes()});
       }
@@ -233,14 +251,15 @@ void send_next_chunk(self_ptr self) {
   for (size_t i = 0; i < batches.size(); ++i) {
     if (inline_done[i])
       continue;
-    auto& t = st.targets[st.job_targets[i]];
+    auto& t = st.targets[st.job_targets[base + i]];
     if (t.dst.pull)
-      offer_reads(self, t, st.jobs[i], std::move(batches[i]));
+      offer_reads(self, t, first_id + i, std::move(batches[i]));
     else
-      self->send(core.params().worker, transfer_job{room, st.jobs[i], std::move(batches[i])});
+      self->send(core.params().worker, transfer_job{room, first_id + i, std::move(batches[i])});
   }
   for (auto& res : done_here)
     on_result(self, res);
+  return !core.concluded();
 }
 
 void on_chunk(self_ptr self, sender_chunk& chunk) {
@@ -542,12 +561,14 @@ void on_result(self_ptr self, const transfer_result& res) {
     return;
   }
   st.bytes_moved += res.bytes;
-  if (!st.jobs.empty() || core.concluded())
+  if (core.concluded())
     return;
   if (!st.last_in_flight) {
-    send_next_chunk(self);
+    send_next_chunk(self); // room for one more in flight
     return;
   }
+  if (!st.jobs.empty())
+    return;
   // Every byte landed; the protocol decides who hears of which part.
   if (!st.targets.empty())
     core.note_transfer(st.bytes_moved, st.targets.front().endpoint.transport);

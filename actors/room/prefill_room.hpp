@@ -74,8 +74,8 @@ struct prefill_room_state {
   /// Pages of every buffer handed to the data plane.
   uint64_t planned_pages = 0;
   bool last_received = false;
-  /// The jobs of the chunk in flight, one per target: one chunk at a time
-  /// keeps a room's chunks in order.
+  /// The jobs in flight, one per target and chunk (a few chunks at once:
+  /// `max_chunks_in_flight`).
   std::vector<uint64_t> jobs;
   /// The target of each job in `jobs` (index into `targets`).
   std::vector<size_t> job_targets;
