@@ -184,7 +184,7 @@ bool send_one_chunk(self_ptr self);
 /// nothing.
 void send_next_chunk(self_ptr self) {
   auto& st = self->state;
-  while (!st.core.concluded() && st.initialized && ready(st) && !st.queued.empty()
+  while (!st.core.concluded() && !st.broken && st.initialized && ready(st) && !st.queued.empty()
          && !st.targets.empty() && st.jobs.size() < max_chunks_in_flight * st.targets.size())
     if (!send_one_chunk(self))
       return;
@@ -556,10 +556,17 @@ void on_result(self_ptr self, const transfer_result& res) {
   st.job_targets.erase(st.job_targets.begin() + (job - st.jobs.begin()));
   st.jobs.erase(job);
   if (!res.ok) {
+    // Nothing more of the room moves, and what is still in flight counts
+    // for nothing: the part is not whole (the protocol waits for the
+    // decider's answer).
+    st.broken = true;
+    st.queued.clear();
     core.fail_local("transfer to " + to_string(st.targets[target].dst.decode_rank)
                     + " failed: " + res.reason);
     return;
   }
+  if (st.broken)
+    return;
   st.bytes_moved += res.bytes;
   if (core.concluded())
     return;

@@ -80,6 +80,9 @@ struct prefill_room_state {
   /// The target of each job in `jobs` (index into `targets`).
   std::vector<size_t> job_targets;
   bool last_in_flight = false;
+  /// A job failed: the room sends nothing more, and its part is never
+  /// whole (whatever else lands).
+  bool broken = false;
   uint64_t next_job = 1;
   uint64_t bytes_moved = 0;
   bool started = false;

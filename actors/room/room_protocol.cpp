@@ -281,6 +281,11 @@ room_effects& room_protocol::all_written(const std::vector<written_part>& parts,
   auto& out = fresh_effects();
   if (fsm_.concluded() || fsm_.cleared())
     return out;
+  // A rank that proposed a failure (one of its batches failed, say) has no
+  // whole part to report, whatever landed since: the decider's answer
+  // concludes it.
+  if (awaiting_)
+    return out;
   // Success still waits for the room's decider.
   prepare(now_ms, out);
   for (auto& part : parts) {

@@ -509,6 +509,21 @@ TEST_CASE("losing another rank goes through the decider: one cause everywhere") 
   }
 }
 
+TEST_CASE("a sender that proposed a failure reports no part, whatever lands after") {
+  room_net net;
+  net.transfer_all();
+  // Prefill rank 1's aux batch failed while its KV batch was still moving:
+  // it proposes the failure to the decider...
+  net.run(p1, net.at(p1).fail_local("transfer to d1 failed: injected fault on aux data", net.now));
+  REQUIRE(net.at(p1).awaiting_decision());
+  // ...and the KV batch landing next makes no whole part of it.
+  auto& fx = net.at(p1).all_written({written_part{make_rank(role::decode, 1, d1)}}, net.now);
+  CHECK(fx.empty());
+  CHECK_FALSE(net.at(p1).prepared());
+  net.settle();
+  net.check_one_origin(p1);
+}
+
 TEST_CASE("an unanswered proposal concludes at the decision deadline with its own cause") {
   room_net net;
   net.run(d1, net.at(d1).fail_local("bad receiver init", net.now));
