@@ -1036,59 +1036,6 @@ TEST_CASE("10,000 rooms through one engine conclude with no leaked room actor or
   INFO("running actors before " << actors_before << ", after " << sys.registry().running());
 }
 
-namespace {
-
-/// Aborts room 7 while its bytes are on a slow link, reuses its pages for
-/// room 8 as soon as decode's poll() says Failed, and reports whether room
-/// 8's pages stayed intact once room 7's bytes could have landed.
-bool reused_pages_stay_intact(const char* transport, bool fence) {
-  {
-    group::options opt;
-    opt.tp = 1;
-    opt.transport = transport;
-    opt.chaos.no_fence = !fence;
-    // Room 7's bytes move only 300 ms after post: a slow link, so decode
-    // aborts while they are on the way.
-    opt.prefill0_faults.point = fault_point::slow;
-    opt.prefill0_faults.rooms = {7};
-    opt.prefill0_faults.slow_ms = 300;
-    group g{opt};
-    auto h = open_room(g, 7);
-    auto& s = h.senders[0];
-    auto& r = h.receivers[0];
-    REQUIRE(reaches(r, kv_poll::waiting_for_input));
-    REQUIRE_FALSE(r.init({3, 4}, 1));
-    REQUIRE(reaches(s, kv_poll::waiting_for_input));
-    g.prefill_cache(0).write_room(key(7, 0), {0, 1}, 0);
-    REQUIRE_FALSE(s.init(2, 0));
-    REQUIRE_FALSE(s.send({0, 1}, true));
-    REQUIRE(reaches(r, kv_poll::transferring));
-    REQUIRE_FALSE(r.abort("client went away"));
-    REQUIRE(reaches(r, kv_poll::failed));
-    REQUIRE(concludes(s));
-    REQUIRE_FALSE(r.clear());
-    REQUIRE_FALSE(s.clear());
-    // The scheduler reuses pages 3 and 4 and aux slot 1 at once, for room 8.
-    g.decode_cache(0).fill(0x5A);
-    auto h8 = open_room(g, 8);
-    REQUIRE(reaches(h8.receivers[0], kv_poll::waiting_for_input));
-    REQUIRE_FALSE(h8.receivers[0].init({4, 3}, 1));
-    REQUIRE(reaches(h8.senders[0], kv_poll::waiting_for_input));
-    g.prefill_cache(0).write_room(key(8, 0), {5, 6}, 2);
-    REQUIRE_FALSE(h8.senders[0].init(2, 2));
-    REQUIRE_FALSE(h8.senders[0].send({5, 6}, true));
-    REQUIRE(reaches(h8.receivers[0], kv_poll::success));
-    std::string why;
-    REQUIRE(g.decode_cache(0).check_room(key(8, 0), {4, 3}, 1, &why));
-    // Longer than room 7's delay: a late byte of it would have landed now.
-    std::this_thread::sleep_for(400ms);
-    CHECK(g.decode_cache(0).count_changed_outside({3, 4}, 1, 0x5A) == 0);
-    return g.decode_cache(0).check_room(key(8, 0), {4, 3}, 1, &why);
-  }
-}
-
-} // namespace
-
 TEST_CASE("a page reused after Failed never changes again, on every transport") {
   for (auto transport : {"local", "shm", "tcp"}) {
     INFO("transport " << transport);
