@@ -76,6 +76,7 @@ public:
   double p_path = 1.0;
   std::string integrity = "off";
   double p_flip = 0.0;
+  bool pull = false;
 
   stress_config() {
     opt_group group{custom_options_, "global"};
@@ -119,6 +120,8 @@ public:
       .add(p_path, "p-path", "with --fault-path: probability a batch on it fails (after "
                              "its bytes moved)")
       .add(integrity, "integrity", "off, or xxh3: every part hashed on both sides")
+      .add(pull, "pull", "decode ranks pull (read prefill's pages): data-plane faults meet "
+                         "their reads, and a decode rank is the origin of one")
       .add(p_flip, "p-flip", "probability a room gets one byte flipped on its way (with "
                              "--integrity the room must fail; without, the checker must "
                              "catch the wrong bytes)")
@@ -276,6 +279,10 @@ int run_stress(int argc, char** argv) {
   // Prefill ranks in stage-major order: index pp * ptp + tp.
   auto np = ptp * ppp;
   auto size_of = [&](role side) { return side == role::prefill ? np : dtp; };
+  if (cfg.pull && (*model || cfg.processes || cfg.p_flip > 0 || !cfg.fault_path.empty()))
+    return bad("--pull runs in one process, equal TP sizes without a declared layout, with "
+               "no --p-flip (a flip is a writer's) and no --fault-path (a read names one "
+               "path and is not moved to another)");
   if (cfg.processes) {
     process_options po;
     po.tp = tp;
@@ -323,7 +330,9 @@ int run_stress(int argc, char** argv) {
     shape.state_page_bytes = cfg.state == "swa" ? 256 : 512;
   }
   std::vector<room_plan> plans(static_cast<size_t>(cfg.rooms) + 1);
-  std::vector<fault_plan> prefill_faults(static_cast<size_t>(np));
+  // The data plane's faults, on the ranks that move the bytes: prefill's
+  // writes, or with --pull decode's reads.
+  std::vector<fault_plan> prefill_faults(static_cast<size_t>(std::max(np, dtp)));
   fault_odds odds{cfg.p_transfer, cfg.p_abort, cfg.p_kill, cfg.p_multi, cfg.p_late, cfg.p_flip};
   integrity_mode integrity = integrity_mode::off;
   if (!from_string(cfg.integrity, integrity))
@@ -357,6 +366,13 @@ int run_stress(int argc, char** argv) {
   }
   for (room_id r = 1; r <= static_cast<room_id>(cfg.rooms); ++r) {
     plans[r] = plan_for(seed, r, odds, std::max(ptp, dtp));
+    if (cfg.pull && plans[r].kind == fault_kind::transfer) {
+      // The decode rank of that slot reads the room: it meets the fault
+      // (a read carries no aux of its own: its fault comes before the post).
+      plans[r].side = role::decode;
+      if (plans[r].point == fault_point::on_aux)
+        plans[r].point = fault_point::before_post;
+    }
     plans[r].tp %= size_of(plans[r].side);
     bool data_fault = plans[r].kind == fault_kind::transfer || plans[r].kind == fault_kind::flip;
     if (data_fault && !moves_aux[static_cast<size_t>(plans[r].tp)])
@@ -384,13 +400,16 @@ int run_stress(int argc, char** argv) {
     caf::scoped_actor killer{sys};
     auto ms = static_cast<uint32_t>(cfg.timeout_ms);
     auto customize = [&](rank_config& rc) {
-      // Decode waits longer, so a prefill-side fault is always seen first
-      // where it happened and no second origin races it.
-      rc.timeouts = rc.side == role::prefill ? room_timeouts{ms, ms, ms}
-                                             : room_timeouts{2 * ms, 2 * ms, 2 * ms};
-      if (rc.side == role::prefill)
+      // The side that does not move the bytes waits longer, so a data-plane
+      // fault is always seen first where it happened and no second origin
+      // races it: decode, or with --pull prefill (its hold is the lease).
+      auto mover = cfg.pull ? role::decode : role::prefill;
+      rc.timeouts = rc.side == mover ? room_timeouts{ms, ms, ms}
+                                     : room_timeouts{2 * ms, 2 * ms, 2 * ms};
+      if (rc.side == (cfg.pull ? role::decode : role::prefill))
         rc.faults = prefill_faults[static_cast<size_t>(
           (rc.parallel ? rc.parallel->pp_rank : 0) * rc.tp_size + rc.tp_rank)];
+      rc.pull = cfg.pull && rc.side == role::decode;
       rc.chaos.delay_probability = cfg.p_delay;
       rc.chaos.max_delay_ms = static_cast<uint32_t>(cfg.max_delay_ms);
       rc.chaos.seed = seed;

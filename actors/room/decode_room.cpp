@@ -358,8 +358,9 @@ void on_offer(self_ptr self, source_ready& msg) {
   self->send(core.params().worker, std::move(job));
 }
 
-/// Pull: the worker read a job (or could not): its source hears, and once
-/// nothing is being read the room's fence may publish.
+/// Pull: the worker read a job (or could not: the room fails, this rank its
+/// origin): its source hears, and once nothing is being read the room's
+/// fence may publish.
 void on_read(self_ptr self, const transfer_result& res) {
   auto& st = self->state;
   auto& core = st.core;
@@ -376,6 +377,16 @@ void on_read(self_ptr self, const transfer_result& res) {
   }
   reads_done done{core.params().room, core.params().self.id, r.source_job, res.ok,
                   res.reason, res.bytes};
+  if (!res.ok) {
+    // This rank's worker found it: this rank is the failure's origin (its
+    // source hears, and only stops).
+    auto src = std::find_if(st.sources.begin(), st.sources.end(),
+                            [&](const auto& e) { return e->rank.id == r.source; });
+    core.fail_local("reading from prefill "
+                    + (src != st.sources.end() ? to_string((*src)->rank)
+                                               : "rank " + std::to_string(r.source))
+                    + " failed: " + res.reason);
+  }
   if (r.source_room) {
     self->send(r.source_room, std::move(done));
   } else {

@@ -678,11 +678,20 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
                         t.dst.decode_rank.id);
         return;
       }
-      on_result(self, transfer_result{msg.room, msg.job_id, msg.ok,
-                                      msg.ok ? std::string{}
-                                             : "its read of this rank's pages failed: "
-                                                 + msg.reason,
-                                      msg.ok ? msg.bytes : 0});
+      if (!msg.ok) {
+        // The decode rank found it and is the failure's origin: this rank
+        // only stops (nothing more moves, no part is whole) and concludes
+        // with the decider's decision.
+        auto i = static_cast<size_t>(job - st.jobs.begin());
+        st.jobs.erase(job);
+        st.job_targets.erase(st.job_targets.begin() + static_cast<std::ptrdiff_t>(i));
+        st.broken = true;
+        st.queued.clear();
+        logger()->debug("room {}: decode rank {} could not read job {}: {}", msg.room,
+                        msg.decode_rank, msg.job_id, msg.reason);
+        return;
+      }
+      on_result(self, transfer_result{msg.room, msg.job_id, true, {}, msg.bytes});
     },
     // From other ranks: only from members (room_core::from_member).
     [=](const part_done& msg) {
