@@ -201,12 +201,12 @@ metrics)
   # propagated on decode; /health 503 on decode once prefill is killed.
   p=$(port)
   common=(--bootstrap-port="$p" --rooms=200 --pace-us=3000 --metrics-port=0 --then-rooms=1 \
-          --then-wait-file="$WORK/go" --timeout-ms=2000)
+          --then-wait-file="$WORK/go" --timeout-ms=2000 --wait-file="$WORK/start_metrics")
   start p0 "$K" serve "$SECRET" --role=prefill --publish-registry --report=p0.json \
     --p-transfer=0.1 --fault-seed=5 --log-format=json "${common[@]}"
   wait_for '"ready"' p0.log 20 || fail "p0 not ready"
   start d0 "$K" serve "$SECRET" --role=decode --report=d0.json "${common[@]}"
-  wait_for '"ready"' d0.log 20 || fail "d0 not ready"
+  start_rooms metrics p0 d0
   mp=$(sed -n 's/.*"metrics": "\([0-9.]*:[0-9]*\)".*/\1/p' p0.log | head -n 1)
   md=$(sed -n 's/.*"metrics": "\([0-9.]*:[0-9]*\)".*/\1/p' d0.log | head -n 1)
   [ -n "$mp" ] && [ -n "$md" ] || fail "no metrics address in the ready lines"
@@ -410,11 +410,12 @@ paths)
     local name=$1 fault=$2 n=$3 p; p=$(port)
     local common=(--bootstrap-port="$p" --transport=tcp --tcp-host=127.0.0.1,127.0.0.2
                   --rooms="$n" --metrics-port=0 --timeout-ms=3000 --then-rooms=1
-                  --then-wait-file="$WORK/go_$name")
+                  --then-wait-file="$WORK/go_$name" --wait-file="$WORK/start_$name")
     start "${name}_p" "$K" serve "$SECRET" --role=prefill --publish-registry \
       --report="${name}_p.json" --fault-path="$fault" "${common[@]}"
     wait_for '"ready"' "${name}_p.log" 20 || fail "${name}_p not ready"
     start "${name}_d" "$K" serve "$SECRET" --role=decode --report="${name}_d.json" "${common[@]}"
+    start_rooms "$name" "${name}_p" "${name}_d"
     for r in "${name}_p" "${name}_d"; do wait_for batch_done $r.log 90 || fail "$r did not finish its rooms"; done
     local m; m=$(sed -n 's/.*"metrics": "\([0-9.]*:[0-9]*\)".*/\1/p' "${name}_p.log" | head -n 1)
     curl -sf "http://$m/metrics" > "${name}_p.txt" || fail "no prefill /metrics"
@@ -468,13 +469,14 @@ netns_paths)
   # serve's defaults but for the rest: a dead path's batches move after a
   # quarter of --timeout-ms (1.25 s), well inside the room's deadline.
   common=(--bootstrap-host=$pc --bootstrap-port=$p --transport=tcp --rooms=2500 --pace-us=4000
-          --timeout-ms=5000 --path-rest-ms=1000 --then-rooms=20 --then-wait-file="$WORK/go")
+          --timeout-ms=5000 --path-rest-ms=1000 --then-rooms=20 --then-wait-file="$WORK/go"
+          --wait-file="$WORK/start_netns_paths")
   start p0 ip netns exec $np "$K" serve "$SECRET" --role=prefill --publish-registry --tcp-host=$pdata \
     --control-host=$pc --metrics-host=$pc --metrics-port=0 --report=p0.json "${common[@]}"
   wait_for '"ready"' p0.log 20 || fail "p0 not ready"
   start d0 ip netns exec $nd "$K" serve "$SECRET" --role=decode --tcp-host=$ddata --control-host=$dc \
     --report=d0.json "${common[@]}"
-  wait_for '"ready"' d0.log 20 || fail "d0 not ready"
+  start_rooms netns_paths p0 d0
   m=$(sed -n 's/.*"metrics": "\([0-9.]*:[0-9]*\)".*/\1/p' p0.log | head -n 1)
   scrape() { ip netns exec $np curl -sf "http://$m/metrics"; }
   paths_in() { scrape | awk -v s="kvroom_paths{rank=\"0\",role=\"prefill\",state=\"$1\"}" 'index($0, s) == 1 { print int($NF) }'; }
