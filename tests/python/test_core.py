@@ -83,6 +83,44 @@ def test_room_lands_byte_exact(pair, chunks):
     r.clear()
 
 
+@pytest.mark.parametrize("layered", [False, True])
+def test_a_pulling_decode_rank_reads_its_room_byte_exact(layered):
+    """``pull=True``: the decode rank reads the prefill's pages; with
+    ``send_buffers`` the prefill offers them layer by layer (here: buffer
+    0, then buffer 1 with the aux slot)."""
+    rt = kvroom.Runtime()
+    src, dst = Cache(seed=11), Cache()
+    p = rt.add_rank("prefill", **src.specs())
+    d = rt.add_rank("decode", pull=True, **dst.specs())
+    try:
+        s, r = p.make_sender(3), d.make_receiver(3)
+        assert until(lambda: r.poll() == KVPoll.WaitingForInput)
+        r.init(np.array([5, 6, 7], np.int64), 1)
+        assert until(lambda: s.poll() == KVPoll.WaitingForInput)
+        s.init(3, 2)
+        if layered:
+            s.send_buffers([0, 1, 9], [0], False)
+            s.send_buffers([0, 1, 9], [1], True)
+        else:
+            s.send([0, 1, 9], True)
+        assert until(lambda: r.poll() == KVPoll.Success and s.poll() == KVPoll.Success)
+        for buf in range(2):
+            for sp, dp in zip([0, 1, 9], [5, 6, 7]):
+                assert np.array_equal(dst.page(buf, dp), src.page(buf, sp))
+        assert np.array_equal(dst.slot(1), src.slot(2))
+        s.clear()
+        r.clear()
+    finally:
+        p.close()
+        d.close()
+
+
+def test_pull_is_a_decode_rank_s_choice():
+    rt = kvroom.Runtime()
+    with pytest.raises(kvroom.Error, match="pull is a decode rank's choice"):
+        rt.add_rank("prefill", pull=True, **Cache().specs())
+
+
 def test_a_failure_has_one_origin_and_reaches_the_other_side(pair):
     rt, p, d, src, dst = pair
     s, r = p.make_sender(2), d.make_receiver(2)
