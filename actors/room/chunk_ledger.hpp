@@ -32,10 +32,6 @@ public:
   /// Pages every buffer received so far (the least of them).
   uint64_t complete_pages() const noexcept;
 
-  uint64_t declared() const noexcept {
-    return declared_;
-  }
-
 private:
   uint64_t declared_;
   size_t buffers_;

@@ -224,20 +224,19 @@ void report_part(self_ptr self, const room_effect& fx) {
 std::string check_part(self_ptr self, const transfer_done& msg) {
   auto& st = self->state;
   auto& me = *st.core.params().self_entry;
-  auto src = std::find_if(st.sources.begin(), st.sources.end(),
-                          [&](const auto& e) { return e->rank.id == msg.src_rank; });
+  auto* src = st.source_of(msg.src_rank);
   auto who = "prefill rank " + std::to_string(msg.src_rank);
-  if (src == st.sources.end())
+  if (src == nullptr)
     return {}; // not a source: the protocol refuses it
   if (!msg.has_digest)
     return who + " sent no digest";
   part_spec part;
-  part.src_mem = &(*src)->layout;
+  part.src_mem = &src->layout;
   part.dst_mem = &me.layout;
   if (st.mapped) {
     part.mapping = &st.mapping;
-    part.src_place = place_of((*src)->parallel);
-    part.src_parallel = &(*src)->parallel;
+    part.src_place = place_of(src->parallel);
+    part.src_parallel = &src->parallel;
     part.dst_parallel = &st.layout;
   }
   // Any valid source pages: where bytes land depends on this side alone.
@@ -313,25 +312,24 @@ void on_offer(self_ptr self, source_ready& msg) {
                     core.params().pull, st.dst_sent);
     return;
   }
-  auto src = std::find_if(st.sources.begin(), st.sources.end(),
-                          [&](const auto& e) { return e->rank.id == msg.src_rank; });
-  if (src == st.sources.end()) {
+  auto* src = st.source_of(msg.src_rank);
+  if (src == nullptr) {
     logger()->debug("room {} on {}: an offer of reads from rank {}, not a source, ignored",
                     msg.room, to_string(me), msg.src_rank);
     return;
   }
   auto bad = check_offer(st, msg);
   if (!bad.empty()) {
-    core.fail_local("prefill " + to_string((*src)->rank) + " offered reads this room cannot "
+    core.fail_local("prefill " + to_string(src->rank) + " offered reads this room cannot "
                     "take: " + bad);
     return;
   }
   auto kind = [](int32_t device) { return device < 0 ? mem_kind::host : mem_kind::device; };
-  auto paths = choose_paths((*src)->endpoints, core.params().self_entry->endpoints,
+  auto paths = choose_paths(src->endpoints, core.params().self_entry->endpoints,
                             core.params().transport,
                             memory_kinds{kind(msg.src_device_id), kind(msg.dst_device_id)});
   if (!paths) {
-    core.fail_local("cannot reach prefill " + to_string((*src)->rank)
+    core.fail_local("cannot reach prefill " + to_string(src->rank)
                     + " to read from it: " + describe(paths.error()));
     return;
   }
@@ -377,24 +375,18 @@ void on_read(self_ptr self, const transfer_result& res) {
   }
   reads_done done{core.params().room, core.params().self.id, r.source_job, res.ok,
                   res.reason, res.bytes};
+  auto* src = st.source_of(r.source);
   if (!res.ok) {
     // This rank's worker found it: this rank is the failure's origin (its
     // source hears, and only stops).
-    auto src = std::find_if(st.sources.begin(), st.sources.end(),
-                            [&](const auto& e) { return e->rank.id == r.source; });
     core.fail_local("reading from prefill "
-                    + (src != st.sources.end() ? to_string((*src)->rank)
-                                               : "rank " + std::to_string(r.source))
+                    + (src ? to_string(src->rank) : "rank " + std::to_string(r.source))
                     + " failed: " + res.reason);
   }
-  if (r.source_room) {
+  if (r.source_room)
     self->send(r.source_room, std::move(done));
-  } else {
-    auto src = std::find_if(st.sources.begin(), st.sources.end(),
-                            [&](const auto& e) { return e->rank.id == r.source; });
-    if (src != st.sources.end())
-      self->send((*src)->manager, std::move(done));
-  }
+  else if (src)
+    self->send(src->manager, std::move(done));
   if (st.reads.empty())
     core.reading(false);
 }

@@ -49,11 +49,16 @@ struct decode_room_state {
   uint64_t bytes_read = 0;
   std::string read_transport;
 
-  bool is_source(rank_id id) const {
+  /// The source with this rank id (null: not one of this room's).
+  const rank_entry* source_of(rank_id id) const {
     for (auto& s : sources)
       if (s->rank.id == id)
-        return true;
-    return false;
+        return s.get();
+    return nullptr;
+  }
+
+  bool is_source(rank_id id) const {
+    return source_of(id) != nullptr;
   }
 
   static inline const char* name = "kvroom.decode_room";
