@@ -2,7 +2,7 @@
 # Real processes on loopback (or in the test's own network namespaces):
 #   multiprocess_test.sh KVROOM_BINARY SCENARIO WORKDIR [KVROOM_STRANGER]
 # Scenarios: transfer (auto: shm on one host), transfer_shm, transfer_tcp, transfer_pull,
-# sigkill, sigstop, malformed, netns, registry_restart, dp_groups, auth, tls,
+# sigkill, sigkill_pull, sigstop, malformed, netns, registry_restart, dp_groups, auth, tls,
 # parallel, metrics, paths, netns_paths, idle_links; etcd_cluster, etcd_sigkill,
 # etcd_refusals, etcd_scale, etcd_secured, etcd_lease (etcd_scenarios.sh).
 # Every process it starts is killed on exit; every wait is bounded. Exit 0
@@ -292,9 +292,11 @@ PY
   echo "ok: metrics scraped during and after 200 rooms; $pf injected faults counted as local on prefill and propagated on decode; /health 503 after the peer was killed"
   ;;
 
-sigkill)
+sigkill|sigkill_pull)
   # Phase 1 is paced so the kill lands mid-transfer; phase 2 runs after the
   # killed rank restarted and registered again (the registry lives in p0).
+  # sigkill_pull: the decode ranks pull, so the kill lands mid-read.
+  [ "$SCENARIO" = sigkill_pull ] && DECODE_ARGS=--pull
   p=$(port)
   group "$p" --rooms=300 --pace-us=4000 --timeout-ms=1500 --then-rooms=40 --then-wait-file="$WORK/go"
   for r in p0 p1 d0 d1; do wait_for '"ready"' $r.log 20 || fail "$r not ready"; done
@@ -321,7 +323,7 @@ sigkill)
   [ "$(rooms p1.json success)" = 40 ] || fail "restarted p1: $(rooms p1.json success) of 40 succeeded"
   # Detection must be prompt, not a timeout (the benchmark measures it).
   [ $worst -lt 1000 ] || fail "rooms failed ${worst} ms after the kill"
-  echo "ok: SIGKILL of prefill tp1: every survivor failed its rooms ${worst} ms after the kill at the latest (origin 1, propagated); after the restart 40 rooms succeeded on all 4 ranks"
+  echo "ok: SIGKILL of prefill tp1${DECODE_ARGS:+ (decode pulling)}: every survivor failed its rooms ${worst} ms after the kill at the latest (origin 1, propagated); after the restart 40 rooms succeeded on all 4 ranks"
   ;;
 
 sigstop)
