@@ -143,8 +143,6 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
     members_only<room_fenced>(self, "room_fenced", on_fenced),
     members_only<transfer_started>(self, "transfer_started", on_transfer_started),
     members_only<transfer_done>(self, "transfer_done", on_transfer_done),
-    members_only<source_ready>(self, "source_ready", on_source_ready),
-    members_only<reads_done>(self, "reads_done", on_reads_done),
     members_only<to_decider>(self, "to_decider",
                              [](self_ptr self, to_decider& msg) {
                                route_to_decider(self, decider_ref{msg.side, msg.dp_rank},
@@ -247,6 +245,9 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
       sweep(self);
       self->delayed_send(self, sweep_interval, sweep_atom::value);
     },
+    // A pull's messages (CAF matches in order: the push's come first).
+    members_only<source_ready>(self, "source_ready", on_source_ready),
+    members_only<reads_done>(self, "reads_done", on_reads_done),
   };
 }
 
