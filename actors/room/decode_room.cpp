@@ -318,6 +318,14 @@ void on_offer(self_ptr self, source_ready& msg) {
                     msg.room, to_string(me), msg.src_rank);
     return;
   }
+  // A source keeps at most a few chunks in flight (two batches each where
+  // aux travels apart): more unanswered offers are not a prefill room's.
+  constexpr size_t max_reads_per_source = 16;
+  if (st.reads.size() >= max_reads_per_source * st.sources.size()) {
+    core.fail_local("prefill " + to_string(src->rank) + " offered more than "
+                    + std::to_string(max_reads_per_source) + " reads per source at once");
+    return;
+  }
   auto bad = check_offer(st, msg);
   if (!bad.empty()) {
     core.fail_local("prefill " + to_string(src->rank) + " offered reads this room cannot "

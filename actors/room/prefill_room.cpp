@@ -546,15 +546,13 @@ void on_dst(self_ptr self, dst_ready& msg) {
 void on_result(self_ptr self, const transfer_result& res) {
   auto& st = self->state;
   auto& core = st.core;
-  auto job = std::find(st.jobs.begin(), st.jobs.end(), res.job_id);
-  if (job == st.jobs.end()) {
+  auto job = st.job_index(res.job_id);
+  if (job < 0) {
     logger()->debug("room {}: stale transfer result {} ignored", res.room,
                     res.job_id);
     return;
   }
-  auto target = st.job_targets[static_cast<size_t>(job - st.jobs.begin())];
-  st.job_targets.erase(st.job_targets.begin() + (job - st.jobs.begin()));
-  st.jobs.erase(job);
+  auto target = st.take_job(job);
   if (!res.ok) {
     // Nothing more of the room moves, and what is still in flight counts
     // for nothing: the part is not whole (the protocol waits for the
@@ -668,10 +666,10 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
       auto& st = self->state;
       if (!st.core.from_member())
         return;
-      auto job = std::find(st.jobs.begin(), st.jobs.end(), msg.job_id);
-      if (job == st.jobs.end())
+      auto job = st.job_index(msg.job_id);
+      if (job < 0)
         return; // stale: its chunk failed or the room concluded
-      auto& t = st.targets[st.job_targets[static_cast<size_t>(job - st.jobs.begin())]];
+      auto& t = st.targets[st.job_targets[static_cast<size_t>(job)]];
       if (!t.dst.pull || t.dst.decode_rank.id != msg.decode_rank) {
         logger()->debug("room {}: reads_done for job {} from rank {}, offered to rank {}, "
                         "ignored", msg.room, msg.job_id, msg.decode_rank,
@@ -682,9 +680,7 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
         // The decode rank found it and is the failure's origin: this rank
         // only stops (nothing more moves, no part is whole) and concludes
         // with the decider's decision.
-        auto i = static_cast<size_t>(job - st.jobs.begin());
-        st.jobs.erase(job);
-        st.job_targets.erase(st.job_targets.begin() + static_cast<std::ptrdiff_t>(i));
+        st.take_job(job);
         st.broken = true;
         st.queued.clear();
         logger()->debug("room {}: decode rank {} could not read job {}: {}", msg.room,

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -88,6 +90,20 @@ struct prefill_room_state {
   bool started = false;
   /// The deployment checks integrity: each part is hashed once it landed.
   bool hashing = false;
+
+  /// Where job `id` stands in `jobs` (-1: not in flight, a stale result).
+  ptrdiff_t job_index(uint64_t id) const {
+    auto i = std::find(jobs.begin(), jobs.end(), id);
+    return i == jobs.end() ? -1 : i - jobs.begin();
+  }
+
+  /// Job `index` is over: it leaves `jobs`, and its target's index returns.
+  size_t take_job(ptrdiff_t index) {
+    auto target = job_targets[static_cast<size_t>(index)];
+    jobs.erase(jobs.begin() + index);
+    job_targets.erase(job_targets.begin() + index);
+    return target;
+  }
 
   static inline const char* name = "kvroom.prefill_room";
 };
