@@ -312,11 +312,26 @@ void rank::apply(const room_event& ev) {
     slot.failure = ev.error;
 }
 
+void rank::apply(const room_landed& ev) {
+  auto i = rooms_.find(ev.room);
+  if (i == rooms_.end())
+    return;
+  auto& landed = i->second->landed;
+  for (auto b : ev.kv_buffers) {
+    if (b < 0)
+      continue;
+    if (static_cast<size_t>(b) >= landed.size())
+      landed.resize(static_cast<size_t>(b) + 1, false);
+    landed[static_cast<size_t>(b)] = true;
+  }
+}
+
 void rank::drain() {
   auto& self = *inbox_;
   while (!self->mailbox().empty()) {
     detail::handled_messages.fetch_add(1, std::memory_order_relaxed);
     self->receive([&](const room_event& ev) { apply(ev); },
+                  [&](const room_landed& ev) { apply(ev); },
                   caf::others >> [](caf::message_view&) -> caf::result<caf::message> {
                     return caf::message{};
                   },

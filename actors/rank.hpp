@@ -131,6 +131,7 @@ private:
     ++calls_after_conclusion_;
   }
   void apply(const room_event& ev);
+  void apply(const room_landed& ev);
 
   runtime& rt_;
   rank_config cfg_;

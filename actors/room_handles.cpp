@@ -193,4 +193,14 @@ caf::error kv_receiver::init(std::vector<int64_t> kv_indices, int64_t aux_index,
   return caf::none;
 }
 
+bool kv_receiver::landed(const std::vector<int32_t>& kv_buffers) {
+  if (poll() == kv_poll::success)
+    return true;
+  auto& done = slot_->landed;
+  for (auto b : kv_buffers)
+    if (b < 0 || static_cast<size_t>(b) >= done.size() || !done[static_cast<size_t>(b)])
+      return false;
+  return true;
+}
+
 } // namespace kvroom

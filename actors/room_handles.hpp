@@ -41,6 +41,9 @@ struct room_slot {
   /// Prefill: decode's cached prefix in tokens (room_event).
   int64_t decode_prefix_len = 0;
   std::optional<kv_transfer_error> failure;
+  /// Decode, layer by layer: the KV buffers that hold every byte of the
+  /// room (room_landed), by buffer index; empty until one landed.
+  std::vector<bool> landed;
 };
 
 } // namespace detail
@@ -169,6 +172,17 @@ public:
   /// those. Once; does nothing once the room concluded.
   caf::error init(std::vector<int64_t> kv_indices, int64_t aux_index,
                   std::vector<int64_t> state_indices = {}, int64_t decode_prefix_len = 0);
+
+  /// Whether every one of `kv_buffers` (indices into the rank's KV
+  /// buffers: a layer's K and V) holds every byte this room puts there, so
+  /// the scheduler may start that layer while the rest still moves (vLLM's
+  /// `wait_for_layer_load`). True for every buffer once the room succeeded.
+  /// Known buffer by buffer where the room's one source writes whole pages
+  /// and the integrity check is off; elsewhere from the room's Success on.
+  /// What landed stays landed, but a room that then reads Failed failed:
+  /// its pages are to be recomputed whatever landed. Costs what `poll()`
+  /// does, plus one lookup per buffer.
+  bool landed(const std::vector<int32_t>& kv_buffers);
 
 private:
   friend class rank;

@@ -223,10 +223,17 @@ void host_kv_cache::write_room(room_id room, const std::vector<int64_t>& pages,
                   shape_.aux_item_bytes, room, 1000 + b, 0);
 }
 
-bool host_kv_cache::check_room(room_id room, const std::vector<int64_t>& pages,
-                               int64_t aux_slot, std::string* why) const {
+bool host_kv_cache::check_room_buffers(room_id room, const std::vector<int64_t>& pages,
+                                       const std::vector<int32_t>& buffers,
+                                       std::string* why) const {
   auto* self = const_cast<host_kv_cache*>(this);
-  for (uint32_t b = 0; b < shape_.num_buffers; ++b)
+  for (auto buffer : buffers) {
+    if (buffer < 0 || static_cast<uint32_t>(buffer) >= shape_.num_buffers) {
+      if (why)
+        *why = "no KV buffer " + std::to_string(buffer);
+      return false;
+    }
+    auto b = static_cast<uint32_t>(buffer);
     for (size_t i = 0; i < pages.size(); ++i) {
       auto len = shape_.page_size_bytes;
       auto at = check_pattern(self->page(b, static_cast<uint64_t>(pages[i])),
@@ -239,6 +246,18 @@ bool host_kv_cache::check_room(room_id room, const std::vector<int64_t>& pages,
         return false;
       }
     }
+  }
+  return true;
+}
+
+bool host_kv_cache::check_room(room_id room, const std::vector<int64_t>& pages,
+                               int64_t aux_slot, std::string* why) const {
+  auto* self = const_cast<host_kv_cache*>(this);
+  std::vector<int32_t> every(shape_.num_buffers);
+  for (uint32_t b = 0; b < shape_.num_buffers; ++b)
+    every[b] = static_cast<int32_t>(b);
+  if (!check_room_buffers(room, pages, every, why))
+    return false;
   for (uint32_t b = 0; b < shape_.num_aux; ++b) {
     auto len = shape_.aux_item_bytes;
     auto at = check_pattern(self->aux(b, static_cast<uint64_t>(aux_slot)), len,

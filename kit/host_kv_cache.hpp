@@ -85,6 +85,11 @@ public:
   bool check_room(room_id room, const std::vector<int64_t>& pages,
                   int64_t aux_slot, std::string* why = nullptr) const;
 
+  /// The same for the pages of some KV buffers only (a layer's K and V),
+  /// without the aux slot.
+  bool check_room_buffers(room_id room, const std::vector<int64_t>& pages,
+                          const std::vector<int32_t>& buffers, std::string* why = nullptr) const;
+
   /// The same for a rank holding part of the model (`x`, its buffers K and
   /// V of each layer of its stage): every head of every token carries the
   /// model's pattern for that room, page of the room, layer, K or V, head

@@ -39,6 +39,8 @@ void add_message_types(caf::actor_system_config& cfg) {
     .add_message_type<transfer_done>("kvroom.transfer_done")
     .add_message_type<source_ready>("kvroom.source_ready")
     .add_message_type<reads_done>("kvroom.reads_done")
+    .add_message_type<chunk_landed>("kvroom.chunk_landed")
+    .add_message_type<room_landed>("kvroom.room_landed")
     .add_message_type<room_failed>("kvroom.room_failed")
     .add_message_type<room_fenced>("kvroom.room_fenced")
     .add_message_type<room_concluded>("kvroom.room_concluded")

@@ -117,6 +117,19 @@ typename Inspector::result_type inspect(Inspector& f, room_event& x) {
            x.error, x.decode_prefix_len);
 }
 
+/// Decode, layer by layer: these KV buffers of the room hold every byte the
+/// room will put there (`kv_receiver::landed`). Room -> its rank's inbox
+/// only; the state is `room_event`'s, which this never changes.
+struct room_landed {
+  room_id room = 0;
+  std::vector<int32_t> kv_buffers;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, room_landed& x) {
+  return f(caf::meta::type_name("kvroom.room_landed"), x.room, x.kv_buffers);
+}
+
 // -- decode room <-> prefill room ----------------------------------------------
 
 /// Decode rank's destination for one room, sent to each prefill rank it needs
@@ -222,6 +235,25 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, reads_done& x) {
   return f(caf::meta::type_name("kvroom.reads_done"), x.room, x.decode_rank, x.job_id, x.ok,
            x.reason, x.bytes);
+}
+
+/// Push, a chunk of some KV buffers (a layer's): prefill rank `src_rank`'s
+/// writes of one job landed in decode rank `decode_rank`, this many bytes
+/// in each of its buffers (counted by destination address). Decode's room
+/// tells its scheduler which buffers are whole (`room_landed`); a pulling
+/// decode rank counts its own reads instead.
+struct chunk_landed {
+  room_id room = 0;
+  rank_id src_rank = -1;
+  rank_id decode_rank = -1;
+  std::vector<int32_t> kv_buffers;
+  std::vector<uint64_t> bytes;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, chunk_landed& x) {
+  return f(caf::meta::type_name("kvroom.chunk_landed"), x.room, x.src_rank, x.decode_rank,
+           x.kv_buffers, x.bytes);
 }
 
 // -- agreement: one decider per room -------------------------------------------

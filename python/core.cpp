@@ -443,5 +443,10 @@ PYBIND11_MODULE(_core, m) {
                               decode_prefix_len));
                },
                py::arg("kv_indices"), py::arg("aux_index") = 0,
-               py::arg("state_indices") = py::none(), py::arg("decode_prefix_len") = 0);
+               py::arg("state_indices") = py::none(), py::arg("decode_prefix_len") = 0)
+    .def("landed",
+         [](kv_receiver& r, const std::vector<int32_t>& kv_buffers) {
+           return r.landed(kv_buffers);
+         },
+         py::arg("kv_buffers"));
 }

@@ -245,9 +245,11 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
       sweep(self);
       self->delayed_send(self, sweep_interval, sweep_atom::value);
     },
-    // A pull's messages (CAF matches in order: the push's come first).
+    // A pull's messages and a layer's landing (CAF matches in order: the
+    // room messages every transfer has come first).
     members_only<source_ready>(self, "source_ready", on_source_ready),
     members_only<reads_done>(self, "reads_done", on_reads_done),
+    members_only<chunk_landed>(self, "chunk_landed", on_chunk_landed),
   };
 }
 

@@ -472,6 +472,13 @@ void on_reads_done(manager_ptr self, reads_done& msg) {
     self->send(entry->actor, std::move(msg));
 }
 
+void on_chunk_landed(manager_ptr self, chunk_landed& msg) {
+  // Decode: a pushing prefill room in another process tells, by room id,
+  // that a layer landed; a room gone here needs nothing.
+  if (auto* entry = self->state.rooms->find(msg.room))
+    self->send(entry->actor, std::move(msg));
+}
+
 // -- the decider -------------------------------------------------------------------------
 
 void route_to_decider(manager_ptr self, const decider_ref& group, caf::message payload) {

@@ -32,6 +32,7 @@ void on_transfer_started(manager_ptr self, transfer_started& msg);
 void on_transfer_done(manager_ptr self, transfer_done& msg);
 void on_source_ready(manager_ptr self, source_ready& msg);
 void on_reads_done(manager_ptr self, reads_done& msg);
+void on_chunk_landed(manager_ptr self, chunk_landed& msg);
 
 /// Sends to the decider of `group`, or parks until the directory lists it.
 void route_to_decider(manager_ptr self, const decider_ref& group, caf::message payload);

@@ -41,6 +41,13 @@ void maybe_send_dst(self_ptr self) {
       }
   }
   st.dst_sent = true;
+  if (!st.mapped && !st.hashing && st.sources.size() == 1) {
+    auto& kv = core.params().self_entry->layout.kv;
+    std::vector<uint64_t> expected(kv.size());
+    for (size_t b = 0; b < kv.size(); ++b)
+      expected[b] = st.init.kv_indices.size() * kv[b].page_size_bytes;
+    st.landing = landing_ledger{std::move(expected)};
+  }
   core.note_transfer_start();
   for (auto& s : st.sources) {
     // From here the prefill rank may write into these pages until it is
@@ -191,6 +198,16 @@ void resolve(self_ptr self) {
                 resolve_group{role::prefill, p.peer_dp_rank})
     .then([=](group_reply& reply) { on_group(self, reply); },
           [=](caf::error&) { self->state.resolving = false; });
+}
+
+/// Counts what landed and tells the scheduler of the buffers now whole.
+void land(self_ptr self, const buffer_bytes& landed) {
+  auto& st = self->state;
+  if (!st.landing.active() || landed.empty())
+    return;
+  std::vector<int32_t> newly;
+  st.landing.add(landed, newly);
+  st.core.publish_landed(std::move(newly));
 }
 
 /// Every source wrote its last byte: the decider hears of this rank's part,
@@ -352,9 +369,11 @@ void on_offer(self_ptr self, source_ready& msg) {
   job.batch.ops.reserve(msg.ops.size());
   for (auto& op : msg.ops)
     job.batch.ops.push_back(read_op{op.src_addr, op.dst_addr, op.size_bytes});
-  st.reads.emplace(job.job_id,
-                   decode_room_state::pending_read{msg.src_rank, msg.job_id,
-                                                   std::move(msg.prefill_room)});
+  decode_room_state::pending_read pending{msg.src_rank, msg.job_id, std::move(msg.prefill_room),
+                                         {}};
+  if (st.landing.active())
+    pending.lands = bytes_per_buffer(core.params().self_entry->layout.kv, msg.ops);
+  st.reads.emplace(job.job_id, std::move(pending));
   if (st.reads.size() == 1)
     core.reading(true);
   if (!st.started) {
@@ -380,6 +399,7 @@ void on_read(self_ptr self, const transfer_result& res) {
     // prefill rank's count what it wrote.
     st.bytes_read += res.bytes;
     core.note_transfer(st.bytes_read, st.read_transport);
+    land(self, r.lands);
   }
   reads_done done{core.params().room, core.params().self.id, r.source_job, res.ok,
                   res.reason, res.bytes};
@@ -449,7 +469,19 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
       // Its writes are over: what landed now is what stays (the fence).
       if (st.hashing && !st.core.concluded())
         report.damage = check_part(self, msg);
+      if (st.landing.active() && st.is_source(msg.src_rank)) {
+        // The one source's writes are over: every buffer is whole.
+        std::vector<int32_t> newly;
+        st.landing.all(newly);
+        st.core.publish_landed(std::move(newly));
+      }
       st.core.source_finished(report);
+    },
+    [=](const chunk_landed& msg) {
+      auto& st = self->state;
+      if (st.core.from_member() && st.is_source(msg.src_rank)
+          && msg.decode_rank == st.core.params().self.id)
+        land(self, buffer_bytes{msg.kv_buffers, msg.bytes});
     },
     [=](source_ready& msg) {
       if (self->state.core.from_member())

@@ -8,6 +8,7 @@
 
 #include "kvroom/actors/counted_actor.hpp"
 
+#include "kvroom/actors/room/landing_ledger.hpp"
 #include "kvroom/actors/room/room_core.hpp"
 #include "kvroom/transport/rank_mapping.hpp"
 
@@ -41,10 +42,18 @@ struct decode_room_state {
     rank_id source = -1;
     uint64_t source_job = 0;
     caf::actor source_room;
+    /// What it puts in each KV buffer (while `landing` counts).
+    buffer_bytes lands;
   };
   std::vector<byte_range> own_ranges;
   std::unordered_map<uint64_t, pending_read> reads;
   uint64_t next_read = 1;
+  /// Which KV buffers hold every byte of the room so far, for a scheduler
+  /// that starts a layer once it landed. Counts only in a room whose one
+  /// source writes whole pages (not mapped) and whose parts are not checked
+  /// for integrity (a part is whole only once checked): elsewhere a
+  /// buffer lands with the room's Success.
+  landing_ledger landing;
   /// Bytes this rank read, and over which transport (its metrics).
   uint64_t bytes_read = 0;
   std::string read_transport;

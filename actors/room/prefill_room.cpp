@@ -223,6 +223,17 @@ bool send_one_chunk(self_ptr self) {
   auto first_id = st.next_job;
   for (size_t i = 0; i < batches.size(); ++i)
     st.jobs.push_back(st.next_job++);
+  // A pushed layer's decode rank hears when it landed (a pulling one counts
+  // its own reads); a part checked for integrity lands with the room.
+  if (!chunk.kv_buffers.empty() && !st.hashing)
+    for (size_t i = 0; i < batches.size(); ++i) {
+      auto& t = st.targets[st.job_targets[base + i]];
+      if (t.dst.pull || !t.peer)
+        continue;
+      auto lands = bytes_per_buffer(t.peer->layout.kv, batches[i].ops);
+      if (!lands.empty())
+        st.job_lands.emplace_back(first_id + i, std::move(lands));
+    }
   // Small batches move right here when the data plane allows.
   std::vector<transfer_result> done_here;
   std::vector<bool> inline_done(batches.size(), false);
@@ -553,6 +564,7 @@ void on_result(self_ptr self, const transfer_result& res) {
     return;
   }
   auto target = st.take_job(job);
+  auto lands = st.take_lands(res.job_id);
   if (!res.ok) {
     // Nothing more of the room moves, and what is still in flight counts
     // for nothing: the part is not whole (the protocol waits for the
@@ -568,6 +580,12 @@ void on_result(self_ptr self, const transfer_result& res) {
   st.bytes_moved += res.bytes;
   if (core.concluded())
     return;
+  if (!lands.empty()) {
+    auto& t = st.targets[target];
+    to_decode(self, t, chunk_landed{core.params().room, core.params().self.id,
+                                    t.dst.decode_rank.id, std::move(lands.buffers),
+                                    std::move(lands.bytes)});
+  }
   if (!st.last_in_flight) {
     send_next_chunk(self); // room for one more in flight
     return;

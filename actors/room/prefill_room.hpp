@@ -11,6 +11,7 @@
 #include "kvroom/actors/counted_actor.hpp"
 
 #include "kvroom/actors/room/chunk_ledger.hpp"
+#include "kvroom/actors/room/landing_ledger.hpp"
 #include "kvroom/actors/room/room_core.hpp"
 #include "kvroom/transport/rank_mapping.hpp"
 
@@ -82,6 +83,10 @@ struct prefill_room_state {
   /// The target of each job in `jobs` (index into `targets`).
   std::vector<size_t> job_targets;
   bool last_in_flight = false;
+  /// Pushed chunks of some buffers (a layer's) in flight, by job id: what
+  /// each puts in its decode rank's buffers, told to it once it landed
+  /// (`chunk_landed`), so its scheduler can start that layer.
+  std::vector<std::pair<uint64_t, buffer_bytes>> job_lands;
   /// A job failed: the room sends nothing more, and its part is never
   /// whole (whatever else lands).
   bool broken = false;
@@ -103,6 +108,17 @@ struct prefill_room_state {
     jobs.erase(jobs.begin() + index);
     job_targets.erase(job_targets.begin() + index);
     return target;
+  }
+
+  /// What job `id` lands, if it was kept; it is no longer kept.
+  buffer_bytes take_lands(uint64_t id) {
+    for (auto i = job_lands.begin(); i != job_lands.end(); ++i)
+      if (i->first == id) {
+        auto out = std::move(i->second);
+        job_lands.erase(i);
+        return out;
+      }
+    return {};
   }
 
   static inline const char* name = "kvroom.prefill_room";

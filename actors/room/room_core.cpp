@@ -42,6 +42,12 @@ void room_core::publish(kv_poll state, kv_transfer_error error) {
     self_->send(params_.inbox, std::move(ev));
 }
 
+void room_core::publish_landed(std::vector<int32_t> kv_buffers) {
+  if (kv_buffers.empty() || concluded() || !params_.inbox)
+    return;
+  self_->send(params_.inbox, room_landed{params_.room, std::move(kv_buffers)});
+}
+
 void room_core::concluded(const room_effect& fx) {
   // The manager hears before the scheduler: its failure record and fan-out
   // never lag behind what the scheduler sees.

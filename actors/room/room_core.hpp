@@ -165,6 +165,11 @@ public:
   /// Decode, pulling: this rank's worker has reads of the room in flight.
   void reading(bool in_flight);
 
+  /// Decode, layer by layer: tells the scheduler that these KV buffers hold
+  /// every byte of the room (`kv_receiver::landed`). Nothing once the room
+  /// concluded: its state then says it all.
+  void publish_landed(std::vector<int32_t> kv_buffers);
+
   /// The scheduler released the room: stop for good.
   void clear();
 
