@@ -167,6 +167,16 @@ class Receiver(_Handle):
         cache hit); ``kv_indices`` are the pages after them."""
         self._impl.init(kv_indices, aux_index, state_indices, decode_prefix_len)
 
+    def landed(self, kv_buffers):
+        """Whether every one of ``kv_buffers`` (indices into the rank's KV
+        buffers: a layer's K and V) holds every byte this room puts there,
+        so that layer may be computed while the rest still moves (vLLM's
+        ``wait_for_layer_load``). True for all once the room succeeded;
+        buffer by buffer where the room's one source writes whole pages and
+        the integrity check is off. A room that then reads Failed failed:
+        its pages are recomputed whatever landed."""
+        return self._impl.landed(list(kv_buffers))
+
 
 class Rank:
     """One prefill or decode rank (made by ``Runtime.add_rank``)."""

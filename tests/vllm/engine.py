@@ -142,6 +142,7 @@ class Engine:
         self.tokens = {}       # req_id -> all token ids so far
         self.hashes = {}       # req_id -> rolling hashes of tokens
         self.mismatches = {}   # req_id -> mismatching tokens seen
+        self.dropped = {}      # req_id -> those in passes vLLM dropped (failed loads)
         self.outputs = {}      # req_id -> dict(tokens, finish, params)
         self.vllm_stats = {}   # the connector's stats as vLLM's mixin collects them
         self.steps = 0
@@ -181,6 +182,7 @@ class Engine:
         so = self.scheduler.schedule()
         self._update_tables(so)
         req_ids, sampled = [], []
+        self._pass_mismatches = {}
         with set_forward_context(None, self.vc), \
                 KVConnectorModelRunnerMixin._get_kv_connector_output(so) as kvo:
             batch = [(req_id, self._start[req_id], self._start[req_id] + n)
@@ -193,6 +195,15 @@ class Engine:
                 # A token is sampled once the prompt is computed.
                 done = start + n >= len(r.prompt_token_ids)
                 sampled.append([self._next_token(req_id, start + n)] if done else [])
+        # A request whose synchronous load failed in this pass attended to
+        # blocks that did not land: vLLM drops what the pass computed for it
+        # (load errors of this pass), so its mismatches are not counted.
+        invalid = set(kvo.invalid_block_ids or ()) if kvo is not None else set()
+        for req_id, bad in self._pass_mismatches.items():
+            if invalid and invalid & set(self.tables.get(req_id, ())):
+                self.dropped[req_id] = self.dropped.get(req_id, 0) + bad
+            else:
+                self.mismatches[req_id] = self.mismatches.get(req_id, 0) + bad
         out = ModelRunnerOutput(req_ids=req_ids,
                                 req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                 sampled_token_ids=sampled, logprobs=None,
@@ -269,7 +280,8 @@ class Engine:
                         want = self._expected(req_id, 0, start, li, k)
                         bad = int((got != want).any(dim=2).any(dim=1).sum())
                         if bad:
-                            self.mismatches[req_id] = self.mismatches.get(req_id, 0) + bad
+                            self._pass_mismatches[req_id] = (
+                                self._pass_mismatches.get(req_id, 0) + bad)
                     flat[k][new] = self._expected(req_id, start, end, li, k)
             if self.layer_s:
                 time.sleep(self.layer_s)
@@ -329,6 +341,7 @@ def serve(conn, role, extra, policy, num_blocks, src):
                     reply = {k: v for k, v in eng.outputs.items() if v["finish"]}
                 elif cmd == "report":
                     reply = {"leaks": eng.leaks(), "mismatches": dict(eng.mismatches),
+                             "dropped": dict(eng.dropped),
                              "steps": eng.steps, "outputs": eng.outputs,
                              "stats": eng.worker.totals(), "vllm_stats": dict(eng.vllm_stats),
                              "status": {r: eng.status(r) for r in eng.scheduler.requests}}

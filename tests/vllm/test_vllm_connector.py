@@ -387,3 +387,100 @@ def test_layer_by_layer(registry, direction):
     finally:
         d.close()
         p.close()
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("layerwise", [True, False], ids=["sent-by-layer", "sent-whole"])
+def test_layer_by_layer_load(registry, direction, layerwise):
+    """The consumer loads synchronously, layer by layer ('layer_load'): each
+    request runs in the step its blocks were allocated, and every layer's
+    attention waits only for that layer (the stand-in forward checks each
+    layer's bytes right after wait_for_layer_load, so a layer read before
+    it landed is a mismatch). Then requests sharing blocks with an earlier
+    one: only the blocks after the hit move."""
+    p = Proc("kv_producer", registry, layerwise=layerwise)
+    d = Proc("kv_consumer", registry, layer_load=True, **pulls(direction))
+    try:
+        reqs = prompts(24, base=900)
+        params = prefill_all(p, reqs)
+        d.call("add", [(rid, toks, 4, params[rid]) for rid, toks in reqs])
+        out = d.wait_finished([rid for rid, _ in reqs])
+        assert all(out[rid]["finish"] == "length" and len(out[rid]["tokens"]) == 4
+                   for rid, _ in reqs), out
+        rep_d = d.settle()
+        sent_first = p.settle()["stats"]["blocks_sent"]
+        assert_clean(rep_d, "decode")
+        assert rep_d["stats"]["received"] == 24 and rep_d["stats"]["recv_failed"] == 0
+        (_, base), = [r for r in reqs if len(r[1]) >= 64][:1]
+        hits = [1, 3]
+        more = [(f"req-lhit{k}", base[:16 * k] + [60000 + 100 * k + j for j in range(40)])
+                for k in hits]
+        params = prefill_all(p, more)
+        d.call("add", [(r, toks, 2, params[r]) for r, toks in more])
+        d.wait_finished([r for r, _ in more])
+        rep_d = d.settle()
+        rep_p = p.settle()
+        assert_clean(rep_d, "decode")
+        assert_clean(rep_p, "prefill")
+        want = sum(-(-len(toks) // 16) - k for k, (_, toks) in zip(hits, more))
+        assert rep_p["stats"]["blocks_sent"] - sent_first == want
+    finally:
+        d.close()
+        p.close()
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("policy", ["fail", "recompute"])
+def test_producer_sigkilled_under_a_layer_by_layer_load(registry, policy, direction):
+    """Loading layer by layer, decode's forward pass waits in
+    wait_for_layer_load for a stopped producer; it is SIGKILLed: the loads
+    fail within the pass (every block a load error of it), vLLM drops what
+    the pass computed from them and its policy decides. Nothing hangs."""
+    p = Proc("kv_producer", registry, layerwise=True)
+    d = Proc("kv_consumer", registry, policy=policy, layer_load=True, **pulls(direction))
+    try:
+        reqs = prompts(6, base=950)
+        params = prefill_all(p, reqs)
+        os.kill(p.p.pid, signal.SIGSTOP)
+        d.call("add", [(r, t, 3, params[r]) for r, t in reqs])
+        # The engine is inside the pass now, waiting for layer 0.
+        time.sleep(1.0)
+        os.kill(p.p.pid, signal.SIGKILL)
+        out = d.wait_finished([r for r, _ in reqs], seconds=90)
+        for r, _ in reqs:
+            if policy == "fail":
+                assert "error" in out[r]["finish"].lower(), out[r]
+            else:
+                assert out[r]["finish"] == "length" and len(out[r]["tokens"]) == 3, out[r]
+        rep_d = d.settle()
+        assert_clean(rep_d, "decode")
+        assert rep_d["stats"].get("recv_failed", 0) == len(reqs)
+        assert rep_d["stats"].get("load_error_blocks", 0) > 0
+        # The failing pass did run over blocks that never landed, and vLLM
+        # dropped what it computed for each of them.
+        assert set(rep_d["dropped"]) == {r for r, _ in reqs}, rep_d["dropped"]
+    finally:
+        d.close()
+        p.close()
+
+
+def test_a_layer_that_never_lands_is_aborted_at_layer_wait(registry):
+    """A decode that asks for a room its prefill will never fill (a proxy's
+    bug) while loading layer by layer: its pass would wait for the room's
+    whole wait; 'layer_wait_ms' aborts the load instead, which fails, and
+    the engine goes on ('recompute': the request is computed here)."""
+    p = Proc("kv_producer", registry)
+    d = Proc("kv_consumer", registry, policy="recompute", layer_load=True, layer_wait_ms=1500)
+    try:
+        ghost = [("req-lghost", list(range(500, 600)))]
+        d.call("add", [(r, t, 2, {"do_remote_prefill": True, "kvroom_room": 987654399})
+                       for r, t in ghost])
+        out = d.wait_finished([r for r, _ in ghost], seconds=60)
+        assert out["req-lghost"]["finish"] == "length", out
+        rep_d = d.settle()
+        assert_clean(rep_d, "decode")
+        assert rep_d["stats"].get("recv_failed", 0) == 1
+        assert_clean(p.settle(), "prefill")
+    finally:
+        d.close()
+        p.close()

@@ -46,9 +46,18 @@ freed once nothing can land in them.
   forward pass computes it (``save_kv_layer``) instead of the whole request
   after it. It pays where decode's destination is there during the pass (a
   proxy that names the room and sends the request to both at once); in the
-  usual order the layers wait in the room for it. ``wait_for_layer_load``
-  does nothing: loads are asynchronous, and a request runs once every layer
-  of it landed.
+  usual order the layers wait in the room for it.
+- Loads are asynchronous by default: a request runs once every layer of it
+  landed.
+- ``layer_load`` (the consumer's): true to load synchronously, layer by
+  layer: a request runs in the step its blocks were allocated, and each
+  layer's attention waits only for that layer's K and V
+  (``wait_for_layer_load``), so the first layers compute while the later
+  ones move. Meant for the proxy order (prefill first, then decode): the
+  engine's pass waits for the load, so a decode that asks before its
+  prefill computed stalls its engine until it did. ``layer_wait_ms``
+  (default 30000) bounds the wait for one layer: the load is then aborted,
+  and fails (``recompute`` or ``fail``) once nothing of it can land.
 
 Not yet: vLLM's hybrid KV cache manager (the factory asks for
 ``--disable-hybrid-kv-cache-manager``).

@@ -22,6 +22,7 @@ logger = logging.getLogger("kvroom.vllm")
 
 DEFAULT_HOLD_MS = 480_000
 DEFAULT_WAIT_MS = 60_000
+DEFAULT_LAYER_WAIT_MS = 30_000
 
 
 class KvroomConnectorMetadata(KvroomMetadata, KVConnectorMetadata):
@@ -83,10 +84,18 @@ class KvroomConnector(KVConnectorBase_V1):
         self._tracker = FinishedTracker()
         self._stats_seen: Dict[str, int] = {}
         self._saving_now = False
+        # This step's synchronous loads (layer by layer), and how long a
+        # layer may take to land before its load is aborted.
+        self._step_loads = []
+        self._layer_wait_s = float(self._extra.get("layer_wait_ms", DEFAULT_LAYER_WAIT_MS)) / 1000
+        if self._layer_wait_s <= 0:
+            raise ValueError(f"kvroom: layer_wait_ms must be positive, got "
+                             f"{self._extra.get('layer_wait_ms')!r}")
         if role == KVConnectorRole.SCHEDULER:
-            self._scheduler = KvroomScheduler(self._block_size, dp_rank,
-                                              layerwise=_flag(self._extra.get("layerwise", False),
-                                                              "layerwise"))
+            self._scheduler = KvroomScheduler(
+                self._block_size, dp_rank,
+                layerwise=_flag(self._extra.get("layerwise", False), "layerwise"),
+                layer_load=_flag(self._extra.get("layer_load", False), "layer_load"))
 
     # -- scheduler side ----------------------------------------------------
 
@@ -165,13 +174,18 @@ class KvroomConnector(KVConnectorBase_V1):
         if self._keeper is None or not isinstance(meta, KvroomMetadata):
             return
         self._tracker.submit(meta)
+        self._step_loads = [r.req_id for r in meta.recvs if getattr(r, "sync", False)]
+        if self._step_loads:
+            self._keeper.expect_loads(self._step_loads)
         self._keeper.submit(meta)
         self._saving_now = bool(meta.saves)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        # Loads finish between steps (vLLM's asynchronous loads): a request
-        # runs only once every layer of it landed.
-        return
+        # Asynchronous loads finish between steps: a request runs only once
+        # every layer of it landed. Layer by layer ('layer_load'), this
+        # step's loads are waited for here, one layer at a time.
+        if self._step_loads and self._keeper is not None:
+            self._keeper.wait_layer(layer_name, self._step_loads, self._layer_wait_s)
 
     def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs) -> None:
         # Layer by layer: this layer of every request whose prompt this pass
@@ -187,6 +201,11 @@ class KvroomConnector(KVConnectorBase_V1):
         if self._keeper is not None and self._saving_now:
             self._keeper.pass_done()
         self._saving_now = False
+        # This step's synchronous loads conclude within it: a failed one is
+        # a load error of this pass (get_block_ids_with_load_errors).
+        if self._step_loads and self._keeper is not None:
+            self._keeper.wait_loads(self._step_loads, self._layer_wait_s)
+        self._step_loads = []
 
     def get_finished(self, finished_req_ids: Set[str]):
         if self._keeper is None:

@@ -20,6 +20,14 @@ this step opens R before the forward pass (``SaveSpec``), and each layer's
 K and V go as soon as the pass computed them (``save_kv_layer``); with
 decode's destination there already (the proxy named R and sent the request
 to both), what is left after the last layer is one layer's transfer.
+
+Loaded layer by layer (``layer_load``, decode): the load is synchronous in
+vLLM's sense. The request runs in the step its blocks were allocated, all
+its prompt but the last token counted as computed; the workers open R
+before the forward pass and each layer's attention waits only for that
+layer's K and V (``wait_for_layer_load``), so the first layers compute
+while the later ones still move. The last prompt token is computed here
+(vLLM schedules at least one token), as with every load.
 """
 
 import dataclasses
@@ -70,6 +78,10 @@ class RecvSpec:
     block_ids: List[int]
     prefix_tokens: int
     prefill_dp_rank: int
+    #: Loaded layer by layer during this step's forward pass (vLLM's
+    #: synchronous loads: ``wait_for_layer_load`` waits for each layer),
+    #: instead of before the request runs.
+    sync: bool = False
 
 
 @dataclasses.dataclass
@@ -112,12 +124,14 @@ def room_of(params) -> Optional[int]:
 class KvroomScheduler:
     """vLLM's scheduler-side connector calls, decided."""
 
-    def __init__(self, block_size: int, dp_rank: int = 0, layerwise: bool = False):
+    def __init__(self, block_size: int, dp_rank: int = 0, layerwise: bool = False,
+                 layer_load: bool = False):
         if block_size <= 0:
             raise ValueError(f"kvroom: a block size must be positive, got {block_size}")
         self.block_size = block_size
         self.dp_rank = dp_rank
         self.layerwise = layerwise
+        self.layer_load = layer_load
         self._next = KvroomMetadata()
         # Layer by layer: prefill requests for a decode, until their prompt
         # is scheduled to completion (request, block ids so far), and those
@@ -129,12 +143,15 @@ class KvroomScheduler:
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int) -> Tuple[int, bool]:
         """The prompt tokens beyond the local hit come from the room,
-        asynchronously. Side-effect free: vLLM may ask again."""
+        asynchronously; layer by layer, all but the last (computed in the
+        step that loads the rest). Side-effect free: vLLM may ask again."""
         params = getattr(request, "kv_transfer_params", None)
         if params and params.get("do_remote_prefill") and room_of(params) is not None:
             count = len(request.prompt_token_ids or ()) - num_computed_tokens
+            if self.layer_load:
+                count -= 1
             if count > 0:
-                return count, True
+                return count, not self.layer_load
         return 0, False
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
@@ -158,10 +175,16 @@ class KvroomScheduler:
             # All of it hit locally: the prefill's blocks are not needed.
             self._next.cancels.append(CancelSpec(room, dp))
             return
-        prefix = len(request.prompt_token_ids or ()) - num_external_tokens
-        self._next.recvs.append(RecvSpec(request.request_id, room,
-                                         [int(b) for b in blocks.get_unhashed_block_ids()],
-                                         prefix, dp))
+        if self.layer_load:
+            # vLLM cached the loaded blocks at allocation (a synchronous
+            # load lands within this step): they follow the local hit.
+            prefix = len(request.prompt_token_ids or ()) - num_external_tokens - 1
+            ids = [int(b) for b in blocks.get_block_ids()[0][prefix // self.block_size:]]
+        else:
+            prefix = len(request.prompt_token_ids or ()) - num_external_tokens
+            ids = [int(b) for b in blocks.get_unhashed_block_ids()]
+        self._next.recvs.append(RecvSpec(request.request_id, room, ids, prefix, dp,
+                                         self.layer_load))
 
     # -- both --------------------------------------------------------------
 

@@ -20,12 +20,26 @@ What vLLM is told, and when:
 - a decode request aborted while it loads: its room is aborted, and it is
   finished receiving once the room concluded, so vLLM frees blocks no
   byte can land in any more.
+
+Loads layer by layer (vLLM's synchronous loads, ``layer_load``) are the
+engine thread's to wait for: the keeper polls their rooms more often and
+tells it, under a condition, how many leading layers of each landed
+(``kv_receiver.landed``) and when the room concluded. ``wait_for_layer_load``
+waits for one layer of every load of the step; ``wait_for_save`` waits for
+each of them to conclude, so a failed one is a load error of the same pass
+(vLLM then recomputes or fails it, and drops what the pass computed from
+it), and a succeeded one is not reported as received (vLLM expects that
+only of asynchronous loads). A load whose layer does not land within
+``layer_wait_ms`` is aborted (it fails, and is recomputed or failed); the
+pass waits for it to conclude all the same, for only then may no byte of it
+land any more.
 """
 
 import collections
 import logging
 import queue
 import threading
+import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .. import Error, KVPoll
@@ -44,6 +58,8 @@ COUNTED = ("sent", "send_failed", "received", "recv_failed", "blocks_sent", "loa
 POLL_PERIOD_S = 0.0005
 #: Seconds the keeper waits for work when no room is open.
 IDLE_WAIT_S = 0.05
+#: Seconds between two polls while a forward pass waits for layers.
+LAYER_POLL_PERIOD_S = 0.0001
 
 
 class _Send:
@@ -58,10 +74,22 @@ class _Send:
 
 
 class _Recv:
-    __slots__ = ("spec", "handle", "aborted")
+    __slots__ = ("spec", "handle", "aborted", "landed")
 
     def __init__(self, spec: RecvSpec, handle):
         self.spec, self.handle, self.aborted = spec, handle, False
+        # A synchronous load: its leading layers that landed.
+        self.landed = 0
+
+
+class _Load:
+    """A synchronous load as the engine thread sees it (under the keeper's
+    condition): how many leading layers landed, and whether its room
+    concluded."""
+    __slots__ = ("layers", "done", "abort_asked")
+
+    def __init__(self):
+        self.layers, self.done, self.abort_asked = 0, False, False
 
 
 class RoomKeeper:
@@ -83,6 +111,11 @@ class RoomKeeper:
         # Every key from the start: the engine thread copies the counters
         # while this thread counts, and a dict that grows under a copy raises.
         self.counters = collections.Counter({k: 0 for k in COUNTED})
+        # Synchronous loads: layer order, and the engine thread's view.
+        self._layer_list = list(self.layers.values())
+        self._layer_index = {name: i for i, name in enumerate(self.layers)}
+        self._loads: Dict[str, _Load] = {}
+        self._loads_cv = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="kvroom-vllm-rooms", daemon=True)
         self._thread.start()
         self._started.wait()
@@ -110,6 +143,60 @@ class RoomKeeper:
         if req_ids:
             self._commands.put(("finished", set(req_ids)))
 
+    # -- engine thread: synchronous loads ----------------------------------
+
+    def expect_loads(self, req_ids: List[str]) -> None:
+        """This step's synchronous loads (before their metadata is
+        submitted)."""
+        with self._loads_cv:
+            for r in req_ids:
+                self._loads[r] = _Load()
+
+    def wait_layer(self, layer_name: str, req_ids: List[str], limit_s: float) -> None:
+        """Until layer ``layer_name`` of every one of ``req_ids`` landed or
+        its room concluded."""
+        i = self._layer_index.get(layer_name)
+        if i is not None:
+            self._wait(req_ids, lambda x: x.done or x.layers > i, limit_s,
+                       f"layer {layer_name}")
+
+    def wait_loads(self, req_ids: List[str], limit_s: float) -> None:
+        """Until the room of every one of ``req_ids`` concluded; then they
+        are forgotten."""
+        self._wait(req_ids, lambda x: x.done, limit_s, "the load's conclusion")
+        with self._loads_cv:
+            for r in req_ids:
+                self._loads.pop(r, None)
+
+    def _wait(self, req_ids, ready, limit_s, what):
+        deadline = time.monotonic() + limit_s
+        with self._loads_cv:
+            while True:
+                late = [r for r in req_ids if r in self._loads and not ready(self._loads[r])]
+                if not late:
+                    return
+                if not self._thread.is_alive():
+                    # The keeper ended (closed, or a bug raised in it): no
+                    # room of it moves any more.
+                    logger.error("kvroom: the room keeper is gone; %d load(s) left unfinished",
+                                 len(late))
+                    return
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    # Failing the load frees the pass; it still waits for
+                    # the room to conclude (then nothing of it lands).
+                    for r in late:
+                        x = self._loads[r]
+                        if not x.abort_asked:
+                            x.abort_asked = True
+                            logger.warning("kvroom: request %s: %s did not land within %.1f s; "
+                                           "its load is aborted", r, what, limit_s)
+                            self._commands.put(("abort_load", (r, f"{what} did not land within "
+                                                                  f"{limit_s:.1f} s")))
+                    deadline = time.monotonic() + limit_s
+                    left = limit_s
+                self._loads_cv.wait(timeout=min(left, 1.0))
+
     def collect(self) -> List[Tuple[str, str, object]]:
         out = []
         while self._events:
@@ -136,7 +223,11 @@ class RoomKeeper:
         recvs: Dict[str, _Recv] = {}
         try:
             while not self._stop:
-                wait = POLL_PERIOD_S if (sends or recvs) else IDLE_WAIT_S
+                wait = IDLE_WAIT_S
+                if sends or recvs:
+                    wait = POLL_PERIOD_S
+                if any(r.spec.sync for r in recvs.values()):
+                    wait = LAYER_POLL_PERIOD_S
                 try:
                     cmd = self._commands.get(timeout=wait)
                 except queue.Empty:
@@ -166,6 +257,11 @@ class RoomKeeper:
                 if not r.aborted:
                     r.aborted = True
                     r.handle.abort("the request was aborted while its KV loaded")
+        elif kind == "abort_load":
+            req_id, why = arg
+            r = recvs.get(req_id)
+            if r is not None:
+                r.handle.abort(why)
         elif kind == "layer":
             if arg not in self.layers:
                 return  # not a layer with KV of its own here
@@ -223,7 +319,7 @@ class RoomKeeper:
             logger.warning("kvroom: request %s: cannot receive room %d: %s", spec.req_id,
                            spec.room, failure)
             self.counters["recv_failed"] += 1
-            self._events.append(("recv_failed", spec.req_id, list(spec.block_ids)))
+            self._recv_concluded(spec, False)
             return
         recvs[spec.req_id] = _Recv(spec, handle)
 
@@ -281,19 +377,48 @@ class RoomKeeper:
             state = r.handle.poll()
             if state == KVPoll.Success:
                 self.counters["received"] += 1
-                self._events.append(("recv_ok", req_id, None))
+                self._recv_concluded(r.spec, True)
             elif state == KVPoll.Failed:
                 f = r.handle.failure()
                 if not r.aborted:
                     self.counters["recv_failed"] += 1
                     logger.debug("kvroom: request %s: %s", req_id, f)
-                self._events.append(("recv_failed", req_id, list(r.spec.block_ids)))
+                self._recv_concluded(r.spec, False)
             else:
+                if r.spec.sync:
+                    self._layers_landed(r)
                 continue
             r.handle.clear()
             done.append(req_id)
         for req_id in done:
             del recvs[req_id]
+
+    def _layers_landed(self, r: _Recv) -> None:
+        """A synchronous load: its leading layers that landed now."""
+        n = r.landed
+        while n < len(self._layer_list) and r.handle.landed(self._layer_list[n]):
+            n += 1
+        if n != r.landed:
+            r.landed = n
+            with self._loads_cv:
+                x = self._loads.get(r.spec.req_id)
+                if x is not None:
+                    x.layers = n
+                self._loads_cv.notify_all()
+
+    def _recv_concluded(self, spec: RecvSpec, ok: bool) -> None:
+        """The event first, then (a synchronous load) the engine thread's
+        wait ends: its ``get_finished`` finds the event."""
+        blocks = None if ok else list(spec.block_ids)
+        if spec.sync:
+            self._events.append(("load_ok" if ok else "load_failed", spec.req_id, blocks))
+            with self._loads_cv:
+                x = self._loads.get(spec.req_id)
+                if x is not None:
+                    x.done = True
+                self._loads_cv.notify_all()
+        else:
+            self._events.append(("recv_ok" if ok else "recv_failed", spec.req_id, blocks))
 
 
 class FinishedTracker:
@@ -323,6 +448,9 @@ class FinishedTracker:
                 recving.add(req_id)
             elif kind == "recv_failed":
                 recving.add(req_id)
+                self.load_errors.update(payload or ())
+            elif kind == "load_failed":
+                # A synchronous load: vLLM hears of it only as load errors.
                 self.load_errors.update(payload or ())
         # Names of requests without a send (decode's, plain ones) are not
         # kept: memory follows what is in flight.
