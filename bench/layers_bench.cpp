@@ -7,6 +7,15 @@
 // known before the forward starts (the proxy names the room and sends the
 // request to both at once), as overlapping needs. Both modes run in the
 // same run, alternating room by room.
+//
+// The load side, then: decode's forward pass over a request whose prefill
+// finished already (the proxy's usual order: the layers wait in the
+// prefill's room for decode's destination), with the same time per layer.
+// Loaded whole, the pass starts at the room's Success (vLLM's asynchronous
+// loads); layer by layer, each layer starts once its K and V landed
+// (`kv_receiver::landed`, vLLM's `wait_for_layer_load`). What counts is
+// the time from decode's init to its Success and the end of its pass, less
+// the pass itself: the transfer left exposed.
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -101,6 +110,51 @@ double one_room(pair_of_ranks& p, room_id room, const layers_config& cfg, int64_
   return out;
 }
 
+/// The exposed milliseconds of one load (negative: it failed): decode's
+/// pass starts at Success (`by_layer` false) or layer by layer as each
+/// landed.
+double one_load(pair_of_ranks& p, room_id room, const layers_config& cfg, int64_t pages,
+                bool by_layer) {
+  std::vector<int64_t> idx;
+  for (int64_t i = 0; i < pages; ++i)
+    idx.push_back(i);
+  auto r = p.decode->make_receiver(room);
+  auto s = p.prefill->make_sender(room);
+  if (!r || !s)
+    return -1;
+  double out = -1;
+  auto forward = std::chrono::duration<double, std::milli>(cfg.layer_ms);
+  if (wait_for(*r, kv_poll::waiting_for_input, 10'000)) {
+    auto t0 = clock_type::now();
+    bool ok = !r->init(idx, 0) && wait_for(*s, kv_poll::waiting_for_input, 10'000)
+              && !s->init(idx.size(), 0);
+    // The prefill's layers were computed before: they all go now.
+    for (int32_t l = 0; ok && l < cfg.layers; ++l)
+      ok = !s->send_buffers(idx, {2 * l, 2 * l + 1}, l + 1 == cfg.layers);
+    if (ok && !by_layer)
+      ok = wait_for(*r, kv_poll::success, 30'000);
+    // The pass as it ran (a sleep overshoots: what it took is subtracted).
+    double pass_ms = 0;
+    for (int32_t l = 0; ok && l < cfg.layers; ++l) {
+      if (by_layer) {
+        auto w0 = clock_type::now();
+        while (!r->landed({2 * l, 2 * l + 1}) && !is_terminal(r->poll()) && ms_since(w0) < 30'000)
+          std::this_thread::yield();
+      }
+      auto f0 = clock_type::now();
+      std::this_thread::sleep_for(forward);
+      pass_ms += ms_since(f0);
+    }
+    // A pass computed from layers that did not all land counts for nothing.
+    if (ok && wait_for(*r, kv_poll::success, 30'000))
+      out = ms_since(t0) - pass_ms;
+  }
+  wait_for(*s, kv_poll::success, 10'000);
+  r->clear();
+  s->clear();
+  return out;
+}
+
 } // namespace
 
 int bench_layers(int argc, char** argv) {
@@ -125,7 +179,7 @@ int bench_layers(int argc, char** argv) {
   std::printf("%-7s %12s %16s %16s %10s\n", "prompt", "bytes", "bulk exposed ms",
               "layers exposed ms", "ratio");
   caf::actor_system sys{cfg};
-  std::vector<std::string> rows;
+  std::vector<std::string> rows, loads;
   {
     runtime rt{sys};
     kv_shape shape;
@@ -187,6 +241,36 @@ int bench_layers(int argc, char** argv) {
                        .num("failed", static_cast<double>(failed))
                        .dump(6));
     }
+    std::printf("%-7s %12s %16s %16s %10s\n", "load", "bytes", "whole exposed ms",
+                "layers exposed ms", "ratio");
+    for (auto pages : {cfg.pages, cfg.short_pages}) {
+      std::vector<double> whole, layered;
+      uint64_t failed = 0;
+      for (int64_t i = 0; i < cfg.rooms; ++i) {
+        for (bool by_layer : {false, true}) {
+          auto ms = one_load(p, room++, cfg, pages, by_layer);
+          if (ms < 0)
+            ++failed;
+          else
+            (by_layer ? layered : whole).push_back(ms);
+        }
+      }
+      auto w = percentile(whole, 50), l = percentile(layered, 50);
+      auto name = pages == cfg.pages ? "long" : "short";
+      std::printf("%-7s %12llu %16.3f %16.3f %10.2f%s\n", name,
+                  static_cast<unsigned long long>(room_bytes(pages)), w, l, w > 0 ? l / w : 0.0,
+                  failed ? " (rooms failed)" : "");
+      loads.push_back(json_object{}
+                        .str("prompt", name)
+                        .num("pages", static_cast<double>(pages))
+                        .num("bytes", static_cast<double>(room_bytes(pages)))
+                        .num("whole_exposed_ms_p50", w)
+                        .num("layers_exposed_ms_p50", l)
+                        .num("whole_exposed_ms_p90", percentile(whole, 90))
+                        .num("layers_exposed_ms_p90", percentile(layered, 90))
+                        .num("failed", static_cast<double>(failed))
+                        .dump(6));
+    }
   }
   auto out = json_object{}
                .str("bench", "layers")
@@ -194,6 +278,7 @@ int bench_layers(int argc, char** argv) {
                .num("layers", static_cast<double>(cfg.layers))
                .num("layer_ms", cfg.layer_ms)
                .raw("prompts", json_array(rows))
+               .raw("loads", json_array(loads))
                .dump();
   std::printf("%s\n", out.c_str());
   return cfg.json.empty() || write_file(cfg.json, out) ? 0 : 1;
