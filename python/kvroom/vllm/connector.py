@@ -113,6 +113,16 @@ class KvroomConnector(KVConnectorBase_V1):
     def request_finished(self, request, block_ids) -> Tuple[bool, Optional[Dict[str, Any]]]:
         return self._scheduler.request_finished(request, block_ids)
 
+    def update_connector_output(self, connector_output) -> None:
+        # The scheduler role keeps nothing of the workers' progress: what
+        # finished comes back through vLLM's own finished_sending/recving.
+        return
+
+    def get_finished_count(self) -> Optional[int]:
+        # Every worker of the engine holds its own room of each request (one
+        # per TP rank) and reports it: vLLM's default, its world size.
+        return None
+
     # -- worker side -------------------------------------------------------
 
     def register_kv_caches(self, kv_caches):
