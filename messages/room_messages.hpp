@@ -211,12 +211,14 @@ struct source_ready {
   std::vector<write_op> ops;
   int32_t src_device_id = -1;
   int32_t dst_device_id = -1;
+  /// A chunk of some KV buffers (a layer's): decode counts what it lands.
+  bool layer = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, source_ready& x) {
   return f(caf::meta::type_name("kvroom.source_ready"), x.room, x.src_rank, x.decode_rank,
-           x.job_id, x.prefill_room, x.ops, x.src_device_id, x.dst_device_id);
+           x.job_id, x.prefill_room, x.ops, x.src_device_id, x.dst_device_id, x.layer);
 }
 
 /// Pull: decode rank `decode_rank`'s reads of job `job_id` are over: every

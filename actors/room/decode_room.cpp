@@ -41,13 +41,6 @@ void maybe_send_dst(self_ptr self) {
       }
   }
   st.dst_sent = true;
-  if (!st.mapped && !st.hashing && st.sources.size() == 1) {
-    auto& kv = core.params().self_entry->layout.kv;
-    std::vector<uint64_t> expected(kv.size());
-    for (size_t b = 0; b < kv.size(); ++b)
-      expected[b] = st.init.kv_indices.size() * kv[b].page_size_bytes;
-    st.landing = landing_ledger{std::move(expected)};
-  }
   core.note_transfer_start();
   for (auto& s : st.sources) {
     // From here the prefill rank may write into these pages until it is
@@ -200,11 +193,20 @@ void resolve(self_ptr self) {
           [=](caf::error&) { self->state.resolving = false; });
 }
 
-/// Counts what landed and tells the scheduler of the buffers now whole.
+/// Counts what a layer's chunk landed and tells the scheduler of the
+/// buffers now whole. The ledger starts with a room's first such chunk: a
+/// room sent whole lands with its Success, at no cost per room.
 void land(self_ptr self, const buffer_bytes& landed) {
   auto& st = self->state;
-  if (!st.landing.active() || landed.empty())
+  if (landed.empty() || !st.counts_landing())
     return;
+  if (!st.landing.active()) {
+    auto& kv = st.core.params().self_entry->layout.kv;
+    std::vector<uint64_t> expected(kv.size());
+    for (size_t b = 0; b < kv.size(); ++b)
+      expected[b] = st.init.kv_indices.size() * kv[b].page_size_bytes;
+    st.landing = landing_ledger{std::move(expected)};
+  }
   std::vector<int32_t> newly;
   st.landing.add(landed, newly);
   st.core.publish_landed(std::move(newly));
@@ -371,7 +373,7 @@ void on_offer(self_ptr self, source_ready& msg) {
     job.batch.ops.push_back(read_op{op.src_addr, op.dst_addr, op.size_bytes});
   decode_room_state::pending_read pending{msg.src_rank, msg.job_id, std::move(msg.prefill_room),
                                          {}};
-  if (st.landing.active())
+  if (msg.layer && st.counts_landing())
     pending.lands = bytes_per_buffer(core.params().self_entry->layout.kv, msg.ops);
   st.reads.emplace(job.job_id, std::move(pending));
   if (st.reads.size() == 1)
@@ -470,7 +472,7 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
       if (st.hashing && !st.core.concluded())
         report.damage = check_part(self, msg);
       if (st.landing.active() && st.is_source(msg.src_rank)) {
-        // The one source's writes are over: every buffer is whole.
+        // The one source's layers are all written: every buffer is whole.
         std::vector<int32_t> newly;
         st.landing.all(newly);
         st.core.publish_landed(std::move(newly));

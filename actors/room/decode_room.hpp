@@ -49,10 +49,8 @@ struct decode_room_state {
   std::unordered_map<uint64_t, pending_read> reads;
   uint64_t next_read = 1;
   /// Which KV buffers hold every byte of the room so far, for a scheduler
-  /// that starts a layer once it landed. Counts only in a room whose one
-  /// source writes whole pages (not mapped) and whose parts are not checked
-  /// for integrity (a part is whole only once checked): elsewhere a
-  /// buffer lands with the room's Success.
+  /// that starts a layer once it landed: made by the room's first chunk of
+  /// some buffers (a layer's; a room sent whole lands with its Success).
   landing_ledger landing;
   /// Bytes this rank read, and over which transport (its metrics).
   uint64_t bytes_read = 0;
@@ -68,6 +66,13 @@ struct decode_room_state {
 
   bool is_source(rank_id id) const {
     return source_of(id) != nullptr;
+  }
+
+  /// Whether the room counts what lands layer by layer: its one source
+  /// writes whole pages (not mapped), and its part is not checked for
+  /// integrity (a part is whole only once checked, at its end).
+  bool counts_landing() const {
+    return !mapped && !hashing && sources.size() == 1 && dst_sent;
   }
 
   static inline const char* name = "kvroom.decode_room";

@@ -140,7 +140,7 @@ caf::error plan_for(self_ptr self, prefill_target& t, const prefill_room_state::
 /// A pull: instead of posting `batch`, grants decode rank `t` reads of its
 /// source bytes for this room (where the data plane serves reads itself)
 /// and tells it where they are; its `reads_done` is this job's result.
-void offer_reads(self_ptr self, prefill_target& t, uint64_t job, write_batch batch) {
+void offer_reads(self_ptr self, prefill_target& t, uint64_t job, write_batch batch, bool layer) {
   auto& core = self->state.core;
   auto& room = core.params().room;
   auto& dp = core.params().data_plane;
@@ -167,6 +167,7 @@ void offer_reads(self_ptr self, prefill_target& t, uint64_t job, write_batch bat
   msg.ops = std::move(batch.ops);
   msg.src_device_id = batch.src_device_id;
   msg.dst_device_id = batch.dst_device_id;
+  msg.layer = layer;
   to_decode(self, t, std::move(msg));
 }
 
@@ -264,7 +265,7 @@ bool send_one_chunk(self_ptr self) {
       continue;
     auto& t = st.targets[st.job_targets[base + i]];
     if (t.dst.pull)
-      offer_reads(self, t, first_id + i, std::move(batches[i]));
+      offer_reads(self, t, first_id + i, std::move(batches[i]), !chunk.kv_buffers.empty());
     else
       self->send(core.params().worker, transfer_job{room, first_id + i, std::move(batches[i])});
   }

@@ -157,7 +157,7 @@ TEST_CASE("decode learns layer by layer what landed, pushed and pulled, before t
   }
 }
 
-TEST_CASE("a room checked for integrity, or sent whole, lands with its part", "[layers]") {
+TEST_CASE("a room checked for integrity, or sent whole, lands with its Success", "[layers]") {
   // Checked: a layer is whole only once its part was checked, at the end.
   {
     group::options opt;
@@ -187,8 +187,8 @@ TEST_CASE("a room checked for integrity, or sent whole, lands with its part", "[
     CHECK_FALSE(r.clear());
     CHECK(all_quiet(g));
   }
-  // Whole pages (SGLang's send): every buffer lands with the source's last
-  // byte.
+  // Whole pages (SGLang's send): every buffer lands with the room's Success
+  // (no ledger, no notice: a whole room costs nothing more).
   {
     group::options opt;
     opt.transport = "tcp";
