@@ -151,7 +151,7 @@ rank::~rank() {
       slot.state = kv_poll::failed;
       slot.failure = kv_transfer_error{slot.room, "rank " + to_string(ref_)
                                                     + " was closed while the room was live",
-                                       false, ref_.id};
+                                       false, ref_.id, failure_cause::peer_lost};
     }
   }
   // The control port goes with the rank (an embedder may start another).

@@ -69,9 +69,20 @@ fsm_result room_fsm::conclude_failed(kv_transfer_error err) {
   return fsm_result::changed;
 }
 
-fsm_result room_fsm::fail_local(std::string reason) {
+fsm_result room_fsm::fail_local(std::string reason, failure_cause cause) {
   return conclude_failed(
-    kv_transfer_error{room_, std::move(reason), false, self_.id});
+    kv_transfer_error{room_, std::move(reason), false, self_.id, cause});
+}
+
+failure_cause room_fsm::timeout_cause() const noexcept {
+  switch (state_) {
+    case kv_poll::bootstrapping:
+      return failure_cause::timeout_bootstrapping;
+    case kv_poll::waiting_for_input:
+      return failure_cause::timeout_waiting;
+    default:
+      return failure_cause::timeout_transferring;
+  }
 }
 
 fsm_result room_fsm::fail_remote(const kv_transfer_error& err) {
@@ -114,7 +125,7 @@ fsm_result room_fsm::tick(uint64_t now_ms) {
     return fsm_result::ignored_terminal;
   if (!expired(now_ms))
     return fsm_result::unchanged;
-  return fail_local(timeout_reason(now_ms));
+  return fail_local(timeout_reason(now_ms), timeout_cause());
 }
 
 fsm_result room_fsm::clear() {

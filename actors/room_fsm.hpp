@@ -75,8 +75,11 @@ public:
   /// Concludes as Success.
   fsm_result succeed();
 
-  /// Concludes as Failed with this rank as the origin.
-  fsm_result fail_local(std::string reason);
+  /// Concludes as Failed with this rank as the origin, of class `cause`.
+  fsm_result fail_local(std::string reason, failure_cause cause);
+
+  /// The class of a timeout in the current state.
+  failure_cause timeout_cause() const noexcept;
 
   /// Concludes as Failed with a root cause from another rank; the origin's
   /// reason and rank are kept and `is_from_another_rank` is set.

@@ -638,7 +638,7 @@ int run_stress(int argc, char** argv) {
           violations.push_back({lr.id, rec.fault.rank,
                                 "Success reported over a flipped byte with integrity on"});
         for (auto& o : rec.outcomes)
-          if (o.error && classify(*o.error) != failure_cause::integrity)
+          if (o.error && o.error->cause != failure_cause::integrity)
             violations.push_back({lr.id, o.rank.id,
                                   "a flipped byte failed the room with another cause: "
                                     + o.error->failure_reason});

@@ -108,7 +108,8 @@ std::map<room_id, report_line> read_report(const std::string& path) {
     if (r.state == kv_poll::failed)
       r.error = kv_transfer_error{room, x.value("reason", std::string{}),
                                   x.value("from_another_rank", false),
-                                  x.value("origin_rank", rank_id{-1})};
+                                  x.value("origin_rank", rank_id{-1}),
+                                  failure_cause_named(x.value("cause", std::string{"other"}))};
     out[room] = std::move(r);
   }
   return out;
@@ -148,6 +149,7 @@ std::string report_json(const std::string& rank, rank_id id,
     if (r.error)
       out += ", \"origin_rank\": " + std::to_string(r.error->origin_rank)
              + ", \"from_another_rank\": " + (r.error->is_from_another_rank ? "true" : "false")
+             + ", \"cause\": " + str(to_string(r.error->cause))
              + ", \"reason\": " + str(r.error->failure_reason);
     if (!r.data_error.empty())
       out += ", \"data_error\": " + str(r.data_error);

@@ -25,6 +25,7 @@ std::string to_string(errc x) {
     case errc::unsupported: return "unsupported";
     case errc::unauthorized: return "unauthorized";
     case errc::incompatible: return "incompatible";
+    case errc::injected_fault: return "injected_fault";
   }
   return "errc(" + std::to_string(static_cast<int>(x)) + ")";
 }

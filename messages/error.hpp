@@ -31,6 +31,7 @@ enum class errc : uint8_t {
   unsupported,           ///< a combination kvroom does not implement
   unauthorized,          ///< a peer that did not prove membership
   incompatible,          ///< a layout that cannot be mapped onto its peers'
+  injected_fault,        ///< a failure the fault decorator injected (tests, stress)
 };
 
 /// Category atom under which `errc` is registered with CAF.

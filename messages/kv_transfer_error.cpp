@@ -15,7 +15,7 @@ bool operator==(const kv_transfer_error& x,
   return x.bootstrap_room == y.bootstrap_room
          && x.failure_reason == y.failure_reason
          && x.is_from_another_rank == y.is_from_another_rank
-         && x.origin_rank == y.origin_rank;
+         && x.origin_rank == y.origin_rank && x.cause == y.cause;
 }
 
 } // namespace kvroom

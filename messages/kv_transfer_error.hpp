@@ -5,6 +5,7 @@
 
 #include "caf/meta/type_name.hpp"
 
+#include "kvroom/messages/failure_cause.hpp"
 #include "kvroom/messages/ids.hpp"
 
 namespace kvroom {
@@ -18,12 +19,14 @@ struct kv_transfer_error {
   std::string failure_reason;
   bool is_from_another_rank = false;
   rank_id origin_rank = -1;
+  /// Its class, set where it was identified (metrics, JSON logs).
+  failure_cause cause = failure_cause::other;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_transfer_error& x) {
   return f(caf::meta::type_name("kvroom.kv_transfer_error"), x.bootstrap_room,
-           x.failure_reason, x.is_from_another_rank, x.origin_rank);
+           x.failure_reason, x.is_from_another_rank, x.origin_rank, x.cause);
 }
 
 /// `KVTransferError(bootstrap_room=N): reason`, SGLang's text form.

@@ -637,12 +637,15 @@ struct transfer_result {
   bool ok = false;
   std::string reason;
   uint64_t bytes = 0;
+  /// A failure's class: the data plane's (`transport`), or an injected
+  /// fault's (`fault`).
+  failure_cause cause = failure_cause::transport;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_result& x) {
   return f(caf::meta::type_name("kvroom.transfer_result"), x.room, x.job_id,
-           x.ok, x.reason, x.bytes);
+           x.ok, x.reason, x.bytes, x.cause);
 }
 
 } // namespace kvroom

@@ -86,7 +86,7 @@ py::object failure_of(room_handle& h) {
   if (!f)
     return py::none();
   return py::make_tuple(f->bootstrap_room, f->failure_reason, f->is_from_another_rank,
-                        f->origin_rank);
+                        f->origin_rank, to_string(f->cause));
 }
 
 /// A registered buffer: its address, size and page (or aux item) size.
@@ -403,7 +403,7 @@ PYBIND11_MODULE(_core, m) {
            [](handle& h) {
              auto f = h.group_failure();
              return py::make_tuple(f.bootstrap_room, f.failure_reason, f.is_from_another_rank,
-                                   f.origin_rank);
+                                   f.origin_rank, to_string(f.cause));
            })
       .def("abort", [](handle& h, const std::string& why) { check(h.abort(why)); },
            py::arg("reason") = "")

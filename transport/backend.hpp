@@ -136,6 +136,16 @@ public:
     return xfer_status::failed;
   }
 
+  /// True when the batch `id`, whose `poll` answered `failed`, failed by a
+  /// fault injected on purpose (the fault decorator: tests, `kvroom
+  /// stress`): its room's failure is then a `fault`, not the transport's.
+  /// Asked before `release`. (A `post` that fails says so by its error's
+  /// code: errc::injected_fault.)
+  virtual bool injected(xfer_id id) const {
+    static_cast<void>(id);
+    return false;
+  }
+
   /// Forgets a batch that reached `done` or `failed` after `in_progress`.
   virtual void release(xfer_id id) {
     static_cast<void>(id);

@@ -23,7 +23,7 @@ void failure_log::concluded(room_id room, kv_poll state, const kv_transfer_error
     e["rank_id"] = self_.id;
     e["origin_rank"] = err.origin_rank;
     e["propagated"] = err.is_from_another_rank;
-    e["cause"] = to_string(classify(err));
+    e["cause"] = to_string(err.cause);
     e["requested"] = requested;
     e["reason"] = err.failure_reason;
     return e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -55,7 +55,7 @@ void count_conclusion(manager_ptr self, const room_concluded& msg, uint64_t open
   auto secs = [&](uint64_t since) { return static_cast<double>(now - since) / 1000.0; };
   bool ok = msg.state == kv_poll::success;
   self->state.metrics->concluded(ok, !ok && msg.error.is_from_another_rank,
-                                 ok ? failure_cause::other : classify(msg.error),
+                                 ok ? failure_cause::other : msg.error.cause,
                                  opened_ms > 0 ? secs(opened_ms) : 0.0,
                                  msg.transfer_from_ms > 0 ? secs(msg.transfer_from_ms) : -1.0,
                                  msg.bytes, transport_index(msg.transport));
@@ -185,7 +185,7 @@ void carry_on_dead(manager_ptr self, room_id room, const room_directory::entry& 
   }
   run_dead(self, room, p.fail_local("room actor on " + to_string(mine) + " exited: "
                                       + caf::to_string(reason),
-                                    now));
+                                    failure_cause::other, now));
 }
 
 // -- destinations ----------------------------------------------------------------------

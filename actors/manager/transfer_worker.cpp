@@ -28,8 +28,14 @@ using job = transfer_worker_state::job;
 void flush_control(self_ptr self);
 void schedule_poll(self_ptr self);
 
-void reply(self_ptr self, const job& j, bool ok, std::string reason, uint64_t bytes) {
-  self->send(j.room, transfer_result{j.room_id_, j.job_id, ok, std::move(reason), bytes});
+void reply(self_ptr self, const job& j, bool ok, std::string reason, uint64_t bytes,
+           failure_cause cause = failure_cause::transport) {
+  self->send(j.room, transfer_result{j.room_id_, j.job_id, ok, std::move(reason), bytes, cause});
+}
+
+/// A failed post's class: an injected fault says so by its code.
+failure_cause cause_of(const caf::error& err) {
+  return is(err, errc::injected_fault) ? failure_cause::fault : failure_cause::transport;
 }
 
 /// Posts one job; false when the backend pushed back and it must wait.
@@ -42,7 +48,7 @@ bool post(self_ptr self, const job& j) {
       reply(self, j, true, {}, bytes);
       return true;
     case xfer_status::failed:
-      reply(self, j, false, describe(res.error), 0);
+      reply(self, j, false, describe(res.error), 0, cause_of(res.error));
       return true;
     case xfer_status::would_block:
       return false;
@@ -123,11 +129,14 @@ void progress(self_ptr self) {
       ++i;
       continue;
     }
+    auto cause = status == xfer_status::failed && st.data_plane->injected(x.id)
+                   ? failure_cause::fault
+                   : failure_cause::transport;
     st.data_plane->release(x.id);
     bool ok = status == xfer_status::done;
     self->send(x.room, transfer_result{x.room_id_, x.job_id, ok,
                                        ok ? std::string{} : reason,
-                                       ok ? x.bytes : 0});
+                                       ok ? x.bytes : 0, cause});
     st.active[i] = std::move(st.active.back());
     st.active.pop_back();
   }

@@ -36,7 +36,7 @@ void maybe_send_dst(self_ptr self) {
                              st.init.aux_index, st.init.state_indices);
     for (auto& s : st.sources)
       if (!dp->grant(core.params().room, s->rank.id, ranges)) {
-        core.fail_local("the data plane's grant table is full");
+        core.fail_local("the data plane's grant table is full", failure_cause::transport);
         return;
       }
   }
@@ -76,7 +76,7 @@ group_layouts(self_ptr self, const std::vector<std::shared_ptr<const rank_entry>
   for (auto& entry : group) {
     if (!entry->has_parallel) {
       self->state.core.fail_local("prefill " + to_string(entry->rank)
-                                  + " declares no parallel layout");
+                                  + " declares no parallel layout", failure_cause::bad_input);
       return {};
     }
     layouts.push_back(entry->parallel);
@@ -119,7 +119,7 @@ pick_sources(self_ptr self, const std::vector<std::shared_ptr<const rank_entry>>
                         + std::to_string(entry->rank.tp_size) + ", decode " + to_string(me)
                         + " has tp_size " + std::to_string(me.tp_size)
                         + " (head-sliced transfers need parallel layouts declared on the "
-                          "prefill side)");
+                          "prefill side)", failure_cause::bad_input);
         return {};
       }
       if (entry->rank.tp_rank == me.tp_rank)
@@ -141,14 +141,14 @@ pick_sources(self_ptr self, const std::vector<std::shared_ptr<const rank_entry>>
     auto implied = implied_layout(first, me.tp_size, me.tp_rank, mine.layout.kv);
     if (!implied) {
       core.fail_local("decode " + to_string(me) + " declares no parallel layout: "
-                      + describe(implied.error()));
+                      + describe(implied.error()), failure_cause::bad_input);
       return {};
     }
     st.layout = *implied;
   }
   auto m = map_decode_rank(layouts, st.layout);
   if (!m) {
-    core.fail_local(describe(m.error()));
+    core.fail_local(describe(m.error()), failure_cause::bad_input);
     return {};
   }
   st.mapping = *m;
@@ -342,13 +342,13 @@ void on_offer(self_ptr self, source_ready& msg) {
   constexpr size_t max_reads_per_source = 16;
   if (st.reads.size() >= max_reads_per_source * st.sources.size()) {
     core.fail_local("prefill " + to_string(src->rank) + " offered more than "
-                    + std::to_string(max_reads_per_source) + " reads per source at once");
+                    + std::to_string(max_reads_per_source) + " reads per source at once", failure_cause::other);
     return;
   }
   auto bad = check_offer(st, msg);
   if (!bad.empty()) {
     core.fail_local("prefill " + to_string(src->rank) + " offered reads this room cannot "
-                    "take: " + bad);
+                    "take: " + bad, failure_cause::other);
     return;
   }
   auto kind = [](int32_t device) { return device < 0 ? mem_kind::host : mem_kind::device; };
@@ -357,7 +357,7 @@ void on_offer(self_ptr self, source_ready& msg) {
                             memory_kinds{kind(msg.src_device_id), kind(msg.dst_device_id)});
   if (!paths) {
     core.fail_local("cannot reach prefill " + to_string(src->rank)
-                    + " to read from it: " + describe(paths.error()));
+                    + " to read from it: " + describe(paths.error()), failure_cause::transport);
     return;
   }
   read_job job;
@@ -411,7 +411,7 @@ void on_read(self_ptr self, const transfer_result& res) {
     // source hears, and only stops).
     core.fail_local("reading from prefill "
                     + (src ? to_string(src->rank) : "rank " + std::to_string(r.source))
-                    + " failed: " + res.reason);
+                    + " failed: " + res.reason, res.cause);
   }
   if (r.source_room)
     self->send(r.source_room, std::move(done));
@@ -449,7 +449,7 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
       }
       auto bad = check_init(st.core.params().self_entry->layout, msg);
       if (!bad.empty()) {
-        st.core.fail_local("bad receiver init: " + bad);
+        st.core.fail_local("bad receiver init: " + bad, failure_cause::bad_input);
         return;
       }
       st.initialized = true;

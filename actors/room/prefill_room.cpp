@@ -44,7 +44,7 @@ bool check_counts(self_ptr self) {
       continue;
     st.core.fail_local("decode rank " + to_string(t.dst.decode_rank) + " allocated "
                        + std::to_string(t.dst.kv_indices.size())
-                       + " pages but prefill declared " + std::to_string(st.declared_pages));
+                       + " pages but prefill declared " + std::to_string(st.declared_pages), failure_cause::bad_input);
     return false;
   }
   return true;
@@ -207,7 +207,7 @@ bool send_one_chunk(self_ptr self) {
   for (size_t i = 0; i < st.targets.size(); ++i) {
     if (auto err = plan_for(self, st.targets[i], q, batches)) {
       st.job_targets.resize(base);
-      core.fail_local(describe(err));
+      core.fail_local(describe(err), failure_cause::bad_input);
       return false;
     }
     st.job_targets.resize(base + batches.size(), i);
@@ -244,9 +244,10 @@ bool send_one_chunk(self_ptr self) {
         continue; // the decode rank reads it
       if (auto res = shortcut->try_post(batches[i])) {
         inline_done[i] = true;
-        done_here.push_back(transfer_result{room, first_id + i, !*res,
-                                            *res ? describe(*res) : std::string{},
-                                            *res ? 0 : batches[i].total_bytes()});
+        done_here.push_back(transfer_result{
+          room, first_id + i, !*res, *res ? describe(*res) : std::string{},
+          *res ? 0 : batches[i].total_bytes(),
+          is(*res, errc::injected_fault) ? failure_cause::fault : failure_cause::transport});
       }
     }
   }
@@ -283,31 +284,31 @@ void on_chunk(self_ptr self, sender_chunk& chunk) {
     return;
   }
   if (!st.initialized) {
-    core.fail_local("send before init");
+    core.fail_local("send before init", failure_cause::bad_input);
     return;
   }
   if (st.last_received) {
-    core.fail_local("chunk after the last chunk");
+    core.fail_local("chunk after the last chunk", failure_cause::bad_input);
     return;
   }
   auto n = chunk.kv_indices.size();
   if (!chunk.kv_buffers.empty() && st.mapped) {
     core.fail_local("a chunk of some KV buffers (a layer's) needs a room without declared "
-                    "parallel layouts: a mapped room moves every layer of its pages at once");
+                    "parallel layouts: a mapped room moves every layer of its pages at once", failure_cause::bad_input);
     return;
   }
   auto admitted = st.ledger->admit(n, chunk.kv_buffers, chunk.is_last);
   if (!admitted.error.empty()) {
-    core.fail_local(admitted.error);
+    core.fail_local(admitted.error, failure_cause::bad_input);
     return;
   }
   if (st.queued.size() >= core.params().max_queued_chunks) {
     core.fail_local("more than " + std::to_string(core.params().max_queued_chunks)
-                    + " chunks queued");
+                    + " chunks queued", failure_cause::bad_input);
     return;
   }
   if (!chunk.state_indices.empty() && !chunk.is_last) {
-    core.fail_local("state indices with a chunk that is not the last");
+    core.fail_local("state indices with a chunk that is not the last", failure_cause::bad_input);
     return;
   }
   if (chunk.is_last) {
@@ -315,7 +316,7 @@ void on_chunk(self_ptr self, sender_chunk& chunk) {
     auto& me = *core.params().self_entry;
     auto why = check_state_indices(me.layout, chunk.state_indices);
     if (!why.empty()) {
-      core.fail_local("bad send: " + why);
+      core.fail_local("bad send: " + why, failure_cause::bad_input);
       return;
     }
     st.state_indices = chunk.state_indices;
@@ -344,7 +345,7 @@ void resolve_role(self_ptr self) {
   std::vector<parallel_layout> layouts;
   for (auto& e : st.group) {
     if (!e->has_parallel) {
-      core.fail_local("prefill " + to_string(e->rank) + " declares no parallel layout");
+      core.fail_local("prefill " + to_string(e->rank) + " declares no parallel layout", failure_cause::bad_input);
       return;
     }
     layouts.push_back(e->parallel);
@@ -354,7 +355,7 @@ void resolve_role(self_ptr self) {
     return; // a rank of the group has not registered yet: the next push
   auto targets = prefill_targets(layouts, me.parallel, st.decode_tp);
   if (!targets) {
-    core.fail_local(describe(targets.error()));
+    core.fail_local(describe(targets.error()), failure_cause::bad_input);
     return;
   }
   st.role_known = true;
@@ -410,7 +411,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
   }
   if (!msg.peer) {
     core.fail_local("destination from unknown decode rank "
-                    + to_string(msg.info.decode_rank));
+                    + to_string(msg.info.decode_rank), failure_cause::bad_input);
     return;
   }
   auto& d = msg.info.decode_rank;
@@ -421,7 +422,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
                                   msg.peer->rank.tp_rank, msg.peer->layout.kv);
     if (!implied) {
       core.fail_local("decode " + to_string(d) + " declares no parallel layout: "
-                      + describe(implied.error()));
+                      + describe(implied.error()), failure_cause::bad_input);
       return;
     }
     auto peer = std::make_shared<rank_entry>(*msg.peer);
@@ -436,7 +437,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
         st.decode_tp = tp;
       if (st.early.size() >= static_cast<size_t>(std::max(st.decode_tp, 1))) {
         core.fail_local("more destinations than the decode TP size "
-                        + std::to_string(st.decode_tp));
+                        + std::to_string(st.decode_tp), failure_cause::bad_input);
         return;
       }
       st.early.push_back(std::move(msg));
@@ -445,7 +446,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
     }
     if (tp != st.decode_tp) {
       core.fail_local("decode " + to_string(d) + " has TP size " + std::to_string(tp)
-                      + ", this room was mapped for " + std::to_string(st.decode_tp));
+                      + ", this room was mapped for " + std::to_string(st.decode_tp), failure_cause::bad_input);
       return;
     }
   } else if (!st.role_known) {
@@ -454,7 +455,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
                       + std::to_string(d.tp_size) + " asks prefill "
                       + to_string(me) + " with tp_size "
                       + std::to_string(me.tp_size)
-                      + " (head-sliced transfers need parallel layouts declared on both sides)");
+                      + " (head-sliced transfers need parallel layouts declared on both sides)", failure_cause::bad_input);
       return;
     }
     st.role_known = true;
@@ -465,7 +466,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
                         [&](const prefill_target& x) { return x.tp_rank == d.tp_rank; });
   if (t == st.targets.end()) {
     core.fail_local("decode " + to_string(d) + " sent a destination to prefill " + to_string(me)
-                    + ", which the rank mapping gives no part of its pages");
+                    + ", which the rank mapping gives no part of its pages", failure_cause::bad_input);
     return;
   }
   if (t->has_dst) {
@@ -475,7 +476,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
       return;
     }
     core.fail_local("second decode destination " + to_string(d) + " (already serving "
-                    + to_string(t->dst.decode_rank) + ")");
+                    + to_string(t->dst.decode_rank) + ")", failure_cause::bad_input);
     return;
   }
   if (st.mapped) {
@@ -484,7 +485,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
       layouts.push_back(e->parallel);
     auto m = map_decode_rank(layouts, msg.peer->parallel);
     if (!m) {
-      core.fail_local("cannot map to decode " + to_string(d) + ": " + describe(m.error()));
+      core.fail_local("cannot map to decode " + to_string(d) + ": " + describe(m.error()), failure_cause::bad_input);
       return;
     }
     t->map = std::move(*m);
@@ -493,7 +494,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
     auto& dp = core.params().data_plane;
     if (!dp || !dp->caps().reads) {
       core.fail_local("decode " + to_string(d) + " pulls, and this rank's data plane serves no "
-                      "reads");
+                      "reads", failure_cause::transport);
       return;
     }
   }
@@ -503,7 +504,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
                             memory_kinds{kind(kv_device_id(core.params().self_entry->layout)),
                                          kind(kv_device_id(msg.peer->layout))});
   if (!paths) {
-    core.fail_local("cannot reach decode " + to_string(d) + ": " + describe(paths.error()));
+    core.fail_local("cannot reach decode " + to_string(d) + ": " + describe(paths.error()), failure_cause::transport);
     return;
   }
   t->endpoint = std::move(paths->front());
@@ -522,7 +523,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
     if (!aux_paths) {
       core.fail_local("cannot reach decode " + to_string(d) + " for aux (on "
                       + (aux_device_id(mine) < 0 ? "the host" : "a GPU")
-                      + " beside a KV cache elsewhere): " + describe(aux_paths.error()));
+                      + " beside a KV cache elsewhere): " + describe(aux_paths.error()), failure_cause::transport);
       return;
     }
     t->aux_endpoint = std::move(aux_paths->front());
@@ -544,7 +545,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
                       + to_string(st.targets.front().dst.decode_rank) + " holds "
                       + std::to_string(st.targets.front().dst.decode_prefix_len) + " tokens, "
                       + to_string(x.dst.decode_rank) + " "
-                      + std::to_string(x.dst.decode_prefix_len));
+                      + std::to_string(x.dst.decode_prefix_len), failure_cause::bad_input);
       return;
     }
   }
@@ -573,7 +574,7 @@ void on_result(self_ptr self, const transfer_result& res) {
     st.broken = true;
     st.queued.clear();
     core.fail_local("transfer to " + to_string(st.targets[target].dst.decode_rank)
-                    + " failed: " + res.reason);
+                    + " failed: " + res.reason, res.cause);
     return;
   }
   if (st.broken)
@@ -664,7 +665,7 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
           core.fail_local("aux index " + std::to_string(msg.aux_index)
                           + " out of range [0, "
                           + std::to_string(aux[b].num_pages())
-                          + ") in aux buffer " + std::to_string(b));
+                          + ") in aux buffer " + std::to_string(b), failure_cause::bad_input);
           return;
         }
       }

@@ -85,13 +85,13 @@ void room_core::advance(kv_poll next) {
   run(protocol_->advance(next, timing_.now()));
 }
 
-void room_core::fail_local(std::string reason, bool requested) {
+void room_core::fail_local(std::string reason, failure_cause cause, bool requested) {
   if (protocol_->concluded()) {
     logger()->debug("room {} on {}: local failure after conclusion ignored: {}",
                     params_.room, to_string(params_.self), reason);
     return;
   }
-  run(protocol_->fail_local(std::move(reason), timing_.now(), requested));
+  run(protocol_->fail_local(std::move(reason), cause, timing_.now(), requested));
 }
 
 void room_core::on_failed(const room_failed& msg) {
@@ -148,7 +148,7 @@ void room_core::fenced(rank_id prefill) {
 
 void room_core::abort(const std::string& reason) {
   auto by = "aborted by " + to_string(params_.self.side) + " scheduler";
-  fail_local(reason.empty() ? by : by + ": " + reason, true);
+  fail_local(reason.empty() ? by : by + ": " + reason, failure_cause::abort, true);
 }
 
 void room_core::reading(bool in_flight) {

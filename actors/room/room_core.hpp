@@ -122,7 +122,9 @@ public:
   }
 
   void advance(kv_poll next);
-  void fail_local(std::string reason, bool requested = false);
+  /// A failure identified here, of class `cause`; `requested` when the
+  /// scheduler asked for it (abort).
+  void fail_local(std::string reason, failure_cause cause, bool requested = false);
   void on_failed(const room_failed& msg);
   void prepare();
   /// Decider: a decode TP slot reported its part.

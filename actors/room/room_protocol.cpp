@@ -115,7 +115,7 @@ void room_protocol::conclude_failed(kv_transfer_error err, bool fan_out,
                                     room_effects& out) {
   err.bootstrap_room = fsm_.room();
   auto res = err.is_from_another_rank ? fsm_.fail_remote(err)
-                                      : fsm_.fail_local(err.failure_reason);
+                                      : fsm_.fail_local(err.failure_reason, err.cause);
   if (res != fsm_result::changed)
     return;
   awaiting_ = false;
@@ -158,12 +158,12 @@ void room_protocol::raise(kv_transfer_error err, bool requested,
   out.push_back(std::move(ev));
 }
 
-room_effects& room_protocol::fail_local(std::string reason, uint64_t now_ms,
-                                       bool requested) {
+room_effects& room_protocol::fail_local(std::string reason, failure_cause cause,
+                                       uint64_t now_ms, bool requested) {
   auto& out = fresh_effects();
   if (fsm_.concluded() || fsm_.cleared())
     return out;
-  raise(kv_transfer_error{fsm_.room(), std::move(reason), false, self_.id},
+  raise(kv_transfer_error{fsm_.room(), std::move(reason), false, self_.id, cause},
         requested, now_ms, out);
   return out;
 }
@@ -238,7 +238,7 @@ void room_protocol::count_slot(int32_t slot, int32_t slots, uint64_t now_ms,
     raise(kv_transfer_error{fsm_.room(),
                             "part confirmation sent to a rank that does not "
                             "decide the room",
-                            false, self_.id},
+                            false, self_.id, failure_cause::other},
           false, now_ms, out);
     return;
   }
@@ -252,7 +252,7 @@ void room_protocol::count_slot(int32_t slot, int32_t slots, uint64_t now_ms,
                               + std::to_string(slots) + " (room has "
                               + std::to_string(slots_done_.size())
                               + " slots)",
-                            false, self_.id},
+                            false, self_.id, failure_cause::other},
           false, now_ms, out);
     return;
   }
@@ -332,15 +332,16 @@ room_effects& room_protocol::source_finished(const source_report& r, uint64_t no
   release_writer(r.source, out);
   if (fsm_.concluded())
     return out;
-  auto fail = [&](std::string why) {
-    raise(kv_transfer_error{fsm_.room(), std::move(why), false, self_.id}, false, now_ms, out);
+  auto fail = [&](std::string why, failure_cause cause = failure_cause::other) {
+    raise(kv_transfer_error{fsm_.room(), std::move(why), false, self_.id, cause}, false, now_ms,
+          out);
   };
   if (std::find(sources_.begin(), sources_.end(), r.source) == sources_.end()) {
     fail("unexpected transfer confirmation from rank " + std::to_string(r.source));
     return out;
   }
   if (!r.damage.empty()) {
-    fail("integrity check failed: " + r.damage);
+    fail("integrity check failed: " + r.damage, failure_cause::integrity);
     return out;
   }
   if (r.pages != r.expected_pages) {
@@ -423,7 +424,7 @@ room_effects& room_protocol::peer_lost(const rank_ref& lost,
   release_writer(lost.id, out);
   if (fsm_.concluded() || !depends_on(lost))
     return out;
-  kv_transfer_error err{fsm_.room(), reason, true, lost.id};
+  kv_transfer_error err{fsm_.room(), reason, true, lost.id, failure_cause::peer_lost};
   if (decider_lost(lost)) {
     // Nobody is left to decide: every survivor concludes with the lost rank
     // as origin (one origin still), and fans out for ranks that cannot tell
@@ -472,13 +473,13 @@ room_effects& room_protocol::tick(uint64_t now_ms) {
                               "no commit from the room's decider within "
                                 + std::to_string(timing_.prepared_ms())
                                 + " ms after this rank's part was done",
-                              false, self_.id},
+                              false, self_.id, failure_cause::timeout_transferring},
             false, now_ms, out);
     return out;
   }
   if (fsm_.expired(now_ms))
     raise(kv_transfer_error{fsm_.room(), fsm_.timeout_reason(now_ms), false,
-                            self_.id},
+                            self_.id, fsm_.timeout_cause()},
           false, now_ms, out);
   return out;
 }
@@ -531,7 +532,7 @@ room_effects& room_protocol::clear(uint64_t now_ms) {
     conclude_failed(kv_transfer_error{fsm_.room(),
                                       "cleared by scheduler while "
                                         + to_string(fsm_.state()),
-                                      false, self_.id},
+                                      false, self_.id, failure_cause::abort},
                     true, true, now_ms, out);
   fsm_.clear();
   held_ = false;

@@ -256,7 +256,7 @@ public:
 
   /// A failure identified on this rank; `requested` when the scheduler asked
   /// for it (abort).
-  room_effects& fail_local(std::string reason, uint64_t now_ms,
+  room_effects& fail_local(std::string reason, failure_cause cause, uint64_t now_ms,
                           bool requested = false);
 
   /// A `room_failed` arrived. `decision_request`: rank `from` asks this rank

@@ -35,15 +35,19 @@ _POLL = tuple(sorted(KVPoll, key=int))
 
 class KVTransferError(Exception):
     """Why a room failed; ``str()`` is SGLang's form. Unlike SGLang, a
-    propagated failure still carries the origin's reason and rank."""
+    propagated failure still carries the origin's reason and rank, and its
+    class (``cause``: 'timeout_bootstrapping', 'peer_lost', 'transport',
+    'bad_input', 'abort', 'fault', 'integrity', ... 'other'), set where it
+    was identified."""
 
     def __init__(self, bootstrap_room, failure_reason, is_from_another_rank=False,
-                 origin_rank=-1):
+                 origin_rank=-1, cause="other"):
         super().__init__(failure_reason)
         self.bootstrap_room = bootstrap_room
         self.failure_reason = failure_reason
         self.is_from_another_rank = is_from_another_rank
         self.origin_rank = origin_rank
+        self.cause = cause
 
     def __str__(self):
         return f"KVTransferError(bootstrap_room={self.bootstrap_room}): {self.failure_reason}"

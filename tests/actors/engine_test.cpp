@@ -1236,8 +1236,8 @@ TEST_CASE("a byte flipped on its way fails the room with cause integrity, decode
   CHECK(x.prefill_error->origin_rank == x.decode_id);
   CHECK_FALSE(x.decode_error->is_from_another_rank);
   CHECK(x.prefill_error->is_from_another_rank);
-  CHECK(classify(*x.decode_error) == failure_cause::integrity);
-  CHECK(classify(*x.prefill_error) == failure_cause::integrity);
+  CHECK(x.decode_error->cause == failure_cause::integrity);
+  CHECK(x.prefill_error->cause == failure_cause::integrity);
   CHECK(x.decode_error->failure_reason.find("does not match") != std::string::npos);
   CHECK(x.prefill_error->failure_reason == x.decode_error->failure_reason);
 }

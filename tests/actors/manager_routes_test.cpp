@@ -50,7 +50,7 @@ TEST_CASE("room directory: a dead room is buried with its root cause once publis
   room_directory dir{8};
   auto me = make_rank(role::prefill, 0, 0, 0);
   auto& p = dir.carry(5, room_protocol{5, me, 0, timeouts(), 0});
-  (void) p.fail_local("actor exited", 10);
+  (void) p.fail_local("actor exited", failure_cause::other, 10);
   REQUIRE(dir.dead_size() == 1);
   dir.bury_dead(5);
   CHECK(dir.dead_size() == 0);

@@ -57,7 +57,7 @@ TEST_CASE("Failed overrides every non-terminal state") {
     auto fsm = make_fsm();
     if (st != kv_poll::bootstrapping)
       fsm.advance(st, 1001);
-    CHECK(fsm.fail_local("boom") == fsm_result::changed);
+    CHECK(fsm.fail_local("boom", failure_cause::other) == fsm_result::changed);
     CHECK(fsm.state() == kv_poll::failed);
     CHECK(fsm.deadline_ms() == 0);
     CHECK(fsm.failure().failure_reason == "boom");
@@ -70,15 +70,15 @@ TEST_CASE("Failed overrides every non-terminal state") {
 TEST_CASE("the first conclusion wins and keeps its first root cause") {
   SECTION("a second failure does not overwrite the first") {
     auto fsm = make_fsm();
-    fsm.fail_local("first");
+    fsm.fail_local("first", failure_cause::other);
     CHECK(fsm.fail_remote({42, "second", false, 9}) == fsm_result::ignored_terminal);
-    CHECK(fsm.fail_local("third") == fsm_result::ignored_terminal);
+    CHECK(fsm.fail_local("third", failure_cause::other) == fsm_result::ignored_terminal);
     CHECK(fsm.failure().failure_reason == "first");
     CHECK(fsm.failure().origin_rank == 5);
   }
   SECTION("a late Success after Failed stays Failed") {
     auto fsm = make_fsm();
-    fsm.fail_local("first");
+    fsm.fail_local("first", failure_cause::other);
     CHECK(fsm.succeed() == fsm_result::ignored_terminal);
     CHECK(fsm.state() == kv_poll::failed);
   }
@@ -87,7 +87,7 @@ TEST_CASE("the first conclusion wins and keeps its first root cause") {
     fsm.advance(kv_poll::transferring, 1001);
     CHECK(fsm.succeed() == fsm_result::changed);
     CHECK(fsm.fail_remote({42, "late", false, 9}) == fsm_result::ignored_terminal);
-    CHECK(fsm.fail_local("late") == fsm_result::ignored_terminal);
+    CHECK(fsm.fail_local("late", failure_cause::other) == fsm_result::ignored_terminal);
     CHECK(fsm.state() == kv_poll::success);
   }
   SECTION("no state change after conclusion") {
@@ -110,12 +110,12 @@ TEST_CASE("a propagated failure keeps the origin's reason and rank") {
 
 TEST_CASE("a cleared room ignores everything and cannot be resurrected") {
   auto fsm = make_fsm();
-  fsm.fail_local("first");
+  fsm.fail_local("first", failure_cause::other);
   CHECK(fsm.clear() == fsm_result::changed);
   CHECK(fsm.clear() == fsm_result::ignored_cleared);
   CHECK(fsm.advance(kv_poll::waiting_for_input, 1001) == fsm_result::ignored_cleared);
   CHECK(fsm.succeed() == fsm_result::ignored_cleared);
-  CHECK(fsm.fail_local("x") == fsm_result::ignored_cleared);
+  CHECK(fsm.fail_local("x", failure_cause::other) == fsm_result::ignored_cleared);
   CHECK(fsm.fail_remote({42, "y", false, 1}) == fsm_result::ignored_cleared);
   CHECK(fsm.tick(999999) == fsm_result::ignored_cleared);
   CHECK(fsm.state() == kv_poll::failed);

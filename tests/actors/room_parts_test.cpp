@@ -262,7 +262,7 @@ TEST_CASE("one interpreter: a proposal, an answer and a commit reach the port") 
   auto me = make_rank(role::prefill, 1, 2, 1);
   recording_port port;
   room_protocol p{room, me, 0, timeouts(), 0};
-  carry_out(room, me, p.fail_local("bad", 10), port);
+  carry_out(room, me, p.fail_local("bad", failure_cause::bad_input, 10), port);
   REQUIRE(port.calls.size() == 1);
   CHECK(port.calls[0] == "decider dp0 room_failed");
   room_effects fx{room_protocol::answer_cleared(false, {}, 100)};

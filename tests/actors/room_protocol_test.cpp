@@ -273,8 +273,8 @@ TEST_CASE("the same bad indices on every decode rank yield one origin") {
     // its own.
     auto first = order == 0 ? d0 : d1;
     auto second = order == 0 ? d1 : d0;
-    net.run(first, net.at(first).fail_local("bad receiver init: index 99", net.now));
-    net.run(second, net.at(second).fail_local("bad receiver init: index 99", net.now));
+    net.run(first, net.at(first).fail_local("bad receiver init: index 99", failure_cause::bad_input, net.now));
+    net.run(second, net.at(second).fail_local("bad receiver init: index 99", failure_cause::bad_input, net.now));
     CHECK(net.at(d0).awaiting_decision());
     CHECK(net.at(d1).awaiting_decision());
     CHECK(net.published(d0) == kv_poll::waiting_for_input);
@@ -293,14 +293,16 @@ TEST_CASE("simultaneous timeouts on every rank yield one origin") {
   net.settle();
   // The decider's own timeout came first.
   net.check_one_origin(p0);
+  for (auto id : {p0, p1, d0, d1})
+    CHECK(net.error(id).cause == failure_cause::timeout_transferring);
 }
 
 TEST_CASE("both sides aborting at once before their handshake yields one origin") {
   for (uint64_t seed = 1; seed <= 50; ++seed) {
     room_net net;
     std::mt19937_64 rng{seed};
-    net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", net.now, true));
-    net.run(p1, net.at(p1).fail_local("aborted by prefill scheduler", net.now, true));
+    net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
+    net.run(p1, net.at(p1).fail_local("aborted by prefill scheduler", failure_cause::abort, net.now, true));
     net.settle(&rng);
     net.check_one_origin();
   }
@@ -311,7 +313,7 @@ TEST_CASE("a failure racing the commit: whichever the decider sees first wins ev
     room_net net;
     net.transfer_all();
     net.part_done(p1, d1);
-    net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", net.now, true));
+    net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
     net.settle();
     // The last part arrives after the decision and changes nothing.
     net.run(p0, net.at(p0).part_done(0, 2, net.now));
@@ -325,7 +327,7 @@ TEST_CASE("a failure racing the commit: whichever the decider sees first wins ev
     net.part_done(p1, d1);
     net.part_done(p0, d0);
     // d1 is prepared and aborts before the commit reaches it.
-    net.run(d1, net.at(d1).fail_local("aborted by decode scheduler", net.now, true));
+    net.run(d1, net.at(d1).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
     net.settle();
     for (auto id : {p0, p1, d0, d1})
       CHECK(net.published(id) == kv_poll::success);
@@ -344,7 +346,7 @@ TEST_CASE("random fault sets in random message orders always end with one origin
     auto n = 1 + rng() % 4;
     for (size_t i = 0; i < n; ++i) {
       auto id = all[i];
-      net.run(id, net.at(id).fail_local("fault " + std::to_string(id), net.now));
+      net.run(id, net.at(id).fail_local("fault " + std::to_string(id), failure_cause::fault, net.now));
       // Some deliveries interleave with the faults.
       for (auto k = rng() % 3; k > 0 && net.queued() > 0; --k) {
         std::mt19937_64 pick{rng()};
@@ -361,7 +363,7 @@ TEST_CASE("decode holds Failed until the sender that got its pages fenced") {
   room_net net;
   net.auto_fence = false;
   net.transfer_all();
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
   net.settle();
   // Concluded, but prefill rank 0 may still be writing into d0's pages.
   CHECK(net.at(d0).state() == kv_poll::failed);
@@ -389,7 +391,7 @@ TEST_CASE("a lost sender is fenced by its loss") {
   room_net net;
   net.auto_fence = false;
   net.transfer_all();
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
   net.settle();
   CHECK(net.published(d0) == kv_poll::transferring);
   net.run(d0, net.at(d0).peer_lost(make_rank(role::prefill, 0, p0), "rank p0 lost", net.now));
@@ -401,7 +403,7 @@ TEST_CASE("a fence that never comes is published at its deadline, and says so") 
   room_net net;
   net.auto_fence = false;
   net.transfer_all();
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
   net.settle();
   net.now += net.at(d0).fence_ms() - 1;
   net.run(d0, net.at(d0).tick(net.now));
@@ -416,7 +418,7 @@ TEST_CASE("a sender that finished writing needs no fence") {
   room_net net;
   net.transfer_all();
   net.run(d0, net.at(d0).source_done(p0, net.now));
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
   net.settle();
   CHECK(net.published(d0) == kv_poll::failed);
 }
@@ -426,7 +428,7 @@ TEST_CASE("a pulling decode rank holds Failed until its own reads are over, past
   net.auto_fence = false;
   net.transfer_all();
   net.run(d0, net.at(d0).reading(true, net.now));
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
   net.settle();
   CHECK(net.at(d0).fence_held());
   // The sender stopped serving (its fence), but a read may still be landing.
@@ -447,7 +449,7 @@ TEST_CASE("a pulling decode rank whose sender's fence expires still waits for it
   net.auto_fence = false;
   net.transfer_all();
   net.run(d0, net.at(d0).reading(true, net.now));
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
   net.settle();
   net.now += net.at(d0).fence_ms();
   net.run(d0, net.at(d0).tick(net.now));
@@ -464,7 +466,7 @@ TEST_CASE("reads that end before the room concludes hold nothing") {
   net.run(d0, net.at(d0).reading(true, net.now));
   net.run(d0, net.at(d0).reading(false, net.now));
   net.run(d0, net.at(d0).source_done(p0, net.now));
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
   net.settle();
   CHECK(net.published(d0) == kv_poll::failed);
 }
@@ -475,7 +477,7 @@ TEST_CASE("without the fence the decode rank publishes at once (the sabotage a s
   room_net net{opts};
   net.auto_fence = false;
   net.transfer_all();
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
   net.settle();
   CHECK(net.published(d0) == kv_poll::failed);
 }
@@ -491,6 +493,7 @@ TEST_CASE("losing the decider fails the room with the lost rank as origin everyw
   CHECK(net.published(d1) == kv_poll::failed);
   CHECK(net.error(d1).origin_rank == p0);
   CHECK(net.error(d1).is_from_another_rank);
+  CHECK(net.error(d1).cause == failure_cause::peer_lost);
   CHECK(net.published(d0) == kv_poll::failed); // its writer was the lost rank
 }
 
@@ -506,6 +509,7 @@ TEST_CASE("losing another rank goes through the decider: one cause everywhere") 
     CHECK(net.published(id) == kv_poll::failed);
     CHECK(net.error(id).origin_rank == d1);
     CHECK(net.error(id).failure_reason == "rank d1 lost (seen by p0)");
+    CHECK(net.error(id).cause == failure_cause::peer_lost);
   }
 }
 
@@ -514,7 +518,7 @@ TEST_CASE("a sender that proposed a failure reports no part, whatever lands afte
   net.transfer_all();
   // Prefill rank 1's aux batch failed while its KV batch was still moving:
   // it proposes the failure to the decider...
-  net.run(p1, net.at(p1).fail_local("transfer to d1 failed: injected fault on aux data", net.now));
+  net.run(p1, net.at(p1).fail_local("transfer to d1 failed: injected fault on aux data", failure_cause::fault, net.now));
   REQUIRE(net.at(p1).awaiting_decision());
   // ...and the KV batch landing next makes no whole part of it.
   auto& fx = net.at(p1).all_written({written_part{make_rank(role::decode, 1, d1)}}, net.now);
@@ -526,7 +530,7 @@ TEST_CASE("a sender that proposed a failure reports no part, whatever lands afte
 
 TEST_CASE("an unanswered proposal concludes at the decision deadline with its own cause") {
   room_net net;
-  net.run(d1, net.at(d1).fail_local("bad receiver init", net.now));
+  net.run(d1, net.at(d1).fail_local("bad receiver init", failure_cause::bad_input, net.now));
   CHECK(net.at(d1).awaiting_decision());
   net.now += 999;
   net.run(d1, net.at(d1).tick(net.now));
@@ -536,6 +540,8 @@ TEST_CASE("an unanswered proposal concludes at the decision deadline with its ow
   CHECK(net.published(d1) == kv_poll::failed);
   CHECK_FALSE(net.error(d1).is_from_another_rank);
   CHECK(net.error(d1).failure_reason.find("gave no decision") != std::string::npos);
+  // The proposal's class stays: set where it was identified, not read back.
+  CHECK(net.error(d1).cause == failure_cause::bad_input);
 }
 
 TEST_CASE("clearing a live room concludes it at once and fans out") {
@@ -546,6 +552,7 @@ TEST_CASE("clearing a live room concludes it at once and fans out") {
   for (auto id : {p0, p1, d0}) {
     CHECK(net.published(id) == kv_poll::failed);
     CHECK(net.error(id).origin_rank == d1);
+    CHECK(net.error(id).cause == failure_cause::abort);
   }
 }
 
@@ -556,14 +563,37 @@ TEST_CASE("a part confirmation that does not fit the room fails it") {
   net.settle();
   net.check_one_origin(p0);
   CHECK(net.error(d0).failure_reason.find("decode TP slot 5 of 2") != std::string::npos);
+  CHECK(net.error(d0).cause == failure_cause::other);
 }
 
 TEST_CASE("without the decider the same fault on two ranks makes two origins (the sabotage a stress run catches)") {
   room_protocol::options opts;
   opts.one_decider = false;
   room_net net{opts};
-  net.run(d0, net.at(d0).fail_local("bad receiver init: index 99", net.now));
-  net.run(d1, net.at(d1).fail_local("bad receiver init: index 99", net.now));
+  net.run(d0, net.at(d0).fail_local("bad receiver init: index 99", failure_cause::bad_input, net.now));
+  net.run(d1, net.at(d1).fail_local("bad receiver init: index 99", failure_cause::bad_input, net.now));
   net.settle();
   CHECK(net.origins() == 2);
+}
+
+TEST_CASE("a failure's class travels with it to every rank, whatever its words") {
+  room_net net;
+  net.transfer_all();
+  // A reason that reads like another class: only the class set counts.
+  net.run(p1, net.at(p1).fail_local("timed out in Bootstrapping; aborted by; injected ",
+                                    failure_cause::transport, net.now));
+  net.settle();
+  net.check_one_origin(p1);
+  for (auto id : {p0, p1, d0, d1})
+    CHECK(net.error(id).cause == failure_cause::transport);
+}
+
+TEST_CASE("a room that times out before its peers came says so by its class") {
+  room_net net;
+  net.now += 5000;
+  for (auto id : {p0, p1, d0, d1})
+    net.run(id, net.at(id).tick(net.now));
+  net.settle();
+  for (auto id : {p0, p1, d0, d1})
+    CHECK(net.error(id).cause == failure_cause::timeout_bootstrapping);
 }

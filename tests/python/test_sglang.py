@@ -140,6 +140,8 @@ def test_a_failure_raises_kvtransfererror_with_the_origin(bootstrap):
     assert not mine.value.is_from_another_rank
     assert theirs.value.is_from_another_rank
     assert "aborted by prefill scheduler" == theirs.value.failure_reason
+    # The class, set where the failure was identified, reaches both.
+    assert mine.value.cause == theirs.value.cause == "abort"
     assert str(theirs.value).startswith("KVTransferError(bootstrap_room=202): ")
     sender.clear()
     receiver.clear()
@@ -159,6 +161,7 @@ def test_told_failed_by_the_group_before_kvroom_knows_is_from_another_rank(boots
         assert told.value.is_from_another_rank
         assert told.value.origin_rank == -1
         assert "failed on another rank" in told.value.failure_reason
+        assert told.value.cause == "other"
     assert receiver.poll() == KVPoll.WaitingForInput
     # Once the failure reached it, the same call carries the root cause.
     receiver.abort()

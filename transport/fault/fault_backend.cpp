@@ -100,10 +100,10 @@ post_result fault_backend::inject(fault_point point, const Batch& batch, Post po
   switch (point) {
     case fault_point::before_post:
       return post_result::failed(
-        make_error(errc::transport_error, "injected fault before post (room " + room + ")"));
+        make_error(errc::injected_fault, "injected fault before post (room " + room + ")"));
     case fault_point::on_aux:
       return post_result::failed(
-        make_error(errc::transport_error, "injected fault on aux data (room " + room + ")"));
+        make_error(errc::injected_fault, "injected fault on aux data (room " + room + ")"));
     case fault_point::slow: {
       auto id = next_own_++;
       delayed_.emplace(id, delayed{[post_inner, batch] { return post_inner(batch); },
@@ -189,6 +189,8 @@ xfer_status fault_backend::poll(xfer_id id, std::string& reason) {
   if (st == xfer_status::in_progress || st == xfer_status::failed)
     return st;
   auto room = std::to_string(i->second.room);
+  if (i->second.point != fault_point::stall)
+    i->second.fired = true;
   switch (i->second.point) {
     case fault_point::stall:
       return xfer_status::in_progress;
@@ -200,6 +202,14 @@ xfer_status fault_backend::poll(xfer_id id, std::string& reason) {
       break;
   }
   return xfer_status::failed;
+}
+
+bool fault_backend::injected(xfer_id id) const {
+  if (auto d = delayed_.find(id); d != delayed_.end())
+    return d->second.inner && inner_->injected(*d->second.inner);
+  if (auto d = doomed_.find(id); d != doomed_.end())
+    return d->second.fired || (d->second.inner && inner_->injected(*d->second.inner));
+  return inner_->injected(id);
 }
 
 bool fault_backend::refused(xfer_id id) const {

@@ -27,6 +27,7 @@ public:
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
   bool refused(xfer_id id) const override;
+  bool injected(xfer_id id) const override;
   std::vector<transport_control> take_control() override;
   caf::error on_control(const transport_control& msg) override;
   void set_notifier(std::function<void()> notify) override;
@@ -80,6 +81,8 @@ private:
     room_id room;
     fault_point point;
     std::optional<xfer_id> inner;
+    /// Its injected failure was reported (not one of the inner backend).
+    bool fired = false;
   };
   std::unordered_map<xfer_id, doomed> doomed_;
   /// `slow` batches: posted to the inner backend only once `due_ms` passed.

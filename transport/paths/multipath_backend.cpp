@@ -251,16 +251,20 @@ bool multipath_backend::pick(transfer& t, const slice& s, uint64_t now,
   return found;
 }
 
-void multipath_backend::give_up(transfer& t, std::string reason, bool refused) {
+void multipath_backend::give_up(transfer& t, std::string reason, bool refused, bool injected) {
   if (t.failed)
     return;
   t.failed = true;
   t.refused = refused;
+  t.injected = t.injected || injected;
   t.reason = std::move(reason);
 }
 
 void multipath_backend::slice_failed(transfer& t, slice& s, const std::string& why,
-                                     uint64_t now) {
+                                     uint64_t now, bool injected) {
+  // A path an injected fault failed is as failed as any; the transfer's
+  // failure, if it comes to that, is then the injector's.
+  t.injected = t.injected || injected;
   s.moving = false;
   s.tried[s.path] = true;
   t.why[s.path] = why;
@@ -283,7 +287,7 @@ multipath_backend::launched multipath_backend::launch(transfer& t, slice& s, uin
       for (size_t i = 0; i < t.paths.size(); ++i)
         if (s.tried[i])
           reason += (i == 0 ? " " : "; ") + describe_path(t.paths[i]) + ": " + t.why[i];
-      give_up(t, reason + ")", false);
+      give_up(t, reason + ")", false, false);
       return launched::exhausted;
     }
     s.batch.peer = t.paths[p];
@@ -311,10 +315,10 @@ multipath_backend::launched multipath_backend::launch(transfer& t, slice& s, uin
         break;
       case xfer_status::failed:
         if (!is_path_fault(res.error)) {
-          give_up(t, describe(res.error), true);
+          give_up(t, describe(res.error), true, false);
           return launched::exhausted;
         }
-        slice_failed(t, s, describe(res.error), now);
+        slice_failed(t, s, describe(res.error), now, is(res.error, errc::injected_fault));
         retry = true;
         failed_on = p;
         break;
@@ -331,6 +335,7 @@ xfer_status multipath_backend::advance(transfer& t, uint64_t now) {
     if (st == xfer_status::in_progress)
       continue;
     bool refused = st == xfer_status::failed && inner_->refused(s.inner);
+    bool injected = st == xfer_status::failed && inner_->injected(s.inner);
     inner_->release(s.inner);
     s.moving = false;
     if (st == xfer_status::done) {
@@ -340,9 +345,9 @@ xfer_status multipath_backend::advance(transfer& t, uint64_t now) {
       // One path: nothing to retry on; the failure still counts against it.
       if (!refused)
         path_failed(t.paths[s.path], now, why);
-      give_up(t, why, refused);
+      give_up(t, why, refused, injected);
     } else {
-      slice_failed(t, s, why, now);
+      slice_failed(t, s, why, now, injected);
     }
   }
   // Slices waiting for a path (their last failed, or the backend pushed
@@ -454,7 +459,9 @@ post_result multipath_backend::post(const write_batch& batch) {
   if (st == xfer_status::done)
     return post_result::done();
   if (st == xfer_status::failed)
-    return post_result::failed(make_error(t.refused ? errc::out_of_range : errc::transport_error,
+    return post_result::failed(make_error(t.refused    ? errc::out_of_range
+                                          : t.injected ? errc::injected_fault
+                                                       : errc::transport_error,
                                           reason));
   auto id = next_id_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> guard{table_mtx_};
@@ -511,6 +518,14 @@ bool multipath_backend::refused(xfer_id id) const {
   std::lock_guard<std::mutex> guard{table_mtx_};
   auto i = transfers_.find(id);
   return i != transfers_.end() && i->second.refused;
+}
+
+bool multipath_backend::injected(xfer_id id) const {
+  if (id & read_id_bit)
+    return inner_->injected(id & ~read_id_bit);
+  std::lock_guard<std::mutex> guard{table_mtx_};
+  auto i = transfers_.find(id);
+  return i != transfers_.end() && i->second.injected;
 }
 
 void multipath_backend::release(xfer_id id) {

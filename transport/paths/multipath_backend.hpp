@@ -49,6 +49,7 @@ public:
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
   bool refused(xfer_id id) const override;
+  bool injected(xfer_id id) const override;
   bool completes_inline(const write_batch& batch) const override;
   std::vector<transport_control> take_control() override;
   caf::error on_control(const transport_control& msg) override;
@@ -83,6 +84,8 @@ private:
     size_t cursor = 0;  ///< round robin over the paths of a tier
     bool failed = false;
     bool refused = false;
+    /// A failure of it was injected (the fault decorator's).
+    bool injected = false;
     std::string reason;
   };
   struct path_entry {
@@ -100,8 +103,8 @@ private:
   /// Path `p` for slice `s` (none tried by it or in `full`), or none left.
   bool pick(transfer& t, const slice& s, uint64_t now, const std::vector<bool>& full,
             size_t& p);
-  void slice_failed(transfer& t, slice& s, const std::string& why, uint64_t now);
-  void give_up(transfer& t, std::string reason, bool refused);
+  void slice_failed(transfer& t, slice& s, const std::string& why, uint64_t now, bool injected);
+  void give_up(transfer& t, std::string reason, bool refused, bool injected);
   /// Drives the transfer: polls what moves, relaunches what waits.
   xfer_status advance(transfer& t, uint64_t now);
   xfer_status outcome(const transfer& t, std::string& reason) const;

@@ -161,6 +161,11 @@ bool router_backend::refused(xfer_id id) const {
   return i < parts_.size() && parts_[i]->refused(id & ((xfer_id{1} << shift) - 1));
 }
 
+bool router_backend::injected(xfer_id id) const {
+  auto i = static_cast<size_t>(id >> shift);
+  return i < parts_.size() && parts_[i]->injected(id & ((xfer_id{1} << shift) - 1));
+}
+
 void router_backend::release(xfer_id id) {
   auto i = static_cast<size_t>(id >> shift);
   if (i < parts_.size())

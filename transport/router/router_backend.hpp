@@ -26,6 +26,7 @@ public:
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
   bool refused(xfer_id id) const override;
+  bool injected(xfer_id id) const override;
   bool completes_inline(const write_batch& batch) const override;
   bool enforces_grants() const override {
     for (auto& p : parts_)
