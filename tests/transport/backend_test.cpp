@@ -1004,3 +1004,29 @@ TEST_CASE("tcp: a batch refused for its room leaves the sender's other batches o
   CHECK(why1.find("grants rank 1 no pages") != std::string::npos);
   CHECK(std::memcmp(p.src.data() + 4096, p.dst.data() + 4096, 4096) == 0);
 }
+
+TEST_CASE("tcp: a batch the post already knows failed is answered failed, not in progress") {
+  buffer src("tcp", 4096, 7);
+  auto s = make_backend(backend_config{"tcp", 1, {}});
+  REQUIRE(s);
+  REQUIRE((*s)->register_memory(mem_desc{pair_of_ranks::addr(src), 4096, -1}));
+  // A port nothing listens on: bound, never listened to, then closed.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  socklen_t len = sizeof(a);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(fd);
+  write_batch b;
+  b.peer = (*s)->endpoint();
+  b.peer.owner = 2;
+  b.peer.address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  b.ops = {{pair_of_ranks::addr(src), 0x1000, 4096}};
+  auto res = (*s)->post(b);
+  CHECK(res.status == xfer_status::failed);
+  CHECK(is(res.error, errc::transport_error));
+  INFO(describe(res.error));
+  CHECK(describe(res.error).find("tcp to 127.0.0.1:") != std::string::npos);
+}

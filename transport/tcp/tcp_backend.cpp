@@ -573,7 +573,7 @@ caf::error tcp_backend::check_shape(const endpoint_desc& peer, int32_t device_a,
   return caf::none;
 }
 
-tcp_backend::connection* tcp_backend::connection_for(const endpoint_desc& peer, xfer_id id,
+tcp_backend::connection* tcp_backend::connection_for(const endpoint_desc& peer,
                                                      post_result& out) {
   auto& address = peer.address;
   std::string reason;
@@ -597,11 +597,22 @@ tcp_backend::connection* tcp_backend::connection_for(const endpoint_desc& peer, 
   }
   if (c != nullptr && out_.find(address) == out_.end())
     c = fresh(); // the connection failed while reading acks: start over
-  if (c == nullptr) {
-    posted_[id] = result{xfer_status::failed, "tcp to " + address + ": " + reason, address, 0};
-    out = post_result::in_progress(id);
-  }
+  if (c == nullptr)
+    out = post_result::failed(
+      make_error(errc::transport_error, "tcp to " + address + ": " + reason));
   return c;
+}
+
+post_result tcp_backend::posted_as(xfer_id id) {
+  auto r = posted_.find(id);
+  if (r == posted_.end() || r->second.status != xfer_status::failed)
+    return post_result::in_progress(id);
+  // A refused batch is the batch's fault, not the path's (another path
+  // would be refused too): a code `is_path_fault` says no to.
+  auto err = make_error(r->second.refused ? errc::out_of_range : errc::transport_error,
+                        r->second.reason);
+  posted_.erase(r);
+  return post_result::failed(std::move(err));
 }
 
 post_result tcp_backend::post(const write_batch& batch) {
@@ -618,12 +629,13 @@ post_result tcp_backend::post(const write_batch& batch) {
                        + region_table::range(batch.ops[i].src_addr, batch.ops[i].size_bytes)
                        + " is outside the sender's registered memory"));
   }
-  // From here on the batch has an id: a failure is reported by poll, with
-  // the connection's reason (a refusal read from the peer's ack included).
+  // From here on the batch has an id: a failure this post finds is answered
+  // at once (`posted_as`), a later one by poll, each with the connection's
+  // reason (a refusal read from the peer's ack included).
   auto id = next_xfer_++;
   auto& peer = batch.peer.address;
   post_result early;
-  auto* c = connection_for(batch.peer, id, early);
+  auto* c = connection_for(batch.peer, early);
   if (c == nullptr)
     return early;
   wire_header h{wire_magic, wire_version, 0, id, batch.tag,
@@ -655,7 +667,7 @@ post_result tcp_backend::post(const write_batch& batch) {
     if (posted_[id].status == xfer_status::in_progress)
       posted_[id] = result{xfer_status::failed, "tcp to " + peer + ": " + send_error, peer, 0};
   }
-  return post_result::in_progress(id);
+  return posted_as(id);
 }
 
 bool tcp_backend::serve_read(int fd, rank_id reader, uint64_t xfer, room_id room, uint64_t total,
@@ -715,7 +727,7 @@ post_result tcp_backend::post_read(const read_batch& batch) {
   auto id = next_xfer_++;
   auto& peer = batch.peer.address;
   post_result early;
-  auto* c = connection_for(batch.peer, id, early);
+  auto* c = connection_for(batch.peer, early);
   if (c == nullptr)
     return early;
   wire_header h{wire_magic, wire_read_version, 0, id, batch.tag,
@@ -732,7 +744,7 @@ post_result tcp_backend::post_read(const read_batch& batch) {
     auto send_error = sys_error("send");
     fail_connection(peer, send_error);
   }
-  return post_result::in_progress(id);
+  return posted_as(id);
 }
 
 void tcp_backend::land_read(connection& c, xfer_id id, pending_read& r) {

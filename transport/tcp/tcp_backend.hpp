@@ -148,14 +148,17 @@ private:
     std::deque<xfer_id> unacked;  ///< sent, in order, ack not applied yet
     std::string inbox;            ///< ack bytes read but not parsed yet
   };
+  /// What `post` answers for batch `id` it has just posted: `in_progress`,
+  /// or `failed` (and the id forgotten) when it already knows the batch
+  /// failed: a send that found the connection gone.
+  post_result posted_as(xfer_id id);
   connection* connection_to(const std::string& address, rank_id peer, std::string& reason);
   /// A batch's peer, memory kinds and op count (writes and reads alike).
   caf::error check_shape(const endpoint_desc& peer, int32_t device_a, int32_t device_b,
                          size_t ops, const char* batch, const char* what) const;
-  /// The connection batch `id` to `peer` goes on, ready for it; or null with
-  /// `out` set: would_block (nothing posted), or in progress with the
-  /// failure recorded for `poll`.
-  connection* connection_for(const endpoint_desc& peer, xfer_id id, post_result& out);
+  /// The connection a batch to `peer` goes on, ready for it; or null with
+  /// `out` set: would_block (nothing posted), or failed (no connection).
+  connection* connection_for(const endpoint_desc& peer, post_result& out);
   /// Reads what acks arrived (blocking: until none is outstanding); false
   /// when the connection failed, which fails every batch still on it.
   bool pump_acks(const std::string& address, bool block);
