@@ -8,6 +8,7 @@
 #include "caf/system_messages.hpp"
 
 #include "kvroom/actors/logging.hpp"
+#include "kvroom/messages/clock.hpp"
 
 namespace kvroom {
 
@@ -54,9 +55,7 @@ bool detail::forged_system_message(const caf::mailbox_element& x,
   // Called on the sender's thread (the middleman's, for a remote one):
   // nothing here may touch the receiving actor's state.
   auto total = forged_total.fetch_add(1, std::memory_order_relaxed) + 1;
-  auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-               .count();
+  auto now = static_cast<int64_t>(monotonic_ms());
   auto last = last_forged_log_ms.load(std::memory_order_relaxed);
   if (now - last >= 1000
       && last_forged_log_ms.compare_exchange_strong(last, now, std::memory_order_relaxed))

@@ -1,11 +1,12 @@
 #include "kvroom/transport/log.hpp"
 
-#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
+
+#include "kvroom/messages/clock.hpp"
 
 namespace kvroom::detail {
 
@@ -47,9 +48,7 @@ std::vector<std::pair<std::string, uint64_t>> limited_warning_counts() {
 void transport_warning_limited(const char* kind, const std::string& text) {
   auto& mtx = limited_mutex();
   auto& windows = limited_windows();
-  using namespace std::chrono;
-  auto now = static_cast<uint64_t>(
-    duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
+  auto now = monotonic_ms();
   uint64_t suppressed = 0;
   {
     // Called from connection threads: the table is shared, hence the lock.

@@ -11,18 +11,14 @@
 #include <chrono>
 #include <cstring>
 
-namespace kvroom::detail {
+#include "kvroom/messages/clock.hpp"
 
-uint64_t steady_ms() {
-  using namespace std::chrono;
-  return static_cast<uint64_t>(
-    duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
-}
+namespace kvroom::detail {
 
 bool exchange_by(int fd, void* buf, size_t len, uint64_t deadline_ms, bool sending) {
   auto* p = static_cast<char*>(buf);
   while (len > 0) {
-    auto now = steady_ms();
+    auto now = monotonic_ms();
     if (now >= deadline_ms)
       return false;
     pollfd pfd{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
@@ -54,7 +50,7 @@ int connect_one(int fd, const addrinfo& addr, uint64_t deadline_ms) {
   if (errno != EINPROGRESS && errno != EINTR)
     return errno;
   for (;;) {
-    auto now = steady_ms();
+    auto now = monotonic_ms();
     if (now >= deadline_ms)
       return ETIMEDOUT;
     pollfd pfd{fd, POLLOUT, 0};

@@ -7,6 +7,7 @@
 #include "caf/all.hpp"
 
 #include "kvroom/actors/logging.hpp"
+#include "kvroom/messages/clock.hpp"
 #include "kvroom/messages/error.hpp"
 
 namespace kvroom {
@@ -14,10 +15,6 @@ namespace kvroom {
 namespace {
 
 using self_ptr = counted_actor<bootstrap_registry_state>*;
-
-uint64_t now_ms() {
-  return monotonic_ms();
-}
 
 /// The directory as peers see it: managers with a control endpoint are
 /// reached over direct links, never through a handle this node relays.
@@ -107,7 +104,7 @@ caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
     [=](registry_hello& msg) -> caf::result<registry_challenge> {
       auto& sender = self->current_sender();
       auto out = self->state.door->hello(sender ? sender->address() : caf::actor_addr{},
-                                         msg.nonce, now_ms());
+                                         msg.nonce, monotonic_ms());
       if (!out)
         return refuse(self, static_cast<errc>(out.error().code()), describe(out.error()));
       return std::move(*out);
@@ -118,7 +115,7 @@ caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
       auto& entry = msg.entry;
       auto who = to_string(entry.rank);
       if (auto err = st.door->check(sender ? sender->address() : caf::actor_addr{}, msg,
-                                    now_ms()))
+                                    monotonic_ms()))
         return refuse(self, errc::unauthorized, describe(err));
       // The registrant is whoever answered the challenge, not what it claims.
       entry.manager = caf::actor_cast<caf::actor>(sender);

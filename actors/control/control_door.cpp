@@ -82,7 +82,7 @@ protected:
   // kernel's SYN retries, ~2 min, on a host that went away).
   caf::expected<caf::io::scribe_ptr> connect(const std::string& host, uint16_t port) override {
     std::string why;
-    auto fd = detail::connect_by(host, port, detail::steady_ms() + connect_ms, why);
+    auto fd = detail::connect_by(host, port, monotonic_ms() + connect_ms, why);
     if (fd < 0)
       return make_error(errc::unavailable, "control endpoint: " + why);
     auto res = pass_gate(fd, secret_, membership_gate::limits{}.deadline_ms);

@@ -11,15 +11,12 @@
 #include "kvroom/actors/manager/manager_peers.hpp"
 #include "kvroom/actors/manager/manager_send.hpp"
 #include "kvroom/actors/room/room_timing.hpp"
+#include "kvroom/messages/clock.hpp"
 #include "kvroom/messages/error.hpp"
 
 namespace kvroom::detail {
 
 namespace {
-
-uint64_t now_ms() {
-  return monotonic_ms();
-}
 
 std::chrono::milliseconds link_timeout(manager_ptr self) {
   return std::chrono::milliseconds(std::max<uint32_t>(self->state.limits.query_timeout_ms, 500));
@@ -44,7 +41,7 @@ void log_stranger(manager_ptr self, const std::string& text) {
   auto& st = self->state;
   ++st.counters.stranger_messages;
   st.metrics->stranger();
-  auto now = now_ms();
+  auto now = monotonic_ms();
   if (now - st.last_stranger_log_ms >= 1000) {
     logger()->warn("{}: {}{}", to_string(me(self)), text,
                    st.strangers_unlogged > 0
@@ -77,7 +74,7 @@ void registration_failed(manager_ptr self, caf::error err) {
   auto& st = self->state;
   // Many ranks starting at once can keep a registry (or etcd) from
   // answering one in time: try again, jittered, within the rank's window.
-  if (st.joining_rank && transient(err) && now_ms() + 200 < st.join_deadline_ms) {
+  if (st.joining_rank && transient(err) && monotonic_ms() + 200 < st.join_deadline_ms) {
     auto pause = 50 + st.link_rng() % 250;
     if (err == caf::sec::request_timeout && st.registry && st.registry_port != 0
         && st.registry.node() != self->node() && !self->home_system().has_openssl_manager()) {
@@ -142,7 +139,7 @@ void begin_link(manager_ptr self, rank_id id) {
     l.mine = make_nonce();
   l.peer = nullptr;
   l.finished = false;
-  l.started_ms = now_ms();
+  l.started_ms = monotonic_ms();
   l.retry_at_ms = 0;
   ++l.attempts;
   auto entry = l.entry;
@@ -155,13 +152,13 @@ void begin_link(manager_ptr self, rank_id id) {
         if (j == st.joining.end() || j->second.entry != entry)
           return;
         if (!ptr) {
-          j->second.retry_at_ms = now_ms() + 200;
+          j->second.retry_at_ms = monotonic_ms() + 200;
           logger()->debug("{}: nothing published at {} for rank {}", to_string(me(self)),
                           endpoint_text(*entry), id);
           return;
         }
         j->second.peer = caf::actor_cast<caf::actor>(std::move(ptr));
-        j->second.started_ms = now_ms(); // the handshake's clock starts now
+        j->second.started_ms = monotonic_ms(); // the handshake's clock starts now
         self->send(j->second.peer,
                    link_hello{me(self).id, st.self_entry->incarnation, j->second.mine});
       },
@@ -174,7 +171,7 @@ void begin_link(manager_ptr self, rank_id id) {
         // needs it, and they should not come back in step.
         auto cap = std::min<uint64_t>(1000, 50ull << std::min<uint32_t>(j->second.attempts, 5));
         auto backoff = cap / 2 + st.link_rng() % (cap / 2 + 1);
-        j->second.retry_at_ms = now_ms() + backoff;
+        j->second.retry_at_ms = monotonic_ms() + backoff;
         logger()->debug("{}: cannot link to rank {} at {} ({}), retrying in {} ms",
                         to_string(me(self)), id, endpoint_text(*entry),
                         self->system().render(err), backoff);
@@ -222,8 +219,8 @@ void start_registration(manager_ptr self) {
   // may take the rest of the window; a registry elsewhere within a link
   // timeout per try.
   auto timeout = link_timeout(self);
-  if (st.joining_rank && registry.node() == self->node() && st.join_deadline_ms > now_ms())
-    timeout = std::max(timeout, std::chrono::milliseconds(st.join_deadline_ms - now_ms()));
+  if (st.joining_rank && registry.node() == self->node() && st.join_deadline_ms > monotonic_ms())
+    timeout = std::max(timeout, std::chrono::milliseconds(st.join_deadline_ms - monotonic_ms()));
   self->request(registry, timeout, registry_hello{mine})
     .then(
       [=](registry_challenge& c) {
@@ -291,7 +288,7 @@ void reconnect_registry(manager_ptr self) {
       [=](caf::error& err) {
         auto& st = self->state;
         // A joining rank's window ends its tries; a joined one keeps trying.
-        if (st.joining_rank && now_ms() + 200 >= st.join_deadline_ms) {
+        if (st.joining_rank && monotonic_ms() + 200 >= st.join_deadline_ms) {
           st.joining_rank->deliver(std::move(err));
           st.joining_rank.reset();
           return;
@@ -323,7 +320,7 @@ void want_link(manager_ptr self, const std::shared_ptr<const rank_entry>& e) {
   if (id > me(self).id)
     begin_link(self, id);
   else
-    l.retry_at_ms = now_ms() + 20 + st.link_rng() % 100;
+    l.retry_at_ms = monotonic_ms() + 20 + st.link_rng() % 100;
 }
 
 void retry_links(manager_ptr self, uint64_t now) {
@@ -345,7 +342,7 @@ void retry_links(manager_ptr self, uint64_t now) {
 }
 
 void note_traffic(manager_ptr self, const caf::node_id& node) {
-  self->state.last_traffic_ms[node] = now_ms();
+  self->state.last_traffic_ms[node] = monotonic_ms();
 }
 
 namespace {
@@ -463,7 +460,7 @@ void on_link_hello(manager_ptr self, link_hello& msg) {
   kv_manager_state::incoming_link in{msg.from, msg.incarnation, msg.nonce, std::move(mine)};
   auto reply = link_reply{me(self).id, in.mine,
                           st.members->accept_proof(msg.nonce, in.mine, me(self).id, msg.from)};
-  if (!st.accepting->put(sender->address(), std::move(in), now_ms())) {
+  if (!st.accepting->put(sender->address(), std::move(in), monotonic_ms())) {
     log_stranger(self, "refused a link handshake: too many in progress");
     return;
   }
@@ -482,7 +479,7 @@ void on_link_reply(manager_ptr self, link_reply& msg) {
                                                                me(self).id))) {
     log_stranger(self, "rank " + std::to_string(msg.from) + " at " + endpoint_text(*l.entry)
                          + " failed to prove membership (a different deployment secret?)");
-    l.retry_at_ms = now_ms() + 1000;
+    l.retry_at_ms = monotonic_ms() + 1000;
     return;
   }
   st.trust->add(sender->node());
@@ -497,7 +494,7 @@ void on_link_finish(manager_ptr self, link_finish& msg) {
   auto sender = self->current_sender();
   if (!sender)
     return;
-  auto in = st.accepting->take(sender->address(), now_ms());
+  auto in = st.accepting->take(sender->address(), monotonic_ms());
   if (!in || in->from != msg.from)
     return;
   if (!membership::matches(msg.proof, st.members->join_proof(in->mine, in->theirs, in->from,

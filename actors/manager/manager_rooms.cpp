@@ -7,6 +7,7 @@
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/actors/manager/manager_links.hpp"
 #include "kvroom/actors/room/room_port.hpp"
+#include "kvroom/messages/clock.hpp"
 #include "kvroom/messages/failure_cause.hpp"
 
 namespace kvroom::detail {
@@ -14,10 +15,6 @@ namespace kvroom::detail {
 namespace {
 
 using route_t = room_directory::route_t;
-
-uint64_t now_ms() {
-  return room_timing::now();
-}
 
 // -- failure fan-out and the fence ------------------------------------------------
 
@@ -51,7 +48,7 @@ void start_fence(manager_ptr self, room_id room, const std::vector<rank_id>& tar
 
 /// The rank's metrics hear of a concluded room.
 void count_conclusion(manager_ptr self, const room_concluded& msg, uint64_t opened_ms) {
-  auto now = now_ms();
+  auto now = monotonic_ms();
   auto secs = [&](uint64_t since) { return static_cast<double>(now - since) / 1000.0; };
   bool ok = msg.state == kv_poll::success;
   self->state.metrics->concluded(ok, !ok && msg.error.is_from_another_rank,
@@ -166,7 +163,7 @@ void carry_on_dead(manager_ptr self, room_id room, const room_directory::entry& 
                    const caf::error& reason) {
   auto& st = self->state;
   auto& mine = me(self);
-  auto now = now_ms();
+  auto now = monotonic_ms();
   room_protocol::options opts;
   opts.fence = !st.chaos.no_fence;
   opts.one_decider = !st.chaos.local_decisions;
@@ -247,7 +244,7 @@ void on_opened(manager_ptr self, room_opened& msg) {
   room_directory::entry e;
   e.actor = msg.room_actor;
   e.prefill_dp = msg.prefill_dp;
-  e.opened_ms = now_ms();
+  e.opened_ms = monotonic_ms();
   auto& entry = st.rooms->open(room, msg.room_actor.id(), std::move(e));
   // A decode room needs its prefill group first: pushed now, not asked for;
   // a prefill room with a declared layout its group and the decode TP size.
@@ -326,7 +323,7 @@ void on_dst(manager_ptr self, dst_info& info) {
     refuse_dst(self, info, early->error);
     return;
   }
-  if (!st.parked->park_dst(info, now_ms()))
+  if (!st.parked->park_dst(info, monotonic_ms()))
     refuse_dst(self, info,
                kv_transfer_error{room,
                                  to_string(me(self)) + " holds "
@@ -354,7 +351,7 @@ void on_failed(manager_ptr self, room_failed& msg) {
       self->send(to.room->actor, std::move(msg));
       return;
     case route_t::dead:
-      run_dead(self, room, to.protocol->on_failure(msg.error, !msg.propagated, msg.from, now_ms()));
+      run_dead(self, room, to.protocol->on_failure(msg.error, !msg.propagated, msg.from, monotonic_ms()));
       return;
     case route_t::tombstone:
       if (!msg.propagated) {
@@ -384,7 +381,7 @@ void on_failed(manager_ptr self, room_failed& msg) {
   bool proposal = !msg.propagated;
   if (!proposal)
     refuse_parked_dsts(self, room, msg.error);
-  if (!st.parked->park_failure(std::move(msg), now_ms())) {
+  if (!st.parked->park_failure(std::move(msg), monotonic_ms())) {
     logger()->debug("{}: early failure for room {} dropped (parking full)",
                     to_string(me(self)), room);
     return;
@@ -401,7 +398,7 @@ void on_part(manager_ptr self, part_done& part) {
     return;
   }
   auto room = part.room;
-  if (to.where == route_t::tombstone || !st.parked->park_part(std::move(part), now_ms()))
+  if (to.where == route_t::tombstone || !st.parked->park_part(std::move(part), monotonic_ms()))
     logger()->debug("{}: part confirmation for room {} dropped", to_string(me(self)), room);
 }
 
@@ -413,12 +410,12 @@ void on_committed(manager_ptr self, room_committed& msg) {
       self->send(to.room->actor, msg);
       break;
     case route_t::dead:
-      run_dead(self, msg.room, to.protocol->committed(now_ms()));
+      run_dead(self, msg.room, to.protocol->committed(monotonic_ms()));
       break;
     case route_t::tombstone:
       break;
     case route_t::unknown:
-      if (!st.parked->park_commit(msg.room, now_ms()))
+      if (!st.parked->park_commit(msg.room, monotonic_ms()))
         logger()->debug("{}: early commit for room {} dropped (parking full)",
                         to_string(me(self)), msg.room);
       break;
@@ -433,7 +430,7 @@ void on_fenced(manager_ptr self, room_fenced& msg) {
     for (auto decode : st.rooms->end_fence(msg.room))
       send_fenced(self, msg.room, decode);
     if (auto* dead = st.rooms->dead(msg.room); dead && me(self).side == role::decode)
-      run_dead(self, msg.room, dead->reading(false, now_ms()));
+      run_dead(self, msg.room, dead->reading(false, monotonic_ms()));
     return;
   }
   auto to = st.rooms->route(msg.room);
@@ -441,7 +438,7 @@ void on_fenced(manager_ptr self, room_fenced& msg) {
     to.room->fences.push_back(msg.prefill_rank);
     self->send(to.room->actor, msg);
   } else if (to.where == route_t::dead) {
-    run_dead(self, msg.room, to.protocol->fenced(msg.prefill_rank, now_ms()));
+    run_dead(self, msg.room, to.protocol->fenced(msg.prefill_rank, monotonic_ms()));
   }
 }
 
@@ -456,7 +453,7 @@ void on_transfer_done(manager_ptr self, transfer_done& msg) {
   if (to.where == route_t::open)
     self->send(to.room->actor, msg);
   else if (to.where == route_t::dead)
-    run_dead(self, msg.room, to.protocol->source_done(msg.src_rank, now_ms()));
+    run_dead(self, msg.room, to.protocol->source_done(msg.src_rank, monotonic_ms()));
 }
 
 void on_source_ready(manager_ptr self, source_ready& msg) {
@@ -487,7 +484,7 @@ void route_to_decider(manager_ptr self, const decider_ref& group, caf::message p
   // Not registered yet (or gone): kept for the next directory update, at
   // most a bootstrap timeout; the waiting room's own deadline fails it.
   want_link(self, self->state.peers->listed_decider(group));
-  if (!self->state.parked->park_for_decider(group, std::move(payload), now_ms()))
+  if (!self->state.parked->park_for_decider(group, std::move(payload), monotonic_ms()))
     logger()->debug("{}: message for the decider of {} dp{} dropped (parking full)",
                     to_string(me(self)), to_string(group.side), group.dp_rank);
 }
@@ -513,7 +510,7 @@ void park_for_rank(manager_ptr self, rank_id id, caf::message msg) {
     return;
   }
   want_link(self, st.peers->listed(id));
-  if (!st.parked->park_for_rank(id, std::move(msg), now_ms()))
+  if (!st.parked->park_for_rank(id, std::move(msg), monotonic_ms()))
     logger()->debug("{}: message for rank {} dropped (parking full)", to_string(me(self)), id);
 }
 
@@ -524,7 +521,7 @@ void decide_unopened(manager_ptr self) {
   // by this manager for the room, so the asking rank is not left waiting:
   // the first failure heard of is the decision, fanned out to this group
   // and the whole other side, and kept should the room open.
-  auto now = now_ms();
+  auto now = monotonic_ms();
   for (auto& proposal : st.parked->take_proposals(now, st.timing.unopened_grace_ms())) {
     auto decision = std::move(proposal);
     decision.propagated = true;
@@ -585,7 +582,7 @@ void rooms_lost(manager_ptr self, const peer_lost& why) {
   // Concluded rooms hear too: a decode room holding Failed for this rank's
   // fence is fenced by its loss.
   st.rooms->for_each([&](room_id, const room_directory::entry& e) { self->send(e.actor, why); });
-  auto now = now_ms();
+  auto now = monotonic_ms();
   for (auto room : st.rooms->dead_rooms())
     if (auto* p = st.rooms->dead(room))
       run_dead(self, room, p->peer_lost(why.rank, why.reason, now));

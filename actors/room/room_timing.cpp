@@ -4,12 +4,6 @@
 
 namespace kvroom {
 
-uint64_t monotonic_ms() noexcept {
-  using namespace std::chrono;
-  return static_cast<uint64_t>(
-    duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
-}
-
 std::chrono::milliseconds room_timing::tick() const noexcept {
   auto& t = timeouts_;
   auto shortest = std::min({t.bootstrap_ms, t.waiting_ms, t.transferring_ms});

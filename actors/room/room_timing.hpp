@@ -4,12 +4,9 @@
 #include <cstdint>
 
 #include "kvroom/actors/room_fsm.hpp"
+#include "kvroom/messages/clock.hpp"
 
 namespace kvroom {
-
-/// Milliseconds of the steady clock, from any origin: the one clock every
-/// room deadline, parking window and link retry is measured on.
-uint64_t monotonic_ms() noexcept;
 
 /// Every time rule of a room and of the manager's room tables, derived from
 /// the rank's timeouts in one place. The room protocol and the tables take

@@ -43,7 +43,7 @@ struct listener {
 TEST_CASE("connect_by: a blocking socket connected to the listener") {
   listener l{4};
   std::string why;
-  int fd = connect_by("127.0.0.1", l.port, steady_ms() + 2000, why);
+  int fd = connect_by("127.0.0.1", l.port, kvroom::monotonic_ms() + 2000, why);
   REQUIRE(fd >= 0);
   CHECK(why.empty());
   CHECK((::fcntl(fd, F_GETFL) & O_NONBLOCK) == 0);
@@ -52,7 +52,7 @@ TEST_CASE("connect_by: a blocking socket connected to the listener") {
   char c = 'k';
   CHECK(::send(fd, &c, 1, 0) == 1);
   char got = 0;
-  CHECK(recv_by(peer, &got, 1, steady_ms() + 2000));
+  CHECK(recv_by(peer, &got, 1, kvroom::monotonic_ms() + 2000));
   CHECK(got == 'k');
   ::close(peer);
   ::close(fd);
@@ -65,10 +65,10 @@ TEST_CASE("connect_by: a closed port and an unknown host fail with the reason") 
     port = l.port;
   } // closed: nothing listens there now
   std::string why;
-  CHECK(connect_by("127.0.0.1", port, steady_ms() + 2000, why) < 0);
+  CHECK(connect_by("127.0.0.1", port, kvroom::monotonic_ms() + 2000, why) < 0);
   CHECK_THAT(why, Catch::Contains("refused"));
   why.clear();
-  CHECK(connect_by("no-such-host.invalid", 80, steady_ms() + 2000, why) < 0);
+  CHECK(connect_by("no-such-host.invalid", 80, kvroom::monotonic_ms() + 2000, why) < 0);
   CHECK_THAT(why, Catch::Contains("cannot resolve"));
 }
 
@@ -81,7 +81,7 @@ TEST_CASE("connect_by: a listener that drops SYNs costs the deadline, not the ke
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 16 && !timed_out; ++i) {
     std::string why;
-    int fd = connect_by("127.0.0.1", l.port, steady_ms() + 300, why);
+    int fd = connect_by("127.0.0.1", l.port, kvroom::monotonic_ms() + 300, why);
     if (fd >= 0) {
       held.push_back(fd);
     } else {

@@ -82,7 +82,7 @@ std::string gate_client::check(const std::string& proof) const {
 
 gate_outcome pass_gate(int fd, const deployment_secret& secret, uint32_t deadline_ms) {
   using detail::exchange_by;
-  auto deadline = detail::steady_ms() + deadline_ms;
+  auto deadline = monotonic_ms() + deadline_ms;
   auto late = "no answer from the endpoint's gate within " + std::to_string(deadline_ms)
               + " ms, or it closed";
   std::string hello(gate_wire::hello_size, '\0');

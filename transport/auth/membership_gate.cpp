@@ -13,16 +13,13 @@
 #include <cstring>
 #include <system_error>
 
+#include "kvroom/messages/clock.hpp"
 #include "kvroom/transport/log.hpp"
 #include "kvroom/transport/socket_io.hpp"
 
 namespace kvroom {
 
 namespace {
-
-int64_t now_ms() {
-  return static_cast<int64_t>(detail::steady_ms());
-}
 
 std::string peer_host(int fd) {
   sockaddr_storage sa{};
@@ -114,7 +111,7 @@ membership_gate::conn* membership_gate::take(int fd, pass_fn pass, std::string& 
   ++held_;
   ++per_host_[host];
   set_blocking(fd, false);
-  return new conn{fd, std::move(host), now_ms() + limits_.deadline_ms, make_(), std::move(pass)};
+  return new conn{fd, std::move(host), static_cast<int64_t>(monotonic_ms()) + limits_.deadline_ms, make_(), std::move(pass)};
 }
 
 void membership_gate::refuse_full(int fd, const std::string& why) {
@@ -160,7 +157,7 @@ void membership_gate::accept_all(std::vector<conn*>& held) {
     auto* c = take(fd, on_listener_, why);
     if (c == nullptr)
       refuse_full(fd, why);
-    else if (auto now = now_ms(); step(*c, POLLOUT, now) && step(*c, POLLIN, now))
+    else if (auto now = static_cast<int64_t>(monotonic_ms()); step(*c, POLLOUT, now) && step(*c, POLLIN, now))
       held.push_back(c); // hello sent, no answer yet
     else
       delete c; // passed, or refused: often a connect/close whose close is here already
@@ -262,7 +259,7 @@ void membership_gate::run() {
       incoming_.clear();
       listener = listener_;
     }
-    auto now = now_ms();
+    auto now = static_cast<int64_t>(monotonic_ms());
     int64_t timeout = 1000;
     fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
     fds.push_back(pollfd{listener, POLLIN, 0}); // fd -1: ignored by poll
@@ -278,7 +275,7 @@ void membership_gate::run() {
       uint64_t n;
       (void) !::read(wake_fd_, &n, sizeof(n));
     }
-    now = now_ms();
+    now = static_cast<int64_t>(monotonic_ms());
     std::vector<conn*> still;
     still.reserve(held.size());
     for (size_t i = 0; i < held.size(); ++i) {

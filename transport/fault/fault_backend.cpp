@@ -3,17 +3,12 @@
 #include <chrono>
 #include <cstdint>
 
+#include "kvroom/messages/clock.hpp"
 #include "kvroom/messages/error.hpp"
 
 namespace kvroom::detail {
 
 namespace {
-
-uint64_t now_ms() {
-  using namespace std::chrono;
-  return static_cast<uint64_t>(
-    duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
-}
 
 } // namespace
 
@@ -107,7 +102,7 @@ post_result fault_backend::inject(fault_point point, const Batch& batch, Post po
     case fault_point::slow: {
       auto id = next_own_++;
       delayed_.emplace(id, delayed{[post_inner, batch] { return post_inner(batch); },
-                                   now_ms() + plan_.slow_ms});
+                                   monotonic_ms() + plan_.slow_ms});
       return post_result::in_progress(id);
     }
     default: {
@@ -162,7 +157,7 @@ xfer_status fault_backend::poll(xfer_id id, std::string& reason) {
   if (auto d = delayed_.find(id); d != delayed_.end()) {
     auto& x = d->second;
     if (!x.posted) {
-      if (now_ms() < x.due_ms)
+      if (monotonic_ms() < x.due_ms)
         return xfer_status::in_progress;
       auto res = x.post();
       switch (res.status) {

@@ -4,18 +4,13 @@
 #include <chrono>
 #include <tuple>
 
+#include "kvroom/messages/clock.hpp"
 #include "kvroom/messages/error.hpp"
 #include "kvroom/transport/transport_table.hpp"
 
 namespace kvroom {
 
 namespace {
-
-uint64_t now_ms() {
-  using namespace std::chrono;
-  return static_cast<uint64_t>(
-    duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
-}
 
 std::string path_key(const endpoint_desc& ep) {
   return ep.transport + "/" + ep.address;
@@ -186,7 +181,7 @@ void multipath_backend::path_failed(const endpoint_desc& ep, uint64_t now,
 }
 
 std::vector<path_report> multipath_backend::paths() const {
-  auto now = now_ms();
+  auto now = monotonic_ms();
   std::lock_guard<std::mutex> guard{health_mtx_};
   std::vector<path_report> out;
   out.reserve(health_.size());
@@ -211,7 +206,7 @@ path_counters multipath_backend::counters() const {
   out.rests = get(rests_);
   out.sliced = get(sliced_);
   out.exhausted = get(exhausted_);
-  auto now = now_ms();
+  auto now = monotonic_ms();
   std::lock_guard<std::mutex> guard{health_mtx_};
   for (auto& kvp : health_)
     ++out.paths[static_cast<size_t>(kvp.second.health.state(now))];
@@ -378,7 +373,7 @@ xfer_status multipath_backend::outcome(const transfer& t, std::string& reason) c
 }
 
 post_result multipath_backend::post(const write_batch& batch) {
-  auto now = now_ms();
+  auto now = monotonic_ms();
   if (batch.alternates.empty()) {
     // One path: straight through, its outcome noted against the path.
     auto res = inner_->post(batch);
@@ -508,7 +503,7 @@ xfer_status multipath_backend::poll(xfer_id id, std::string& reason) {
     reason = "no transfer " + std::to_string(id) + " in progress";
     return xfer_status::failed;
   }
-  advance(*t, now_ms());
+  advance(*t, monotonic_ms());
   return outcome(*t, reason);
 }
 

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "kvroom/messages/clock.hpp"
 #include "kvroom/transport/log.hpp"
 #include "kvroom/transport/socket_io.hpp"
 #include "kvroom/transport/tcp/tcp_handshake.hpp"
@@ -82,15 +83,8 @@ bool send_all(int fd, const void* buf, size_t len, bool more = false) {
   return true;
 }
 
-uint64_t now_ms();
 
 using detail::recv_by;
-
-uint64_t now_ms() {
-  using namespace std::chrono;
-  return static_cast<uint64_t>(
-    duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
-}
 
 void set_timeouts(int fd, uint32_t ms) {
   timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
@@ -259,7 +253,7 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
       continue;
     if (n <= 0)
       break; // peer closed or idle past the timeout
-    auto deadline = now_ms() + io_timeout_ms_;
+    auto deadline = monotonic_ms() + io_timeout_ms_;
     if (!recv_by(fd, first + 1, sizeof(h) - 1, deadline))
       break;
     std::string bad;
@@ -450,7 +444,7 @@ tcp_backend::connection* tcp_backend::connection_to(const std::string& address, 
     return nullptr;
   }
   // The receiver's challenge, answered with this rank's proof.
-  auto why = tcp_prove(fd, secret_, owner_, peer, now_ms() + io_timeout_ms_);
+  auto why = tcp_prove(fd, secret_, owner_, peer, monotonic_ms() + io_timeout_ms_);
   if (!why.empty()) {
     reason = "tcp: " + address + " " + why;
     ::close(fd);
@@ -646,7 +640,7 @@ post_result tcp_backend::post(const write_batch& batch) {
   for (auto& op : batch.ops)
     ops.push_back(wire_op{op.dst_addr, op.size_bytes});
   c->unacked.push_back(id);
-  posted_[id] = result{xfer_status::in_progress, {}, peer, now_ms() + io_timeout_ms_};
+  posted_[id] = result{xfer_status::in_progress, {}, peer, monotonic_ms() + io_timeout_ms_};
   bool sent = send_all(c->fd, &h, sizeof(h), true) && send_all(c->fd, &key, sizeof(key), true)
               && send_all(c->fd, ops.data(), ops.size() * sizeof(wire_op), true);
   for (size_t i = 0; sent && i < batch.ops.size(); ++i)
@@ -738,7 +732,7 @@ post_result tcp_backend::post_read(const read_batch& batch) {
     ops.push_back(wire_op{op.remote_addr, op.size_bytes});
   c->unacked.push_back(id);
   reads_[id] = std::move(r);
-  posted_[id] = result{xfer_status::in_progress, {}, peer, now_ms() + io_timeout_ms_};
+  posted_[id] = result{xfer_status::in_progress, {}, peer, monotonic_ms() + io_timeout_ms_};
   if (!send_all(c->fd, &h, sizeof(h), true)
       || !send_all(c->fd, ops.data(), ops.size() * sizeof(wire_op))) {
     auto send_error = sys_error("send");
@@ -780,7 +774,7 @@ xfer_status tcp_backend::poll(xfer_id id, std::string& reason) {
     auto address = i->second.address;
     auto deadline = i->second.deadline_ms;
     if (pump_acks(address, false) && posted_[id].status == xfer_status::in_progress
-        && now_ms() >= deadline)
+        && monotonic_ms() >= deadline)
       fail_connection(address, "no ack within " + std::to_string(io_timeout_ms_) + " ms");
     i = posted_.find(id);
   }

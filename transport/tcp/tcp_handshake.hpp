@@ -61,7 +61,7 @@ private:
 };
 
 /// The sender's side on a connected socket: reads the challenge and
-/// answers it as `sender`, by `deadline_ms` (steady_ms). Empty when the
+/// answers it as `sender`, by `deadline_ms` (monotonic_ms). Empty when the
 /// proof was sent, else why not.
 std::string tcp_prove(int fd, const deployment_secret& secret, rank_id sender, rank_id receiver,
                       uint64_t deadline_ms);

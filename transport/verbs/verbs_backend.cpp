@@ -11,18 +11,13 @@
 #include <cstring>
 #include <random>
 
+#include "kvroom/messages/clock.hpp"
 #include "kvroom/messages/error.hpp"
 #include "kvroom/transport/log.hpp"
 
 namespace kvroom::detail {
 
 namespace {
-
-uint64_t now_ms() {
-  using namespace std::chrono;
-  return static_cast<uint64_t>(
-    duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count());
-}
 
 std::string errno_text(int err) {
   return std::strerror(err != 0 ? err : EIO);
@@ -433,7 +428,7 @@ caf::error verbs_backend::on_control(const transport_control& msg) {
     return h.error();
   auto& l = link_to(msg.from, msg.from_address);
   l.remote = std::move(h->regions);
-  auto r = l.fsm.on_hello(*h, now_ms());
+  auto r = l.fsm.on_hello(*h, monotonic_ms());
   run_steps(msg.from, l, r);
   drive(msg.from, l);
   return caf::none;
@@ -648,7 +643,7 @@ void verbs_backend::drive(rank_id peer, link& l) {
   if (l.queue.empty())
     return;
   if (l.fsm.state() != verbs::link_state::ready) {
-    auto r = l.fsm.need(now_ms());
+    auto r = l.fsm.need(monotonic_ms());
     run_steps(peer, l, r);
     if (l.fsm.state() != verbs::link_state::ready)
       return;

@@ -15,6 +15,7 @@
 #include "kvroom/actors/control/registration_door.hpp"
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/actors/room/room_timing.hpp"
+#include "kvroom/messages/clock.hpp"
 #include "kvroom/messages/error.hpp"
 
 namespace kvroom::detail {
@@ -168,10 +169,6 @@ struct etcd_directory_state {
 
 using self_ptr = caf::stateful_actor<etcd_directory_state>*;
 
-uint64_t now_ms() {
-  return monotonic_ms();
-}
-
 directory_update view(self_ptr self) {
   directory_update out;
   for (auto& kvp : self->state.table)
@@ -188,7 +185,7 @@ void broadcast(self_ptr self) {
 void note_unverified(self_ptr self, const caf::error& why) {
   auto& st = self->state;
   ++st.unverified;
-  auto now = now_ms();
+  auto now = monotonic_ms();
   if (now - st.last_unverified_log_ms >= 1000) {
     st.last_unverified_log_ms = now;
     logger()->warn("etcd directory: ignored {} ({} such entries so far)", describe(why),
@@ -292,13 +289,13 @@ void try_waiting(self_ptr self, rank_id id) {
     auto left = st.client->time_to_live(res.holder_lease);
     if (left) {
       w.holder_lease = res.holder_lease;
-      w.deadline_ms = now_ms() + static_cast<uint64_t>(std::max<int64_t>(*left, 0)) * 1000 + 1000;
+      w.deadline_ms = monotonic_ms() + static_cast<uint64_t>(std::max<int64_t>(*left, 0)) * 1000 + 1000;
     } else {
-      w.deadline_ms = std::max(w.deadline_ms, now_ms() + 1000);
+      w.deadline_ms = std::max(w.deadline_ms, monotonic_ms() + 1000);
     }
   }
-  if (res.error && ((res.held && now_ms() < w.deadline_ms)
-                    || (is(res.error, errc::unavailable) && now_ms() < w.give_up_ms))) {
+  if (res.error && ((res.held && monotonic_ms() < w.deadline_ms)
+                    || (is(res.error, errc::unavailable) && monotonic_ms() < w.give_up_ms))) {
     self->delayed_send(self, std::chrono::milliseconds(100 + st.rng() % 300), retry_atom::value,
                        id);
     return;
@@ -514,7 +511,7 @@ caf::behavior etcd_directory(caf::stateful_actor<etcd_directory_state>* self,
       // Only this process's managers register here.
       if (!sender || sender->node() != self->node())
         return make_error(errc::unauthorized, "registration from another process");
-      auto out = self->state.door->hello(sender->address(), msg.nonce, now_ms());
+      auto out = self->state.door->hello(sender->address(), msg.nonce, monotonic_ms());
       if (!out)
         return out.error();
       return std::move(*out);
@@ -524,7 +521,7 @@ caf::behavior etcd_directory(caf::stateful_actor<etcd_directory_state>* self,
       auto& sender = self->current_sender();
       if (!sender || sender->node() != self->node())
         return make_error(errc::unauthorized, "registration from another process");
-      if (auto err = st.door->check(sender->address(), msg, now_ms()))
+      if (auto err = st.door->check(sender->address(), msg, monotonic_ms()))
         return err;
       auto& entry = msg.entry;
       if (entry.control_port == 0)
@@ -541,8 +538,8 @@ caf::behavior etcd_directory(caf::stateful_actor<etcd_directory_state>* self,
       auto& w = st.waiting[id];
       w.entry = entry;
       w.promise = self->make_response_promise();
-      w.deadline_ms = now_ms() + static_cast<uint64_t>(st.ttl_s) * 1000 + 1000;
-      w.give_up_ms = now_ms() + st.opts.registration_timeout_ms;
+      w.deadline_ms = monotonic_ms() + static_cast<uint64_t>(st.ttl_s) * 1000 + 1000;
+      w.give_up_ms = monotonic_ms() + st.opts.registration_timeout_ms;
       auto promise = w.promise;
       try_waiting(self, id);
       return promise;
@@ -586,7 +583,7 @@ caf::expected<caf::actor> spawn_etcd_directory(caf::actor_system& sys,
   etcd_gateway client{opts.etcd};
   signed_entry_codec codec{sys, opts.prefix, members};
   auto ttl_s = std::max<int64_t>(2, (opts.lease_ttl_ms + 999) / 1000);
-  auto deadline = now_ms() + timeout_ms;
+  auto deadline = monotonic_ms() + timeout_ms;
   uint32_t backoff = 50;
   for (;;) {
     caf::error err;
@@ -603,7 +600,7 @@ caf::expected<caf::actor> spawn_etcd_directory(caf::actor_system& sys,
       err = std::move(lease.error());
     }
     if (is(err, errc::unauthorized) || is(err, errc::invalid_argument)
-        || is(err, errc::invalid_config) || now_ms() + backoff > deadline)
+        || is(err, errc::invalid_config) || monotonic_ms() + backoff > deadline)
       return make_error(static_cast<errc>(err.code()),
                         "etcd directory: " + describe(err));
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff));
