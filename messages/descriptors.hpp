@@ -180,9 +180,9 @@ typename Inspector::result_type inspect(Inspector& f, write_op& x) {
 }
 
 /// What a data-plane backend posts at once: every write of one chunk of one
-/// room to one peer. `tag` names the room for diagnostics and fault plans.
+/// room to one peer. `room` names it for diagnostics, grants and fault plans.
 struct write_batch {
-  room_id tag = 0;
+  room_id room = 0;
   endpoint_desc peer;
   /// Other paths to the same peer, after `peer` in the sender's preference
   /// (the nearest transport first): the rank's path layer spreads the batch
@@ -205,7 +205,7 @@ struct write_batch {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, write_batch& x) {
-  return f(caf::meta::type_name("kvroom.write_batch"), x.tag, x.peer, x.alternates, x.key,
+  return f(caf::meta::type_name("kvroom.write_batch"), x.room, x.peer, x.alternates, x.key,
            x.ops, x.src_device_id, x.dst_device_id, x.aux_ops);
 }
 
@@ -224,10 +224,10 @@ typename Inspector::result_type inspect(Inspector& f, read_op& x) {
 
 /// What a data-plane backend reads at once (a pull: the decode rank reads
 /// what its prefill granted it): every read of one chunk of one room from
-/// one peer. `tag` names the room: a peer that serves reads itself admits
+/// one peer. `room` names it: a peer that serves reads itself admits
 /// them only inside what it granted this rank for that room.
 struct read_batch {
-  room_id tag = 0;
+  room_id room = 0;
   endpoint_desc peer;
   std::vector<read_op> ops;
   /// Device of the peer's memory (-1: host); one kind per batch.
@@ -240,7 +240,7 @@ struct read_batch {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, read_batch& x) {
-  return f(caf::meta::type_name("kvroom.read_batch"), x.tag, x.peer, x.ops, x.remote_device_id,
+  return f(caf::meta::type_name("kvroom.read_batch"), x.room, x.peer, x.ops, x.remote_device_id,
            x.local_device_id);
 }
 

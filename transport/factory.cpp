@@ -16,7 +16,7 @@ backend::~backend() {
 post_result backend::post_read(const read_batch& batch) {
   return post_result::failed(make_error(errc::unsupported,
                                         name() + " backend does not read from peers (room "
-                                          + std::to_string(batch.tag) + ")"));
+                                          + std::to_string(batch.room) + ")"));
 }
 
 caf::error backend::on_control(const transport_control& msg) {

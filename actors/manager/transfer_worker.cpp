@@ -30,7 +30,7 @@ void schedule_poll(self_ptr self);
 
 void reply(self_ptr self, const job& j, bool ok, std::string reason, uint64_t bytes,
            failure_cause cause = failure_cause::transport) {
-  self->send(j.room, transfer_result{j.room_id_, j.job_id, ok, std::move(reason), bytes, cause});
+  self->send(j.reply_to, transfer_result{j.room, j.job_id, ok, std::move(reason), bytes, cause});
 }
 
 /// A failed post's class: an injected fault says so by its code.
@@ -53,7 +53,7 @@ bool post(self_ptr self, const job& j) {
     case xfer_status::would_block:
       return false;
     case xfer_status::in_progress:
-      st.active.push_back({j.room, j.room_id_, j.job_id, bytes, res.id,
+      st.active.push_back({j.reply_to, j.room, j.job_id, bytes, res.id,
                            monotonic_ms() + st.job_timeout_ms});
       return true;
   }
@@ -64,7 +64,7 @@ bool post(self_ptr self, const job& j) {
 /// jobs waiting on back-pressure, or refused when the queue is full.
 void take(self_ptr self, job j) {
   auto& st = self->state;
-  if (!j.room)
+  if (!j.reply_to)
     return;
   if (st.active.size() + st.waiting.size() >= st.max_jobs) {
     reply(self, j, false, "transfer queue full (" + std::to_string(st.max_jobs) + " jobs)", 0);
@@ -96,7 +96,7 @@ void schedule_poll(self_ptr self) {
 
 bool has_active(const transfer_worker_state& st, room_id room) {
   return std::any_of(st.active.begin(), st.active.end(),
-                     [&](const auto& x) { return x.room_id_ == room; });
+                     [&](const auto& x) { return x.room == room; });
 }
 
 /// Answers every fence whose room has no batch moving any more.
@@ -134,7 +134,7 @@ void progress(self_ptr self) {
                    : failure_cause::transport;
     st.data_plane->release(x.id);
     bool ok = status == xfer_status::done;
-    self->send(x.room, transfer_result{x.room_id_, x.job_id, ok,
+    self->send(x.reply_to, transfer_result{x.room, x.job_id, ok,
                                        ok ? std::string{} : reason,
                                        ok ? x.bytes : 0, cause});
     st.active[i] = std::move(st.active.back());
@@ -163,16 +163,16 @@ caf::behavior transfer_worker(counted_actor<transfer_worker_state>* self,
   return {
     [=](transfer_job& work) {
       job j;
-      j.room = caf::actor_cast<caf::actor>(self->current_sender());
-      j.room_id_ = work.room;
+      j.reply_to = caf::actor_cast<caf::actor>(self->current_sender());
+      j.room = work.room;
       j.job_id = work.job_id;
       j.write = std::move(work.batch);
       take(self, std::move(j));
     },
     [=](read_job& work) {
       job j;
-      j.room = caf::actor_cast<caf::actor>(self->current_sender());
-      j.room_id_ = work.room;
+      j.reply_to = caf::actor_cast<caf::actor>(self->current_sender());
+      j.room = work.room;
       j.job_id = work.job_id;
       j.is_read = true;
       j.read = std::move(work.batch);
@@ -184,7 +184,7 @@ caf::behavior transfer_worker(counted_actor<transfer_worker_state>* self,
       auto& st = self->state;
       auto& ws = st.waiting;
       ws.erase(std::remove_if(ws.begin(), ws.end(),
-                              [&](const auto& j) { return j.room_id_ == msg.room; }),
+                              [&](const auto& j) { return j.room == msg.room; }),
                ws.end());
       if (std::find(st.fences.begin(), st.fences.end(), msg.room) == st.fences.end())
         st.fences.push_back(msg.room);

@@ -18,8 +18,9 @@ namespace kvroom {
 struct transfer_worker_state {
   /// A write batch (a push) or a read batch (a pull) of one room.
   struct job {
-    caf::actor room;
-    room_id room_id_ = 0;
+    /// The room actor that hears the job's result.
+    caf::actor reply_to;
+    room_id room = 0;
     uint64_t job_id = 0;
     bool is_read = false;
     write_batch write;
@@ -30,8 +31,9 @@ struct transfer_worker_state {
     }
   };
   struct in_flight {
-    caf::actor room;
-    room_id room_id_ = 0;
+    /// The room actor that hears the job's result.
+    caf::actor reply_to;
+    room_id room = 0;
     uint64_t job_id = 0;
     uint64_t bytes = 0;
     xfer_id id = 0;

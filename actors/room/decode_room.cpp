@@ -363,7 +363,7 @@ void on_offer(self_ptr self, source_ready& msg) {
   read_job job;
   job.room = core.params().room;
   job.job_id = st.next_read++;
-  job.batch.tag = job.room;
+  job.batch.room = job.room;
   job.batch.peer = std::move(paths->front());
   st.read_transport = job.batch.peer.transport;
   job.batch.remote_device_id = msg.src_device_id;

@@ -109,7 +109,7 @@ caf::error plan_for(self_ptr self, prefill_target& t, const prefill_room_state::
                                                 + describe(ops.error()));
   if (st.hashing)
     t.written.insert(t.written.end(), ops->begin(), ops->end());
-  batch.tag = core.params().room;
+  batch.room = core.params().room;
   batch.peer = t.endpoint;
   batch.alternates = t.alternates;
   batch.ops = std::move(*ops);
@@ -119,7 +119,7 @@ caf::error plan_for(self_ptr self, prefill_target& t, const prefill_room_state::
   if (t.aux_apart && batch.aux_ops > 0) {
     // The aux writes are the batch's last (plan_part keeps them there).
     write_batch aux;
-    aux.tag = batch.tag;
+    aux.room = batch.room;
     aux.peer = t.aux_endpoint;
     aux.alternates = t.aux_alternates;
     aux.ops.assign(batch.ops.end() - batch.aux_ops, batch.ops.end());

@@ -126,7 +126,7 @@ TEST_CASE("every message type round-trips through CAF's binary serializer") {
   auto actor = sys->spawn([] { return caf::behavior{[](int) {}}; });
   kv_transfer_error err{77, "injected fault before post (room 77)", true, 3};
   write_batch batch;
-  batch.tag = 77;
+  batch.room = 77;
   batch.peer = endpoint_desc{"shm", "12", 99, 65536, {shm_region{0x1000, 4096, "/kvroom-1-0", 64}}, {device_region{0x2000, 512, 1, std::string(64, 'h'), 128}}};
   batch.ops = {{0x1000, 0x2000, 4096}, {0x3000, 0x4000, 64}};
   batch.aux_ops = 1;

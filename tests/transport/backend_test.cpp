@@ -125,7 +125,7 @@ struct pair_of_ranks {
     receiver = std::move(*r);
     REQUIRE(sender->register_memory(mem_desc{addr(src), bytes, -1}));
     REQUIRE(receiver->register_memory(mem_desc{addr(dst), bytes, -1}));
-    // The rooms (batch tags) these tests use may write all of dst, and
+    // The rooms (batch rooms) these tests use may write all of dst, and
     // rank 2 may pull all of src from rank 1 (the read tests).
     for (room_id room = 0; room < 16; ++room) {
       REQUIRE(receiver->grant(room, 1, {byte_range{addr(dst), bytes}}));
@@ -144,9 +144,9 @@ struct pair_of_ranks {
     return reinterpret_cast<uint64_t>(xs.data());
   }
 
-  write_batch batch(std::vector<write_op> ops, room_id tag = 1) {
+  write_batch batch(std::vector<write_op> ops, room_id room = 1) {
     write_batch out;
-    out.tag = tag;
+    out.room = room;
     out.peer = receiver->endpoint();
     out.ops = std::move(ops);
     return out;
@@ -261,9 +261,9 @@ std::vector<std::string> reading_backends() {
 
 /// A read of `ops` by `p.receiver` (rank 2, the puller) from `p.sender`'s
 /// memory (rank 1), driven to its end.
-std::pair<bool, std::string> pull(pair_of_ranks& p, std::vector<read_op> ops, room_id tag = 1) {
+std::pair<bool, std::string> pull(pair_of_ranks& p, std::vector<read_op> ops, room_id room = 1) {
   read_batch b;
-  b.tag = tag;
+  b.room = room;
   b.peer = p.sender->endpoint();
   b.ops = std::move(ops);
   std::string reason;
@@ -361,7 +361,7 @@ TEST_CASE("a backend that does not read says so, naming itself") {
       continue;
     INFO("backend " << name);
     read_batch b;
-    b.tag = 5;
+    b.room = 5;
     b.peer = (*be)->endpoint();
     auto res = (*be)->post_read(b);
     CHECK(res.status == xfer_status::failed);

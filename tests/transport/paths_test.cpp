@@ -99,7 +99,7 @@ TEST_CASE("a batch sent to a resting path as the last resort does not extend its
 
 TEST_CASE("slice_batch cuts a batch into equal byte shares, aux writes last in each") {
   write_batch b;
-  b.tag = 7;
+  b.room = 7;
   b.ops = {{0x1000, 0x9000, 300}, {0x2000, 0xa000, 300}, {0x3000, 0xb000, 100}};
   b.aux_ops = 1;
   auto xs = slice_batch(b, 2, 40);
@@ -123,7 +123,7 @@ TEST_CASE("slice_batch cuts a batch into equal byte shares, aux writes last in e
   uint64_t next = 0;
   for (auto& x : xs)
     for (auto& op : x.ops) {
-      CHECK(x.tag == 7);
+      CHECK(x.room == 7);
       next += op.size_bytes;
     }
   CHECK(next == 700);
@@ -209,7 +209,7 @@ struct rig {
 
   static write_batch batch(uint64_t bytes, std::vector<std::string> addresses) {
     write_batch b;
-    b.tag = 9;
+    b.room = 9;
     b.peer = endpoint_desc{"tcp", addresses.front(), 0, 2};
     for (size_t i = 1; i < addresses.size(); ++i)
       b.alternates.push_back(endpoint_desc{"tcp", addresses[i], 0, 2});

@@ -67,14 +67,14 @@ bool fault_backend::on_faulty_path(const endpoint_desc& peer) const {
   return false;
 }
 
-std::optional<fault_point> fault_backend::selects(room_id tag, const endpoint_desc& peer,
+std::optional<fault_point> fault_backend::selects(room_id room, const endpoint_desc& peer,
                                                   bool has_aux) {
   if (on_faulty_path(peer)) {
     std::uniform_real_distribution<double> dist{0.0, 1.0};
     if (plan_.path_probability >= 1.0 || dist(rng_) < plan_.path_probability)
       return plan_.path_point;
   }
-  auto i = rooms_.find(tag);
+  auto i = rooms_.find(room);
   auto point = i != rooms_.end() ? i->second : plan_.point;
   if (point == fault_point::on_aux && !has_aux)
     return std::nullopt;
@@ -91,7 +91,7 @@ std::optional<fault_point> fault_backend::selects(room_id tag, const endpoint_de
 
 template <class Batch, class Post>
 post_result fault_backend::inject(fault_point point, const Batch& batch, Post post_inner) {
-  auto room = std::to_string(batch.tag) + (plan_.paths.empty() ? "" : " on " + batch.peer.address);
+  auto room = std::to_string(batch.room) + (plan_.paths.empty() ? "" : " on " + batch.peer.address);
   switch (point) {
     case fault_point::before_post:
       return post_result::failed(
@@ -113,7 +113,7 @@ post_result fault_backend::inject(fault_point point, const Batch& batch, Post po
       if (res.status == xfer_status::failed || res.status == xfer_status::would_block)
         return res;
       auto id = next_own_++;
-      doomed d{batch.tag, point, {}};
+      doomed d{batch.room, point, {}};
       if (res.status == xfer_status::in_progress)
         d.inner = res.id;
       doomed_.emplace(id, d);
@@ -123,14 +123,14 @@ post_result fault_backend::inject(fault_point point, const Batch& batch, Post po
 }
 
 post_result fault_backend::post(const write_batch& batch) {
-  auto point = selects(batch.tag, batch.peer, batch.aux_ops > 0);
+  auto point = selects(batch.room, batch.peer, batch.aux_ops > 0);
   if (!point)
     return inner_->post(batch);
   if (*point == fault_point::flip) {
     if (batch.src_device_id >= 0 || batch.ops.empty())
       return post_result::failed(make_error(errc::unsupported,
                                             "a flip fault needs host memory (room "
-                                              + std::to_string(batch.tag) + ")"));
+                                              + std::to_string(batch.room) + ")"));
     // The last byte of the first write changes on its way; its source is
     // itself again once the transport has read it.
     auto* byte = reinterpret_cast<uint8_t*>(batch.ops.front().src_addr
@@ -146,7 +146,7 @@ post_result fault_backend::post(const write_batch& batch) {
 }
 
 post_result fault_backend::post_read(const read_batch& batch) {
-  auto point = selects(batch.tag, batch.peer, false);
+  auto point = selects(batch.room, batch.peer, false);
   if (!point || *point == fault_point::flip || *point == fault_point::on_aux)
     return inner_->post_read(batch);
   auto* inner = inner_.get();

@@ -63,7 +63,7 @@ private:
   bool on_faulty_path(const endpoint_desc& peer) const;
   /// The point at which a batch of room `tag` to `peer` fails, if the plan
   /// selects it.
-  std::optional<fault_point> selects(room_id tag, const endpoint_desc& peer, bool has_aux);
+  std::optional<fault_point> selects(room_id room, const endpoint_desc& peer, bool has_aux);
   /// The fault a selected batch meets: a failed post, or an id of this
   /// backend's whose completion the plan decides (`post_inner` posts it).
   template <class Batch, class Post>

@@ -37,7 +37,7 @@ std::vector<write_batch> slice_batch(const write_batch& batch, size_t k, uint64_
   auto aux_from = batch.ops.size() - std::min<size_t>(batch.aux_ops, batch.ops.size());
   auto fresh = [&] {
     write_batch b;
-    b.tag = batch.tag;
+    b.room = batch.room;
     b.peer = batch.peer;
     b.src_device_id = batch.src_device_id;
     b.dst_device_id = batch.dst_device_id;

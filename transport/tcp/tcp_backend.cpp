@@ -39,7 +39,7 @@ struct wire_header {
   uint16_t version;
   uint16_t reserved;
   uint64_t xfer;
-  uint64_t tag;
+  uint64_t room;
   uint32_t nops;
   uint32_t reserved2;
   uint64_t total_bytes;
@@ -287,7 +287,7 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
       ranges.clear();
       for (auto& op : ops)
         ranges.emplace_back(op.dst_addr, op.size_bytes);
-      if (!serve_read(fd, sender, h.xfer, h.tag, h.total_bytes, ranges))
+      if (!serve_read(fd, sender, h.xfer, h.room, h.total_bytes, ranges))
         break;
       continue;
     }
@@ -308,7 +308,7 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
       bad = "batch announces " + std::to_string(h.total_bytes)
             + " payload bytes but its writes sum to " + std::to_string(total);
     // Registered is not enough: the pages must be this sender's, for a live
-    // room (the batch's tag).
+    // room (the batch's room).
     if (!bad.empty()) {
       refuse(h.xfer, bad, ack_refused_closing);
       break; // the unread payload makes the stream unusable: drop it
@@ -317,13 +317,13 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
     ranges.clear();
     for (auto& op : ops)
       ranges.emplace_back(op.dst_addr, op.size_bytes);
-    permit = grants_.admit(h.tag, sender, ranges, bad);
+    permit = grants_.admit(h.room, sender, ranges, bad);
     // Not granted (most often: a late batch of a room that concluded here):
     // its payload is read and dropped below, and the connection stays up
     // for the sender's other rooms. A copy of a batch that already landed
     // over another path is read and dropped too, and acknowledged.
     bool ok = true;
-    bool again = permit && grants_.applied_before(h.tag, sender, key.key);
+    bool again = permit && grants_.applied_before(h.room, sender, key.key);
     bool revoked = !permit || again;
     for (auto& op : ops) {
       // The room concluded mid-batch: the rest is read and dropped, so
@@ -345,7 +345,7 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
     if (!ok)
       break; // short or late payload: the sender sees its connection fail
     if (!revoked && !permit.revoked())
-      grants_.mark_applied(h.tag, sender, key.key);
+      grants_.mark_applied(h.room, sender, key.key);
     permit = grant_table::permit{};
     // Refused for its room's sake: the stream is intact and the sender's
     // other rooms go on on it.
@@ -355,7 +355,7 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
       send_ack(fd, h.xfer, ack_written, {});
     else if (revoked)
       send_ack(fd, h.xfer, ack_refused,
-               "room " + std::to_string(h.tag) + " concluded while this batch arrived: the "
+               "room " + std::to_string(h.room) + " concluded while this batch arrived: the "
                  + "rest was dropped");
     else
       send_ack(fd, h.xfer, ack_written, {});
@@ -632,7 +632,7 @@ post_result tcp_backend::post(const write_batch& batch) {
   auto* c = connection_for(batch.peer, early);
   if (c == nullptr)
     return early;
-  wire_header h{wire_magic, wire_version, 0, id, batch.tag,
+  wire_header h{wire_magic, wire_version, 0, id, batch.room,
                 static_cast<uint32_t>(batch.ops.size()), 0, batch.total_bytes()};
   wire_key key{batch.key};
   std::vector<wire_op> ops;
@@ -724,7 +724,7 @@ post_result tcp_backend::post_read(const read_batch& batch) {
   auto* c = connection_for(batch.peer, early);
   if (c == nullptr)
     return early;
-  wire_header h{wire_magic, wire_read_version, 0, id, batch.tag,
+  wire_header h{wire_magic, wire_read_version, 0, id, batch.room,
                 static_cast<uint32_t>(batch.ops.size()), 0, r.total};
   std::vector<wire_op> ops;
   ops.reserve(batch.ops.size());
