@@ -13,51 +13,13 @@ namespace {
 } // namespace
 
 fault_backend::fault_backend(backend_ptr inner, fault_plan plan)
-  : inner_(std::move(inner)),
+  : forwarding_backend(std::move(inner)),
     plan_(std::move(plan)),
     rng_(plan_.seed) {
   for (auto room : plan_.rooms)
     rooms_.emplace(room, plan_.point);
   for (auto& x : plan_.targeted)
     rooms_[x.room] = x.point;
-}
-
-std::string fault_backend::name() const {
-  return inner_->name();
-}
-
-backend_caps fault_backend::caps() const {
-  return inner_->caps();
-}
-
-endpoint_desc fault_backend::endpoint() const {
-  return inner_->endpoint();
-}
-
-std::vector<endpoint_desc> fault_backend::endpoints() const {
-  return inner_->endpoints();
-}
-
-// Connection set-up passes through: faults target data, not handshakes.
-std::vector<transport_control> fault_backend::take_control() {
-  return inner_->take_control();
-}
-
-caf::error fault_backend::on_control(const transport_control& msg) {
-  return inner_->on_control(msg);
-}
-
-void fault_backend::set_notifier(std::function<void()> notify) {
-  inner_->set_notifier(std::move(notify));
-}
-
-caf::expected<region_id>
-fault_backend::register_memory(const mem_desc& mem) {
-  return inner_->register_memory(mem);
-}
-
-caf::error fault_backend::deregister_memory(region_id id) {
-  return inner_->deregister_memory(id);
 }
 
 bool fault_backend::on_faulty_path(const endpoint_desc& peer) const {

@@ -5,7 +5,7 @@
 #include <random>
 #include <unordered_map>
 
-#include "kvroom/transport/backend.hpp"
+#include "kvroom/transport/forwarding_backend.hpp"
 #include "kvroom/transport/fault_plan.hpp"
 
 namespace kvroom::detail {
@@ -13,32 +13,19 @@ namespace kvroom::detail {
 /// Wraps any backend and fails the batches a `fault_plan` selects, so the
 /// real failure machinery runs without broken hardware (Mooncake TENT's
 /// fault proxy). Everything else passes through unchanged.
-class fault_backend final : public backend {
+class fault_backend final : public forwarding_backend {
 public:
   fault_backend(backend_ptr inner, fault_plan plan);
 
-  std::string name() const override;
-  backend_caps caps() const override;
-  endpoint_desc endpoint() const override;
-  std::vector<endpoint_desc> endpoints() const override;
-  caf::expected<region_id> register_memory(const mem_desc& mem) override;
-  caf::error deregister_memory(region_id id) override;
   post_result post(const write_batch& batch) override;
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
   bool refused(xfer_id id) const override;
   bool injected(xfer_id id) const override;
-  std::vector<transport_control> take_control() override;
-  caf::error on_control(const transport_control& msg) override;
-  void set_notifier(std::function<void()> notify) override;
-  bool enforces_grants() const override {
-    return inner_->enforces_grants();
-  }
-  bool grant(room_id room, rank_id sender, std::vector<byte_range> ranges) override {
-    return inner_->grant(room, sender, std::move(ranges));
-  }
-  void revoke(room_id room) override {
-    inner_->revoke(room);
+  /// Its faults complete on a poll: no batch completes inline (the inline
+  /// path would pass them by).
+  bool completes_inline(const write_batch&) const override {
+    return false;
   }
   /// A pulling reader's batches meet the plan's faults as a sender's do
   /// (before or after the post, a bad status, a stall, slow), by room and
@@ -47,15 +34,6 @@ public:
   /// Its faults complete on a poll: no read completes inline.
   bool reads_inline(const read_batch&) const override {
     return false;
-  }
-  bool enforces_read_grants() const override {
-    return inner_->enforces_read_grants();
-  }
-  bool grant_read(room_id room, rank_id reader, std::vector<byte_range> ranges) override {
-    return inner_->grant_read(room, reader, std::move(ranges));
-  }
-  void revoke_read(room_id room) override {
-    inner_->revoke_read(room);
   }
 
 private:
@@ -69,7 +47,6 @@ private:
   template <class Batch, class Post>
   post_result inject(fault_point point, const Batch& batch, Post post_inner);
 
-  backend_ptr inner_;
   fault_plan plan_;
   std::unordered_map<room_id, fault_point> rooms_;
   std::mt19937_64 rng_;

@@ -71,56 +71,8 @@ std::vector<write_batch> slice_batch(const write_batch& batch, size_t k, uint64_
 }
 
 multipath_backend::multipath_backend(backend_ptr inner, path_options opts)
-  : inner_(std::move(inner)), opts_(opts) {
+  : forwarding_backend(std::move(inner)), opts_(opts) {
   // nop
-}
-
-std::string multipath_backend::name() const {
-  return inner_->name();
-}
-
-backend_caps multipath_backend::caps() const {
-  return inner_->caps();
-}
-
-endpoint_desc multipath_backend::endpoint() const {
-  return inner_->endpoint();
-}
-
-std::vector<endpoint_desc> multipath_backend::endpoints() const {
-  return inner_->endpoints();
-}
-
-caf::expected<region_id> multipath_backend::register_memory(const mem_desc& mem) {
-  return inner_->register_memory(mem);
-}
-
-caf::error multipath_backend::deregister_memory(region_id id) {
-  return inner_->deregister_memory(id);
-}
-
-std::vector<transport_control> multipath_backend::take_control() {
-  return inner_->take_control();
-}
-
-caf::error multipath_backend::on_control(const transport_control& msg) {
-  return inner_->on_control(msg);
-}
-
-void multipath_backend::set_notifier(std::function<void()> notify) {
-  inner_->set_notifier(std::move(notify));
-}
-
-bool multipath_backend::enforces_grants() const {
-  return inner_->enforces_grants();
-}
-
-bool multipath_backend::grant(room_id room, rank_id sender, std::vector<byte_range> ranges) {
-  return inner_->grant(room, sender, std::move(ranges));
-}
-
-void multipath_backend::revoke(room_id room) {
-  inner_->revoke(room);
 }
 
 bool multipath_backend::completes_inline(const write_batch& batch) const {
@@ -471,22 +423,6 @@ post_result multipath_backend::post_read(const read_batch& batch) {
   if (res.status == xfer_status::in_progress)
     res.id |= read_id_bit;
   return res;
-}
-
-bool multipath_backend::reads_inline(const read_batch& batch) const {
-  return inner_->reads_inline(batch);
-}
-
-bool multipath_backend::enforces_read_grants() const {
-  return inner_->enforces_read_grants();
-}
-
-bool multipath_backend::grant_read(room_id room, rank_id reader, std::vector<byte_range> ranges) {
-  return inner_->grant_read(room, reader, std::move(ranges));
-}
-
-void multipath_backend::revoke_read(room_id room) {
-  inner_->revoke_read(room);
 }
 
 xfer_status multipath_backend::poll(xfer_id id, std::string& reason) {

@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kvroom/transport/backend.hpp"
+#include "kvroom/transport/forwarding_backend.hpp"
 #include "kvroom/transport/paths/path_health.hpp"
 
 namespace kvroom {
@@ -35,33 +35,17 @@ namespace kvroom {
 ///
 /// Threads: `post` of a batch that `completes_inline` may run on any
 /// thread; everything else on the transfer worker's.
-class multipath_backend final : public backend {
+class multipath_backend final : public forwarding_backend {
 public:
   multipath_backend(backend_ptr inner, path_options opts);
 
-  std::string name() const override;
-  backend_caps caps() const override;
-  endpoint_desc endpoint() const override;
-  std::vector<endpoint_desc> endpoints() const override;
-  caf::expected<region_id> register_memory(const mem_desc& mem) override;
-  caf::error deregister_memory(region_id id) override;
   post_result post(const write_batch& batch) override;
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
   bool refused(xfer_id id) const override;
   bool injected(xfer_id id) const override;
   bool completes_inline(const write_batch& batch) const override;
-  std::vector<transport_control> take_control() override;
-  caf::error on_control(const transport_control& msg) override;
-  void set_notifier(std::function<void()> notify) override;
-  bool enforces_grants() const override;
-  bool grant(room_id room, rank_id sender, std::vector<byte_range> ranges) override;
-  void revoke(room_id room) override;
   post_result post_read(const read_batch& batch) override;
-  bool reads_inline(const read_batch& batch) const override;
-  bool enforces_read_grants() const override;
-  bool grant_read(room_id room, rank_id reader, std::vector<byte_range> ranges) override;
-  void revoke_read(room_id room) override;
 
   /// Every path used so far, any thread.
   std::vector<path_report> paths() const;
@@ -117,7 +101,6 @@ private:
   void succeeded(const endpoint_desc& ep, uint64_t now);
   void path_failed(const endpoint_desc& ep, uint64_t now, const std::string& why);
 
-  backend_ptr inner_;
   path_options opts_;
   mutable std::mutex health_mtx_;
   std::unordered_map<std::string, path_entry> health_;
