@@ -212,65 +212,51 @@ int bench_layers(int argc, char** argv) {
     // One room of each mode first, unmeasured: links and connections.
     one_room(p, room++, cfg, cfg.short_pages, false);
     one_room(p, room++, cfg, cfg.short_pages, true);
-    for (auto pages : {cfg.pages, cfg.short_pages}) {
-      std::vector<double> bulk, layered;
-      uint64_t failed = 0;
-      for (int64_t i = 0; i < cfg.rooms; ++i) {
-        for (bool by_layer : {false, true}) {
-          auto ms = one_room(p, room++, cfg, pages, by_layer);
-          if (ms < 0)
-            ++failed;
-          else
-            (by_layer ? layered : bulk).push_back(ms);
+    // Both prompts, each mode alternated room by room: one table row and
+    // one JSON row per prompt. `whole` names the mode without layers.
+    auto compare = [&](const std::string& whole, auto one, std::vector<std::string>& out) {
+      for (auto pages : {cfg.pages, cfg.short_pages}) {
+        std::vector<double> plain, layered;
+        uint64_t failed = 0;
+        for (int64_t i = 0; i < cfg.rooms; ++i) {
+          for (bool by_layer : {false, true}) {
+            auto ms = one(room++, pages, by_layer);
+            if (ms < 0)
+              ++failed;
+            else
+              (by_layer ? layered : plain).push_back(ms);
+          }
         }
-      }
-      auto b = percentile(bulk, 50), l = percentile(layered, 50);
-      auto name = pages == cfg.pages ? "long" : "short";
-      std::printf("%-7s %12llu %16.3f %16.3f %10.2f%s\n", name,
-                  static_cast<unsigned long long>(room_bytes(pages)), b, l, b > 0 ? l / b : 0.0,
-                  failed ? " (rooms failed)" : "");
-      rows.push_back(json_object{}
-                       .str("prompt", name)
-                       .num("pages", static_cast<double>(pages))
-                       .num("bytes", static_cast<double>(room_bytes(pages)))
-                       .num("bulk_exposed_ms_p50", b)
-                       .num("layers_exposed_ms_p50", l)
-                       .num("bulk_exposed_ms_p90", percentile(bulk, 90))
-                       .num("layers_exposed_ms_p90", percentile(layered, 90))
-                       .num("layers_over_bulk", b > 0 ? l / b : 0.0)
-                       .num("failed", static_cast<double>(failed))
-                       .dump(6));
-    }
-    std::printf("%-7s %12s %16s %16s %10s\n", "load", "bytes", "whole exposed ms",
-                "layers exposed ms", "ratio");
-    for (auto pages : {cfg.pages, cfg.short_pages}) {
-      std::vector<double> whole, layered;
-      uint64_t failed = 0;
-      for (int64_t i = 0; i < cfg.rooms; ++i) {
-        for (bool by_layer : {false, true}) {
-          auto ms = one_load(p, room++, cfg, pages, by_layer);
-          if (ms < 0)
-            ++failed;
-          else
-            (by_layer ? layered : whole).push_back(ms);
-        }
-      }
-      auto w = percentile(whole, 50), l = percentile(layered, 50);
-      auto name = pages == cfg.pages ? "long" : "short";
-      std::printf("%-7s %12llu %16.3f %16.3f %10.2f%s\n", name,
-                  static_cast<unsigned long long>(room_bytes(pages)), w, l, w > 0 ? l / w : 0.0,
-                  failed ? " (rooms failed)" : "");
-      loads.push_back(json_object{}
+        auto w = percentile(plain, 50), l = percentile(layered, 50);
+        auto name = pages == cfg.pages ? "long" : "short";
+        std::printf("%-7s %12llu %16.3f %16.3f %10.2f%s\n", name,
+                    static_cast<unsigned long long>(room_bytes(pages)), w, l, w > 0 ? l / w : 0.0,
+                    failed ? " (rooms failed)" : "");
+        out.push_back(json_object{}
                         .str("prompt", name)
                         .num("pages", static_cast<double>(pages))
                         .num("bytes", static_cast<double>(room_bytes(pages)))
-                        .num("whole_exposed_ms_p50", w)
+                        .num(whole + "_exposed_ms_p50", w)
                         .num("layers_exposed_ms_p50", l)
-                        .num("whole_exposed_ms_p90", percentile(whole, 90))
+                        .num(whole + "_exposed_ms_p90", percentile(plain, 90))
                         .num("layers_exposed_ms_p90", percentile(layered, 90))
+                        .num("layers_over_" + whole, w > 0 ? l / w : 0.0)
                         .num("failed", static_cast<double>(failed))
                         .dump(6));
-    }
+      }
+    };
+    compare("bulk",
+            [&](room_id r, int64_t pages, bool by_layer) {
+              return one_room(p, r, cfg, pages, by_layer);
+            },
+            rows);
+    std::printf("%-7s %12s %16s %16s %10s\n", "load", "bytes", "whole exposed ms",
+                "layers exposed ms", "ratio");
+    compare("whole",
+            [&](room_id r, int64_t pages, bool by_layer) {
+              return one_load(p, r, cfg, pages, by_layer);
+            },
+            loads);
   }
   auto out = json_object{}
                .str("bench", "layers")

@@ -152,6 +152,23 @@ def assert_clean(rep, who):
     assert not rep["mismatches"], (who, rep["mismatches"])
 
 
+def assert_loads_failed_by_policy(d, reqs, policy, tokens=3):
+    """Every load of `reqs` failed: vLLM's policy ended each ('fail': with
+    an error; 'recompute': computed here, byte-exact), every block was a
+    load error, and nothing is left held. Returns decode's last report."""
+    out = d.wait_finished([r for r, _ in reqs], seconds=90)
+    for r, _ in reqs:
+        if policy == "fail":
+            assert "error" in out[r]["finish"].lower(), out[r]
+        else:
+            assert out[r]["finish"] == "length" and len(out[r]["tokens"]) == tokens, out[r]
+    rep_d = d.settle()
+    assert_clean(rep_d, "decode")
+    assert rep_d["stats"].get("recv_failed", 0) == len(reqs)
+    assert rep_d["stats"].get("load_error_blocks", 0) > 0
+    return rep_d
+
+
 # Both directions of the data plane: the producer writes the consumer's
 # blocks (push), or the consumer reads the producer's (pull: NIXL's way).
 DIRECTIONS = ["push", "pull"]
@@ -315,16 +332,7 @@ def test_producer_sigkilled_with_requests_in_flight(registry, policy, direction)
         # the connection timeout is lost to the registry before its kill).
         d.wait_status([r for r, _ in reqs], "WAITING_FOR_REMOTE_KVS", or_finished=True)
         os.kill(p.p.pid, signal.SIGKILL)
-        out = d.wait_finished([r for r, _ in reqs], seconds=90)
-        for r, _ in reqs:
-            if policy == "fail":
-                assert "error" in out[r]["finish"].lower(), out[r]
-            else:
-                assert out[r]["finish"] == "length" and len(out[r]["tokens"]) == 3, out[r]
-        rep_d = d.settle()
-        assert_clean(rep_d, "decode")
-        assert rep_d["stats"].get("recv_failed", 0) == len(reqs)
-        assert rep_d["stats"].get("load_error_blocks", 0) > 0
+        assert_loads_failed_by_policy(d, reqs, policy)
     finally:
         d.close()
         p.close()
@@ -446,16 +454,7 @@ def test_producer_sigkilled_under_a_layer_by_layer_load(registry, policy, direct
         # The engine is inside the pass now, waiting for layer 0.
         time.sleep(1.0)
         os.kill(p.p.pid, signal.SIGKILL)
-        out = d.wait_finished([r for r, _ in reqs], seconds=90)
-        for r, _ in reqs:
-            if policy == "fail":
-                assert "error" in out[r]["finish"].lower(), out[r]
-            else:
-                assert out[r]["finish"] == "length" and len(out[r]["tokens"]) == 3, out[r]
-        rep_d = d.settle()
-        assert_clean(rep_d, "decode")
-        assert rep_d["stats"].get("recv_failed", 0) == len(reqs)
-        assert rep_d["stats"].get("load_error_blocks", 0) > 0
+        rep_d = assert_loads_failed_by_policy(d, reqs, policy)
         # The failing pass did run over blocks that never landed, and vLLM
         # dropped what it computed for each of them.
         assert set(rep_d["dropped"]) == {r for r, _ in reqs}, rep_d["dropped"]
