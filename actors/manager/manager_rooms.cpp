@@ -351,7 +351,8 @@ void on_failed(manager_ptr self, room_failed& msg) {
       self->send(to.room->actor, std::move(msg));
       return;
     case route_t::dead:
-      run_dead(self, room, to.protocol->on_failure(msg.error, !msg.propagated, msg.from, monotonic_ms()));
+      run_dead(self, room,
+               to.protocol->on_failure(msg.error, !msg.propagated, msg.from, monotonic_ms()));
       return;
     case route_t::tombstone:
       if (!msg.propagated) {

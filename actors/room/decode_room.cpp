@@ -342,7 +342,8 @@ void on_offer(self_ptr self, source_ready& msg) {
   constexpr size_t max_reads_per_source = 16;
   if (st.reads.size() >= max_reads_per_source * st.sources.size()) {
     core.fail_local("prefill " + to_string(src->rank) + " offered more than "
-                    + std::to_string(max_reads_per_source) + " reads per source at once", failure_cause::other);
+                    + std::to_string(max_reads_per_source) + " reads per source at once",
+                    failure_cause::other);
     return;
   }
   auto bad = check_offer(st, msg);

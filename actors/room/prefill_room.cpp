@@ -44,7 +44,8 @@ bool check_counts(self_ptr self) {
       continue;
     st.core.fail_local("decode rank " + to_string(t.dst.decode_rank) + " allocated "
                        + std::to_string(t.dst.kv_indices.size())
-                       + " pages but prefill declared " + std::to_string(st.declared_pages), failure_cause::bad_input);
+                       + " pages but prefill declared " + std::to_string(st.declared_pages),
+                       failure_cause::bad_input);
     return false;
   }
   return true;
@@ -294,7 +295,8 @@ void on_chunk(self_ptr self, sender_chunk& chunk) {
   auto n = chunk.kv_indices.size();
   if (!chunk.kv_buffers.empty() && st.mapped) {
     core.fail_local("a chunk of some KV buffers (a layer's) needs a room without declared "
-                    "parallel layouts: a mapped room moves every layer of its pages at once", failure_cause::bad_input);
+                    "parallel layouts: a mapped room moves every layer of its pages at once",
+                    failure_cause::bad_input);
     return;
   }
   auto admitted = st.ledger->admit(n, chunk.kv_buffers, chunk.is_last);
@@ -345,7 +347,8 @@ void resolve_role(self_ptr self) {
   std::vector<parallel_layout> layouts;
   for (auto& e : st.group) {
     if (!e->has_parallel) {
-      core.fail_local("prefill " + to_string(e->rank) + " declares no parallel layout", failure_cause::bad_input);
+      core.fail_local("prefill " + to_string(e->rank) + " declares no parallel layout",
+                      failure_cause::bad_input);
       return;
     }
     layouts.push_back(e->parallel);
@@ -446,7 +449,8 @@ void on_dst(self_ptr self, dst_ready& msg) {
     }
     if (tp != st.decode_tp) {
       core.fail_local("decode " + to_string(d) + " has TP size " + std::to_string(tp)
-                      + ", this room was mapped for " + std::to_string(st.decode_tp), failure_cause::bad_input);
+                      + ", this room was mapped for " + std::to_string(st.decode_tp),
+                      failure_cause::bad_input);
       return;
     }
   } else if (!st.role_known) {
@@ -455,7 +459,8 @@ void on_dst(self_ptr self, dst_ready& msg) {
                       + std::to_string(d.tp_size) + " asks prefill "
                       + to_string(me) + " with tp_size "
                       + std::to_string(me.tp_size)
-                      + " (head-sliced transfers need parallel layouts declared on both sides)", failure_cause::bad_input);
+                      + " (head-sliced transfers need parallel layouts declared on both sides)",
+                      failure_cause::bad_input);
       return;
     }
     st.role_known = true;
@@ -466,7 +471,8 @@ void on_dst(self_ptr self, dst_ready& msg) {
                         [&](const prefill_target& x) { return x.tp_rank == d.tp_rank; });
   if (t == st.targets.end()) {
     core.fail_local("decode " + to_string(d) + " sent a destination to prefill " + to_string(me)
-                    + ", which the rank mapping gives no part of its pages", failure_cause::bad_input);
+                    + ", which the rank mapping gives no part of its pages",
+                    failure_cause::bad_input);
     return;
   }
   if (t->has_dst) {
@@ -485,7 +491,8 @@ void on_dst(self_ptr self, dst_ready& msg) {
       layouts.push_back(e->parallel);
     auto m = map_decode_rank(layouts, msg.peer->parallel);
     if (!m) {
-      core.fail_local("cannot map to decode " + to_string(d) + ": " + describe(m.error()), failure_cause::bad_input);
+      core.fail_local("cannot map to decode " + to_string(d) + ": " + describe(m.error()),
+                      failure_cause::bad_input);
       return;
     }
     t->map = std::move(*m);
@@ -504,7 +511,8 @@ void on_dst(self_ptr self, dst_ready& msg) {
                             memory_kinds{kind(kv_device_id(core.params().self_entry->layout)),
                                          kind(kv_device_id(msg.peer->layout))});
   if (!paths) {
-    core.fail_local("cannot reach decode " + to_string(d) + ": " + describe(paths.error()), failure_cause::transport);
+    core.fail_local("cannot reach decode " + to_string(d) + ": " + describe(paths.error()),
+                    failure_cause::transport);
     return;
   }
   t->endpoint = std::move(paths->front());
@@ -523,7 +531,8 @@ void on_dst(self_ptr self, dst_ready& msg) {
     if (!aux_paths) {
       core.fail_local("cannot reach decode " + to_string(d) + " for aux (on "
                       + (aux_device_id(mine) < 0 ? "the host" : "a GPU")
-                      + " beside a KV cache elsewhere): " + describe(aux_paths.error()), failure_cause::transport);
+                      + " beside a KV cache elsewhere): " + describe(aux_paths.error()),
+                      failure_cause::transport);
       return;
     }
     t->aux_endpoint = std::move(aux_paths->front());

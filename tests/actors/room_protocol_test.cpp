@@ -273,8 +273,10 @@ TEST_CASE("the same bad indices on every decode rank yield one origin") {
     // its own.
     auto first = order == 0 ? d0 : d1;
     auto second = order == 0 ? d1 : d0;
-    net.run(first, net.at(first).fail_local("bad receiver init: index 99", failure_cause::bad_input, net.now));
-    net.run(second, net.at(second).fail_local("bad receiver init: index 99", failure_cause::bad_input, net.now));
+    net.run(first, net.at(first).fail_local("bad receiver init: index 99", failure_cause::bad_input,
+                                            net.now));
+    net.run(second, net.at(second).fail_local("bad receiver init: index 99",
+                                              failure_cause::bad_input, net.now));
     CHECK(net.at(d0).awaiting_decision());
     CHECK(net.at(d1).awaiting_decision());
     CHECK(net.published(d0) == kv_poll::waiting_for_input);
@@ -301,8 +303,10 @@ TEST_CASE("both sides aborting at once before their handshake yields one origin"
   for (uint64_t seed = 1; seed <= 50; ++seed) {
     room_net net;
     std::mt19937_64 rng{seed};
-    net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
-    net.run(p1, net.at(p1).fail_local("aborted by prefill scheduler", failure_cause::abort, net.now, true));
+    net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort,
+                                      net.now, true));
+    net.run(p1, net.at(p1).fail_local("aborted by prefill scheduler", failure_cause::abort,
+                                      net.now, true));
     net.settle(&rng);
     net.check_one_origin();
   }
@@ -313,7 +317,8 @@ TEST_CASE("a failure racing the commit: whichever the decider sees first wins ev
     room_net net;
     net.transfer_all();
     net.part_done(p1, d1);
-    net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
+    net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort,
+                                      net.now, true));
     net.settle();
     // The last part arrives after the decision and changes nothing.
     net.run(p0, net.at(p0).part_done(0, 2, net.now));
@@ -327,7 +332,8 @@ TEST_CASE("a failure racing the commit: whichever the decider sees first wins ev
     net.part_done(p1, d1);
     net.part_done(p0, d0);
     // d1 is prepared and aborts before the commit reaches it.
-    net.run(d1, net.at(d1).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
+    net.run(d1, net.at(d1).fail_local("aborted by decode scheduler", failure_cause::abort,
+                                      net.now, true));
     net.settle();
     for (auto id : {p0, p1, d0, d1})
       CHECK(net.published(id) == kv_poll::success);
@@ -346,7 +352,8 @@ TEST_CASE("random fault sets in random message orders always end with one origin
     auto n = 1 + rng() % 4;
     for (size_t i = 0; i < n; ++i) {
       auto id = all[i];
-      net.run(id, net.at(id).fail_local("fault " + std::to_string(id), failure_cause::fault, net.now));
+      net.run(id, net.at(id).fail_local("fault " + std::to_string(id), failure_cause::fault,
+                                        net.now));
       // Some deliveries interleave with the faults.
       for (auto k = rng() % 3; k > 0 && net.queued() > 0; --k) {
         std::mt19937_64 pick{rng()};
@@ -363,7 +370,8 @@ TEST_CASE("decode holds Failed until the sender that got its pages fenced") {
   room_net net;
   net.auto_fence = false;
   net.transfer_all();
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort,
+                                    net.now, true));
   net.settle();
   // Concluded, but prefill rank 0 may still be writing into d0's pages.
   CHECK(net.at(d0).state() == kv_poll::failed);
@@ -391,7 +399,8 @@ TEST_CASE("a lost sender is fenced by its loss") {
   room_net net;
   net.auto_fence = false;
   net.transfer_all();
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort,
+                                    net.now, true));
   net.settle();
   CHECK(net.published(d0) == kv_poll::transferring);
   net.run(d0, net.at(d0).peer_lost(make_rank(role::prefill, 0, p0), "rank p0 lost", net.now));
@@ -403,7 +412,8 @@ TEST_CASE("a fence that never comes is published at its deadline, and says so") 
   room_net net;
   net.auto_fence = false;
   net.transfer_all();
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort,
+                                    net.now, true));
   net.settle();
   net.now += net.at(d0).fence_ms() - 1;
   net.run(d0, net.at(d0).tick(net.now));
@@ -418,7 +428,8 @@ TEST_CASE("a sender that finished writing needs no fence") {
   room_net net;
   net.transfer_all();
   net.run(d0, net.at(d0).source_done(p0, net.now));
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort,
+                                    net.now, true));
   net.settle();
   CHECK(net.published(d0) == kv_poll::failed);
 }
@@ -428,7 +439,8 @@ TEST_CASE("a pulling decode rank holds Failed until its own reads are over, past
   net.auto_fence = false;
   net.transfer_all();
   net.run(d0, net.at(d0).reading(true, net.now));
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort,
+                                    net.now, true));
   net.settle();
   CHECK(net.at(d0).fence_held());
   // The sender stopped serving (its fence), but a read may still be landing.
@@ -449,7 +461,8 @@ TEST_CASE("a pulling decode rank whose sender's fence expires still waits for it
   net.auto_fence = false;
   net.transfer_all();
   net.run(d0, net.at(d0).reading(true, net.now));
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort,
+                                    net.now, true));
   net.settle();
   net.now += net.at(d0).fence_ms();
   net.run(d0, net.at(d0).tick(net.now));
@@ -466,7 +479,8 @@ TEST_CASE("reads that end before the room concludes hold nothing") {
   net.run(d0, net.at(d0).reading(true, net.now));
   net.run(d0, net.at(d0).reading(false, net.now));
   net.run(d0, net.at(d0).source_done(p0, net.now));
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort,
+                                    net.now, true));
   net.settle();
   CHECK(net.published(d0) == kv_poll::failed);
 }
@@ -477,7 +491,8 @@ TEST_CASE("without the fence the decode rank publishes at once (the sabotage a s
   room_net net{opts};
   net.auto_fence = false;
   net.transfer_all();
-  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort, net.now, true));
+  net.run(d0, net.at(d0).fail_local("aborted by decode scheduler", failure_cause::abort,
+                                    net.now, true));
   net.settle();
   CHECK(net.published(d0) == kv_poll::failed);
 }
@@ -518,7 +533,8 @@ TEST_CASE("a sender that proposed a failure reports no part, whatever lands afte
   net.transfer_all();
   // Prefill rank 1's aux batch failed while its KV batch was still moving:
   // it proposes the failure to the decider...
-  net.run(p1, net.at(p1).fail_local("transfer to d1 failed: injected fault on aux data", failure_cause::fault, net.now));
+  net.run(p1, net.at(p1).fail_local("transfer to d1 failed: injected fault on aux data",
+                                    failure_cause::fault, net.now));
   REQUIRE(net.at(p1).awaiting_decision());
   // ...and the KV batch landing next makes no whole part of it.
   auto& fx = net.at(p1).all_written({written_part{make_rank(role::decode, 1, d1)}}, net.now);
@@ -570,8 +586,10 @@ TEST_CASE("without the decider the same fault on two ranks makes two origins (th
   room_protocol::options opts;
   opts.one_decider = false;
   room_net net{opts};
-  net.run(d0, net.at(d0).fail_local("bad receiver init: index 99", failure_cause::bad_input, net.now));
-  net.run(d1, net.at(d1).fail_local("bad receiver init: index 99", failure_cause::bad_input, net.now));
+  net.run(d0, net.at(d0).fail_local("bad receiver init: index 99", failure_cause::bad_input,
+                                    net.now));
+  net.run(d1, net.at(d1).fail_local("bad receiver init: index 99", failure_cause::bad_input,
+                                    net.now));
   net.settle();
   CHECK(net.origins() == 2);
 }

@@ -111,7 +111,9 @@ membership_gate::conn* membership_gate::take(int fd, pass_fn pass, std::string& 
   ++held_;
   ++per_host_[host];
   set_blocking(fd, false);
-  return new conn{fd, std::move(host), static_cast<int64_t>(monotonic_ms()) + limits_.deadline_ms, make_(), std::move(pass)};
+  return new conn{fd, std::move(host),
+                  static_cast<int64_t>(monotonic_ms()) + limits_.deadline_ms, make_(),
+                  std::move(pass)};
 }
 
 void membership_gate::refuse_full(int fd, const std::string& why) {
@@ -157,7 +159,8 @@ void membership_gate::accept_all(std::vector<conn*>& held) {
     auto* c = take(fd, on_listener_, why);
     if (c == nullptr)
       refuse_full(fd, why);
-    else if (auto now = static_cast<int64_t>(monotonic_ms()); step(*c, POLLOUT, now) && step(*c, POLLIN, now))
+    else if (auto now = static_cast<int64_t>(monotonic_ms());
+             step(*c, POLLOUT, now) && step(*c, POLLIN, now))
       held.push_back(c); // hello sent, no answer yet
     else
       delete c; // passed, or refused: often a connect/close whose close is here already

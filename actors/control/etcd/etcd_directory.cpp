@@ -289,7 +289,8 @@ void try_waiting(self_ptr self, rank_id id) {
     auto left = st.client->time_to_live(res.holder_lease);
     if (left) {
       w.holder_lease = res.holder_lease;
-      w.deadline_ms = monotonic_ms() + static_cast<uint64_t>(std::max<int64_t>(*left, 0)) * 1000 + 1000;
+      w.deadline_ms =
+          monotonic_ms() + static_cast<uint64_t>(std::max<int64_t>(*left, 0)) * 1000 + 1000;
     } else {
       w.deadline_ms = std::max(w.deadline_ms, monotonic_ms() + 1000);
     }
