@@ -78,9 +78,11 @@ struct pair_of_ranks {
   std::unique_ptr<rank> prefill, decode;
 };
 
-/// The exposed milliseconds of one room (negative: it failed).
-double one_room(pair_of_ranks& p, room_id room, const layers_config& cfg, int64_t pages,
-                bool layered) {
+/// Opens room `room` on both ranks over pages 0..pages-1, runs `f(receiver,
+/// sender, pages)` (its milliseconds; negative: failed), then lets the
+/// sender conclude and clears both.
+template <class F>
+double with_room(pair_of_ranks& p, room_id room, int64_t pages, F f) {
   std::vector<int64_t> idx;
   for (int64_t i = 0; i < pages; ++i)
     idx.push_back(i);
@@ -88,26 +90,33 @@ double one_room(pair_of_ranks& p, room_id room, const layers_config& cfg, int64_
   auto s = p.prefill->make_sender(room);
   if (!r || !s)
     return -1;
-  double out = -1;
-  if (wait_for(*r, kv_poll::waiting_for_input, 10'000) && !r->init(idx, 0)
-      && wait_for(*s, kv_poll::waiting_for_input, 10'000) && !s->init(idx.size(), 0)) {
+  auto out = f(*r, *s, idx);
+  wait_for(*s, kv_poll::success, 10'000);
+  r->clear();
+  s->clear();
+  return out;
+}
+
+/// The exposed milliseconds of one room (negative: it failed).
+double one_room(pair_of_ranks& p, room_id room, const layers_config& cfg, int64_t pages,
+                bool layered) {
+  return with_room(p, room, pages, [&](kv_receiver& r, kv_sender& s,
+                                       const std::vector<int64_t>& idx) {
+    if (!wait_for(r, kv_poll::waiting_for_input, 10'000) || r.init(idx, 0)
+        || !wait_for(s, kv_poll::waiting_for_input, 10'000) || s.init(idx.size(), 0))
+      return -1.0;
     auto forward = std::chrono::duration<double, std::milli>(cfg.layer_ms);
     bool sent = true;
     for (int32_t l = 0; l < cfg.layers; ++l) {
       std::this_thread::sleep_for(forward);
       if (layered)
-        sent = sent && !s->send_buffers(idx, {2 * l, 2 * l + 1}, l + 1 == cfg.layers);
+        sent = sent && !s.send_buffers(idx, {2 * l, 2 * l + 1}, l + 1 == cfg.layers);
     }
     auto end = clock_type::now();
     if (!layered)
-      sent = !s->send(idx, true);
-    if (sent && wait_for(*r, kv_poll::success, 30'000))
-      out = ms_since(end);
-  }
-  wait_for(*s, kv_poll::success, 10'000);
-  r->clear();
-  s->clear();
-  return out;
+      sent = !s.send(idx, true);
+    return sent && wait_for(r, kv_poll::success, 30'000) ? ms_since(end) : -1.0;
+  });
 }
 
 /// The exposed milliseconds of one load (negative: it failed): decode's
@@ -115,30 +124,25 @@ double one_room(pair_of_ranks& p, room_id room, const layers_config& cfg, int64_
 /// landed.
 double one_load(pair_of_ranks& p, room_id room, const layers_config& cfg, int64_t pages,
                 bool by_layer) {
-  std::vector<int64_t> idx;
-  for (int64_t i = 0; i < pages; ++i)
-    idx.push_back(i);
-  auto r = p.decode->make_receiver(room);
-  auto s = p.prefill->make_sender(room);
-  if (!r || !s)
-    return -1;
-  double out = -1;
-  auto forward = std::chrono::duration<double, std::milli>(cfg.layer_ms);
-  if (wait_for(*r, kv_poll::waiting_for_input, 10'000)) {
+  return with_room(p, room, pages, [&](kv_receiver& r, kv_sender& s,
+                                       const std::vector<int64_t>& idx) {
+    if (!wait_for(r, kv_poll::waiting_for_input, 10'000))
+      return -1.0;
     auto t0 = clock_type::now();
-    bool ok = !r->init(idx, 0) && wait_for(*s, kv_poll::waiting_for_input, 10'000)
-              && !s->init(idx.size(), 0);
+    bool ok = !r.init(idx, 0) && wait_for(s, kv_poll::waiting_for_input, 10'000)
+              && !s.init(idx.size(), 0);
     // The prefill's layers were computed before: they all go now.
     for (int32_t l = 0; ok && l < cfg.layers; ++l)
-      ok = !s->send_buffers(idx, {2 * l, 2 * l + 1}, l + 1 == cfg.layers);
+      ok = !s.send_buffers(idx, {2 * l, 2 * l + 1}, l + 1 == cfg.layers);
     if (ok && !by_layer)
-      ok = wait_for(*r, kv_poll::success, 30'000);
+      ok = wait_for(r, kv_poll::success, 30'000);
     // The pass as it ran (a sleep overshoots: what it took is subtracted).
+    auto forward = std::chrono::duration<double, std::milli>(cfg.layer_ms);
     double pass_ms = 0;
     for (int32_t l = 0; ok && l < cfg.layers; ++l) {
       if (by_layer) {
         auto w0 = clock_type::now();
-        while (!r->landed({2 * l, 2 * l + 1}) && !is_terminal(r->poll()) && ms_since(w0) < 30'000)
+        while (!r.landed({2 * l, 2 * l + 1}) && !is_terminal(r.poll()) && ms_since(w0) < 30'000)
           std::this_thread::yield();
       }
       auto f0 = clock_type::now();
@@ -146,13 +150,8 @@ double one_load(pair_of_ranks& p, room_id room, const layers_config& cfg, int64_
       pass_ms += ms_since(f0);
     }
     // A pass computed from layers that did not all land counts for nothing.
-    if (ok && wait_for(*r, kv_poll::success, 30'000))
-      out = ms_since(t0) - pass_ms;
-  }
-  wait_for(*s, kv_poll::success, 10'000);
-  r->clear();
-  s->clear();
-  return out;
+    return ok && wait_for(r, kv_poll::success, 30'000) ? ms_since(t0) - pass_ms : -1.0;
+  });
 }
 
 } // namespace
