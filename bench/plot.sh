@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the benchmarks behind README's Performance section and draws
+# Runs the benchmarks behind docs/performance.md and draws
 # bench/results/performance.png (gnuplot): GB/s vs block size per transport
 # against its same-run baseline, and rooms/s vs rooms in flight.
 #

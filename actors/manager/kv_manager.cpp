@@ -84,8 +84,9 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
   st.registry_port = params.registry_port;
   st.registration_wait_ms = params.registration_wait_ms;
   st.link_keeper = params.link_keeper;
-  // A stranger can start handshakes it never finishes: bounded, expiring.
-  st.accepting.emplace(1024, 5000);
+  st.links.emplace(params.self.id, st.members,
+                   link_timing{st.limits.query_timeout_ms, st.limits.idle_link_ms},
+                   std::random_device{}());
   st.peers.emplace(params.self.id, st.timing.lost_window_ms());
   st.rooms.emplace(st.limits.max_tombstones);
   st.failures.emplace(params.self);

@@ -14,6 +14,7 @@
 #include "kvroom/actors/counted_actor.hpp"
 #include "kvroom/actors/local_messages.hpp"
 #include "kvroom/actors/rank_metrics.hpp"
+#include "kvroom/actors/control/link_table.hpp"
 #include "kvroom/actors/control/membership.hpp"
 #include "kvroom/actors/manager/parking.hpp"
 #include "kvroom/actors/manager/peer_directory.hpp"
@@ -70,34 +71,12 @@ struct kv_manager_state {
   std::optional<caf::response_promise> joining_rank;
   bool registered = false;
   uint32_t reconnect_ms = 0;
-  /// Links this rank started (it connected to the peer's control endpoint).
-  struct outgoing_link {
-    std::shared_ptr<const rank_entry> entry;
-    nonce mine;
-    caf::actor peer;
-    bool finished = false;    ///< link_finish sent, waiting for the ack
-    uint64_t started_ms = 0;
-    uint64_t retry_at_ms = 0; ///< 0: in progress
-    uint32_t attempts = 0;
-  };
-  std::unordered_map<rank_id, outgoing_link> joining;
-  /// Jitter of link dials and retries.
-  std::minstd_rand link_rng{std::random_device{}()};
-  /// The last control message to or from each peer process (idle links).
-  std::unordered_map<caf::node_id, uint64_t> last_traffic_ms;
-  /// Peer processes asked to close their idle links, since when.
-  std::unordered_map<caf::node_id, uint64_t> closing;
+  /// Links to peers: those this rank dials, the handshakes others started,
+  /// idle links (decided there; carried out in manager_links.cpp).
+  std::optional<link_table> links;
   /// Counts this process's links per peer process and closes a connection
   /// with the last (null: links are never closed).
   caf::actor link_keeper;
-  /// Links peers started with us, by the peer manager's address.
-  struct incoming_link {
-    rank_id from = -1;
-    uint64_t incarnation = 0;
-    nonce theirs;
-    nonce mine;
-  };
-  std::optional<pending_table<caf::actor_addr, incoming_link>> accepting;
   uint64_t last_stranger_log_ms = 0;
   uint64_t strangers_unlogged = 0;
 

@@ -18,8 +18,8 @@ namespace kvroom::detail {
 
 namespace {
 
-std::chrono::milliseconds link_timeout(manager_ptr self) {
-  return std::chrono::milliseconds(std::max<uint32_t>(self->state.limits.query_timeout_ms, 500));
+std::chrono::milliseconds attempt_timeout(manager_ptr self) {
+  return std::chrono::milliseconds(self->state.links->timing().attempt_ms());
 }
 
 std::string endpoint_text(const rank_entry& e) {
@@ -42,7 +42,7 @@ void log_stranger(manager_ptr self, const std::string& text) {
   ++st.counters.stranger_messages;
   st.metrics->stranger();
   auto now = monotonic_ms();
-  if (now - st.last_stranger_log_ms >= 1000) {
+  if (now - st.last_stranger_log_ms >= link_timing::stranger_log_ms) {
     logger()->warn("{}: {}{}", to_string(me(self)), text,
                    st.strangers_unlogged > 0
                      ? " (and " + std::to_string(st.strangers_unlogged) + " more since the last such line)"
@@ -60,7 +60,7 @@ caf::io::middleman_actor middleman(manager_ptr self) {
 
 void schedule_reconnect(manager_ptr self) {
   auto& st = self->state;
-  st.reconnect_ms = st.reconnect_ms == 0 ? 50 : std::min<uint32_t>(st.reconnect_ms * 2, 500);
+  st.reconnect_ms = link_timing::reconnect_ms(st.reconnect_ms);
   self->delayed_send(self, std::chrono::milliseconds(st.reconnect_ms), reconnect_atom::value);
 }
 
@@ -74,8 +74,9 @@ void registration_failed(manager_ptr self, caf::error err) {
   auto& st = self->state;
   // Many ranks starting at once can keep a registry (or etcd) from
   // answering one in time: try again, jittered, within the rank's window.
-  if (st.joining_rank && transient(err) && monotonic_ms() + 200 < st.join_deadline_ms) {
-    auto pause = 50 + st.link_rng() % 250;
+  if (st.joining_rank && transient(err)
+      && monotonic_ms() + link_timing::join_slack_ms < st.join_deadline_ms) {
+    auto pause = link_timing::rejoin_ms(st.links->draw());
     if (err == caf::sec::request_timeout && st.registry && st.registry_port != 0
         && st.registry.node() != self->node() && !self->home_system().has_openssl_manager()) {
       // Unanswered over a remote registry's connection: the next try goes
@@ -90,7 +91,7 @@ void registration_failed(manager_ptr self, caf::error err) {
                       to_string(me(self)), describe(err), pause);
       detail::close_connection(self->home_system(), st.registry.node());
       st.registry = nullptr;
-      st.reconnect_ms = pause / 2;
+      st.reconnect_ms = static_cast<uint32_t>(pause / 2);
       schedule_reconnect(self);
       return;
     }
@@ -125,56 +126,33 @@ void registered(manager_ptr self) {
   st.metrics->set_ready(true);
 }
 
-/// Sends our half of a link: connect to the peer's control endpoint, then
-/// `link_hello`.
+/// Starts an attempt of the link to `id`: connect to the peer's control
+/// endpoint, then `link_hello`. The table decides; this carries it out.
 void begin_link(manager_ptr self, rank_id id) {
-  auto& st = self->state;
-  auto i = st.joining.find(id);
-  if (i == st.joining.end())
+  auto entry = self->state.links->begin(id, monotonic_ms());
+  if (!entry)
     return;
-  auto& l = i->second;
-  // One nonce per link, kept across retries: a late reply to an earlier
-  // attempt still verifies instead of reading as a failed proof.
-  if (l.mine.empty())
-    l.mine = make_nonce();
-  l.peer = nullptr;
-  l.finished = false;
-  l.started_ms = monotonic_ms();
-  l.retry_at_ms = 0;
-  ++l.attempts;
-  auto entry = l.entry;
-  self->request(middleman(self), link_timeout(self), caf::connect_atom::value,
+  self->request(middleman(self), attempt_timeout(self), caf::connect_atom::value,
                 entry->control_host, entry->control_port)
     .then(
       [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
         auto& st = self->state;
-        auto j = st.joining.find(id);
-        if (j == st.joining.end() || j->second.entry != entry)
-          return;
         if (!ptr) {
-          j->second.retry_at_ms = monotonic_ms() + 200;
+          st.links->unpublished(id, entry, monotonic_ms());
           logger()->debug("{}: nothing published at {} for rank {}", to_string(me(self)),
                           endpoint_text(*entry), id);
           return;
         }
-        j->second.peer = caf::actor_cast<caf::actor>(std::move(ptr));
-        j->second.started_ms = monotonic_ms(); // the handshake's clock starts now
-        self->send(j->second.peer,
-                   link_hello{me(self).id, st.self_entry->incarnation, j->second.mine});
+        auto peer = caf::actor_cast<caf::actor>(std::move(ptr));
+        if (auto hello = st.links->connected(id, entry, peer, st.self_entry->incarnation,
+                                             monotonic_ms()))
+          self->send(peer, std::move(*hello));
       },
       [=](caf::error& err) {
-        auto& st = self->state;
-        auto j = st.joining.find(id);
-        if (j == st.joining.end() || j->second.entry != entry)
-          return;
-        // Jittered: a rank that restarts is dialled by every rank that
-        // needs it, and they should not come back in step.
-        auto cap = std::min<uint64_t>(1000, 50ull << std::min<uint32_t>(j->second.attempts, 5));
-        auto backoff = cap / 2 + st.link_rng() % (cap / 2 + 1);
-        j->second.retry_at_ms = monotonic_ms() + backoff;
-        logger()->debug("{}: cannot link to rank {} at {} ({}), retrying in {} ms",
-                        to_string(me(self)), id, endpoint_text(*entry),
-                        self->system().render(err), backoff);
+        if (auto pause = self->state.links->connect_failed(id, entry, monotonic_ms()))
+          logger()->debug("{}: cannot link to rank {} at {} ({}), retrying in {} ms",
+                          to_string(me(self)), id, endpoint_text(*entry),
+                          self->system().render(err), *pause);
       });
 }
 
@@ -218,7 +196,7 @@ void start_registration(manager_ptr self) {
   // A directory in this process (etcd's) answers once it decided, which
   // may take the rest of the window; a registry elsewhere within a link
   // timeout per try.
-  auto timeout = link_timeout(self);
+  auto timeout = attempt_timeout(self);
   if (st.joining_rank && registry.node() == self->node() && st.join_deadline_ms > monotonic_ms())
     timeout = std::max(timeout, std::chrono::milliseconds(st.join_deadline_ms - monotonic_ms()));
   self->request(registry, timeout, registry_hello{mine})
@@ -273,7 +251,7 @@ void reconnect_registry(manager_ptr self) {
   auto& st = self->state;
   if (st.registry)
     return;
-  self->request(middleman(self), link_timeout(self), caf::connect_atom::value,
+  self->request(middleman(self), attempt_timeout(self), caf::connect_atom::value,
                 st.registry_host, st.registry_port)
     .then(
       [=](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) {
@@ -288,7 +266,7 @@ void reconnect_registry(manager_ptr self) {
       [=](caf::error& err) {
         auto& st = self->state;
         // A joining rank's window ends its tries; a joined one keeps trying.
-        if (st.joining_rank && monotonic_ms() + 200 >= st.join_deadline_ms) {
+        if (st.joining_rank && monotonic_ms() + link_timing::join_slack_ms >= st.join_deadline_ms) {
           st.joining_rank->deliver(std::move(err));
           st.joining_rank.reset();
           return;
@@ -303,46 +281,20 @@ void want_links(manager_ptr self, const std::vector<std::shared_ptr<const rank_e
 }
 
 void want_link(manager_ptr self, const std::shared_ptr<const rank_entry>& e) {
-  auto& st = self->state;
   if (!e || !self->home_system().has_middleman() || e->rank.id == me(self).id)
     return;
-  auto id = e->rank.id;
-  if (auto i = st.joining.find(id); i != st.joining.end() && i->second.entry == e)
-    return; // under way
-  auto& l = st.joining[id];
-  l = kv_manager_state::outgoing_link{};
-  l.entry = e;
-  // Two nodes dialing each other at once make CAF 0.17 close one of the
-  // connections as a duplicate, and what was in flight on it is lost. The
-  // lower id dials at once; the higher (which needs the link too, or it
-  // would not be here) after a jittered pause, unless the peer's link came
-  // first.
-  if (id > me(self).id)
-    begin_link(self, id);
-  else
-    l.retry_at_ms = monotonic_ms() + 20 + st.link_rng() % 100;
+  using want = link_table::want_result;
+  if (self->state.links->want(e, monotonic_ms()) == want::dial_now)
+    begin_link(self, e->rank.id);
 }
 
 void retry_links(manager_ptr self, uint64_t now) {
-  auto& st = self->state;
-  auto deadline = static_cast<uint64_t>(link_timeout(self).count());
-  std::vector<rank_id> again;
-  for (auto& kvp : st.joining) {
-    auto& l = kvp.second;
-    // Connected but no answer for a while: a handshake message was lost
-    // (CAF drops what was in flight on a connection it closes); again.
-    bool stalled = l.peer && now - l.started_ms > 500;
-    if (l.retry_at_ms != 0 ? now >= l.retry_at_ms : stalled || now - l.started_ms > deadline)
-      again.push_back(kvp.first);
-  }
-  for (auto id : again)
+  for (auto id : self->state.links->due(now))
     begin_link(self, id);
-  if (st.accepting)
-    st.accepting->expire(now);
 }
 
 void note_traffic(manager_ptr self, const caf::node_id& node) {
-  self->state.last_traffic_ms[node] = monotonic_ms();
+  self->state.links->traffic(node, monotonic_ms());
 }
 
 namespace {
@@ -375,7 +327,7 @@ void unlink_peer(manager_ptr self, const std::shared_ptr<const rank_entry>& e, b
   for (auto& x : st.peers->all())
     more = more || (x->manager && x->manager.node() == node);
   if (!more)
-    st.last_traffic_ms.erase(node);
+    st.links->forget(node);
   st.metrics->set_peers(st.peers->usable_peers(), st.peers->listed_peers(),
                         st.peers->lost().size());
   logger()->debug("{}: idle link to {} closed", to_string(me(self)), to_string(e->rank));
@@ -385,23 +337,15 @@ void unlink_peer(manager_ptr self, const std::shared_ptr<const rank_entry>& e, b
 
 void close_idle_links(manager_ptr self, uint64_t now) {
   auto& st = self->state;
-  auto idle = st.limits.idle_link_ms;
-  if (idle == 0 || !self->home_system().has_middleman())
+  if (!self->home_system().has_middleman())
     return;
-  // An answer that never came: ask again later.
-  for (auto i = st.closing.begin(); i != st.closing.end();)
-    i = now - i->second > idle ? st.closing.erase(i) : std::next(i);
-  std::vector<caf::node_id> quiet;
-  for (auto& kvp : st.last_traffic_ms)
-    if (now - kvp.second >= idle && st.closing.count(kvp.first) == 0
-        && !node_in_use(self, kvp.first))
-      quiet.push_back(kvp.first);
-  for (auto& node : quiet) {
-    st.closing[node] = now;
+  auto quiet = st.links->idle(now, [&](const caf::node_id& node) {
+    return node_in_use(self, node);
+  });
+  for (auto& node : quiet)
     for (auto& e : st.peers->all())
       if (e->manager && e->manager.node() == node && e->control_port != 0)
         self->send(e->manager, link_close{me(self).id});
-  }
 }
 
 void on_link_close(manager_ptr self, link_close& msg) {
@@ -431,13 +375,10 @@ void on_link_closed(manager_ptr self, link_closed& msg) {
   auto e = st.peers->find(msg.from);
   if (!sender || !e || !e->manager || e->manager.address() != sender->address())
     return;
-  auto node = e->manager.node();
-  st.closing.erase(node);
-  if (!msg.agreed) {
-    // The peer still uses it.
-    note_traffic(self, node);
+  // Not agreed: the peer still uses it, which counts as traffic.
+  st.links->close_answered(e->manager.node(), msg.agreed, monotonic_ms());
+  if (!msg.agreed)
     return;
-  }
   // The peer no longer counts this link: neither does this side (a room
   // that opened meanwhile links again), and the connection goes once no
   // rank of this process links there and no room here needs it.
@@ -445,81 +386,61 @@ void on_link_closed(manager_ptr self, link_closed& msg) {
 }
 
 void on_link_hello(manager_ptr self, link_hello& msg) {
-  auto& st = self->state;
-  auto sender = self->current_sender();
-  if (!sender || msg.nonce.size() != 32)
+  auto& sender = self->current_sender();
+  if (!sender)
     return;
-  // A retry of the same link (same nonce) gets the same answer, so a late
-  // finish of the earlier attempt still verifies.
-  nonce mine;
-  if (auto* prev = st.accepting->find(sender->address());
-      prev && prev->from == msg.from && prev->theirs == msg.nonce)
-    mine = prev->mine;
-  else
-    mine = make_nonce();
-  kv_manager_state::incoming_link in{msg.from, msg.incarnation, msg.nonce, std::move(mine)};
-  auto reply = link_reply{me(self).id, in.mine,
-                          st.members->accept_proof(msg.nonce, in.mine, me(self).id, msg.from)};
-  if (!st.accepting->put(sender->address(), std::move(in), monotonic_ms())) {
+  auto peer = caf::actor_cast<caf::actor>(sender);
+  auto out = self->state.links->hello(msg, peer, monotonic_ms());
+  if (out.what == link_table::hello_outcome::refused)
     log_stranger(self, "refused a link handshake: too many in progress");
-    return;
-  }
-  self->send(caf::actor_cast<caf::actor>(sender), std::move(reply));
+  else if (out.what == link_table::hello_outcome::answer)
+    self->send(peer, std::move(out.message));
 }
 
 void on_link_reply(manager_ptr self, link_reply& msg) {
   auto& st = self->state;
-  auto i = st.joining.find(msg.from);
   auto& sender = self->current_sender();
-  if (i == st.joining.end() || !i->second.peer || !sender
-      || sender->address() != i->second.peer.address() || i->second.finished)
+  if (!sender)
     return;
-  auto& l = i->second;
-  if (!membership::matches(msg.proof, st.members->accept_proof(l.mine, msg.nonce, msg.from,
-                                                               me(self).id))) {
-    log_stranger(self, "rank " + std::to_string(msg.from) + " at " + endpoint_text(*l.entry)
+  auto out = st.links->reply(msg, caf::actor_cast<caf::actor>(sender),
+                             st.self_entry->incarnation, monotonic_ms());
+  if (out.what == link_table::reply_outcome::bad_proof) {
+    log_stranger(self, "rank " + std::to_string(msg.from) + " at " + endpoint_text(*out.entry)
                          + " failed to prove membership (a different deployment secret?)");
-    l.retry_at_ms = monotonic_ms() + 1000;
-    return;
+  } else if (out.what == link_table::reply_outcome::finish) {
+    st.trust->add(sender->node());
+    self->send(out.peer, std::move(out.message));
   }
-  st.trust->add(sender->node());
-  l.finished = true;
-  self->send(l.peer, link_finish{me(self).id,
-                                 st.members->join_proof(msg.nonce, l.mine, me(self).id,
-                                                        st.self_entry->incarnation, msg.from)});
 }
 
 void on_link_finish(manager_ptr self, link_finish& msg) {
   auto& st = self->state;
-  auto sender = self->current_sender();
+  auto& sender = self->current_sender();
   if (!sender)
     return;
-  auto in = st.accepting->take(sender->address(), monotonic_ms());
-  if (!in || in->from != msg.from)
-    return;
-  if (!membership::matches(msg.proof, st.members->join_proof(in->mine, in->theirs, in->from,
-                                                             in->incarnation, me(self).id))) {
+  auto out = st.links->finish(msg, caf::actor_cast<caf::actor>(sender), monotonic_ms());
+  if (out.what == link_table::finish_outcome::bad_proof) {
     log_stranger(self, "a node claiming rank " + std::to_string(msg.from)
                          + " failed to prove membership (a different deployment secret?)");
     return;
   }
+  if (out.what != link_table::finish_outcome::accepted)
+    return;
   st.trust->add(sender->node());
-  auto peer = caf::actor_cast<caf::actor>(sender);
-  self->send(peer, link_ack{me(self).id});
-  if (auto e = st.peers->link(in->from, in->incarnation, peer))
+  self->send(out.link.peer, link_ack{me(self).id});
+  if (auto e = st.peers->link(out.link.id, out.link.incarnation, out.link.peer))
     on_peer_usable(self, e);
 }
 
 void on_link_ack(manager_ptr self, link_ack& msg) {
   auto& st = self->state;
-  auto i = st.joining.find(msg.from);
   auto& sender = self->current_sender();
-  if (i == st.joining.end() || !i->second.finished || !sender
-      || sender->address() != i->second.peer.address())
+  if (!sender)
     return;
-  auto l = std::move(i->second);
-  st.joining.erase(i);
-  if (auto e = st.peers->link(msg.from, l.entry->incarnation, l.peer))
+  auto made = st.links->ack(msg, caf::actor_cast<caf::actor>(sender));
+  if (!made)
+    return;
+  if (auto e = st.peers->link(made->id, made->incarnation, made->peer))
     on_peer_usable(self, e);
 }
 

@@ -46,14 +46,13 @@ void distrust(manager_ptr self, const rank_entry& gone) {
     shared = shared || (e->rank.id != gone.rank.id && e->manager && e->manager.node() == node);
   if (!shared) {
     st.trust->remove(node);
-    st.last_traffic_ms.erase(node);
-    st.closing.erase(node);
+    st.links->forget(node);
   }
 }
 
 void on_peer_usable(manager_ptr self, const std::shared_ptr<const rank_entry>& peer) {
   auto& st = self->state;
-  st.joining.erase(peer->rank.id);
+  st.links->stop(peer->rank.id);
   self->monitor(peer->manager);
   if (peer->manager && peer->manager.node() != self->node()) {
     if (st.link_keeper)
@@ -90,7 +89,7 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
     bool listed_same = listed && (msg.incarnation == 0 || listed->incarnation == msg.incarnation);
     if (listed_same) {
       st.peers->unlist(msg.rank.id);
-      st.joining.erase(msg.rank.id);
+      st.links->stop(msg.rank.id);
     }
     if (same) {
       if (auto peer = st.peers->take_peer(msg.rank.id))
@@ -122,7 +121,7 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
   bool listed_gone = listed && (msg.incarnation == 0 || listed->incarnation == msg.incarnation);
   if (listed_gone || !listed) {
     st.peers->unlist(msg.rank.id);
-    st.joining.erase(msg.rank.id);
+    st.links->stop(msg.rank.id);
   }
   // In this process: handled once, whichever of this and our own monitor's
   // down message comes first.

@@ -683,7 +683,7 @@ tls)
   for r in p0 d0; do wait_for '"ready"' $r.log 20 || fail "$r not ready"; done
   ctl=$(sed -n 's/.*"control": "\([0-9.]*:[0-9]*\)".*/\1/p' d0.log | head -n 1)
   # Outsiders come after the rooms: in CAF 0.17.6's OpenSSL module a failed
-  # TLS handshake drops the node's other sessions too (README, Limits).
+  # TLS handshake drops the node's other sessions too (docs/limits.md).
   for r in p0 d0; do wait_for batch_done $r.log 60 || fail "$r did not finish its rooms"; done
   timeout 8 "$K" serve "$SECRET" --role=decode --dp=4 --bootstrap-port="$p" --rooms=1 > plain.log 2>&1 && fail "a rank without TLS joined"
   timeout 20 "$K" serve "$SECRET" --tls-certificate=other.pem --tls-key=other.key --tls-cafile=rogue-ca.pem \
