@@ -19,6 +19,30 @@
 
 namespace kvroom {
 
+/// A deployment's directory kept in a store instead of a registry process
+/// (`runtime::use_directory`). The store is chosen by the URL's scheme:
+/// `etcd://host:port[,host:port...]`, or `etcds://...` for etcd over TLS.
+struct directory_options {
+  std::string url;
+  /// The deployment's keys live under this (several deployments can share
+  /// one store).
+  std::string prefix = "/kvroom/default";
+  /// A process that stops renewing its lease is gone this long after
+  /// (rounded up to whole seconds, at least 2: etcd's own floor).
+  uint32_t lease_ttl_ms = 5000;
+  /// A registration the store does not answer (unreachable, overloaded) is
+  /// tried again this long before it fails.
+  uint32_t registration_timeout_ms = 15'000;
+  /// The store's own TLS: the CA of its certificates, and a client
+  /// certificate with its key for stores that ask for one.
+  std::string cacert;
+  std::string cert;
+  std::string key;
+  /// The store's own authentication (etcd: `etcdctl user add`).
+  std::string user;
+  std::string password;
+};
+
 /// Limits that keep every queue of a rank bounded.
 struct rank_limits {
   /// Rooms open on this rank at once; `make_sender`/`make_receiver` refuse more.

@@ -14,7 +14,7 @@
 #include "kvroom/actors/control/bootstrap_registry.hpp"
 #include "kvroom/actors/control/control_door.hpp"
 #include "kvroom/actors/control/control_endpoint.hpp"
-#include "kvroom/actors/control/etcd/etcd_directory.hpp"
+#include "kvroom/actors/control/directory_stores.hpp"
 #include "kvroom/actors/control/link_keeper.hpp"
 #include "kvroom/actors/logging.hpp"
 #include "kvroom/actors/control/membership.hpp"
@@ -74,6 +74,7 @@ runtime::runtime(caf::actor_system& sys, uint32_t max_ranks, deployment_secret s
 }
 
 void runtime::init(uint32_t max_ranks, deployment_secret secret) {
+  max_ranks_ = max_ranks;
   if (secret.insecure() && sys_->has_middleman())
     logger()->warn("kvroom: no deployment secret: ranks on the network are not authenticated "
                    "(anyone who reaches a port can join)");
@@ -163,14 +164,16 @@ caf::error runtime::connect_registry(const std::string& host, uint16_t port,
                                          + " ms: " + last);
 }
 
-caf::error runtime::use_directory(etcd_directory_options opts, uint32_t timeout_ms) {
+caf::error runtime::use_directory(const directory_options& opts, uint32_t timeout_ms) {
+  auto store = directory_store_of(opts.url);
+  if (!store)
+    return store.error();
   if (!sys_->has_middleman())
     return make_error(errc::invalid_config,
-                      "a directory on etcd needs runtime_options.network");
+                      "a directory in a store needs runtime_options.network");
   if (live_ranks_ > 0)
     return make_error(errc::invalid_config, "choose the directory before adding ranks");
-  auto wait = opts.lease_ttl_ms + opts.registration_timeout_ms + 1000;
-  auto dir = spawn_etcd_directory(*sys_, std::move(opts), members_, timeout_ms);
+  auto dir = (*store)->spawn(*sys_, opts, members_, max_ranks_, timeout_ms);
   if (!dir)
     return dir.error();
   if (registry_.node() == sys_->node())
@@ -178,7 +181,7 @@ caf::error runtime::use_directory(etcd_directory_options opts, uint32_t timeout_
   registry_ = std::move(*dir);
   registry_host_.clear();
   registry_port_ = 0;
-  registration_wait_ms_ = wait;
+  registration_wait_ms_ = (*store)->registration_wait_ms(opts);
   return caf::none;
 }
 

@@ -19,7 +19,6 @@ namespace kvroom {
 
 class rank;
 class membership;
-struct etcd_directory_options;
 
 /// How an owned actor system is set up.
 struct runtime_options {
@@ -116,11 +115,13 @@ public:
   caf::error connect_registry(const std::string& host, uint16_t port,
                               uint32_t timeout_ms = 30'000);
 
-  /// Uses a directory on etcd instead of a registry process
-  /// (`--directory=etcd://...`): every rank of this runtime keeps its entry
-  /// under `opts.prefix` on this process's lease and watches the prefix.
-  /// Needs `network`. Retries reaching etcd until `timeout_ms` passes.
-  caf::error use_directory(etcd_directory_options opts, uint32_t timeout_ms = 30'000);
+  /// Uses a directory kept in a store instead of a registry process, the
+  /// store chosen by `opts.url`'s scheme (`etcd://...`, `etcds://...`):
+  /// every rank of this runtime keeps its entry under `opts.prefix` on this
+  /// process's lease and watches the prefix. Needs `network`, and is chosen
+  /// before the first rank. Retries reaching the store until `timeout_ms`
+  /// passes; an unknown scheme or a malformed URL is an error naming it.
+  caf::error use_directory(const directory_options& opts, uint32_t timeout_ms = 30'000);
 
   /// How long a rank of this runtime may wait for its registration: a
   /// directory on etcd holds a dead rank's id and place until its lease
@@ -151,6 +152,7 @@ private:
   caf::actor link_keeper_;
   std::shared_ptr<const membership> members_;
   size_t live_ranks_ = 0;
+  uint32_t max_ranks_ = 4096;
 };
 
 } // namespace kvroom

@@ -7,7 +7,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "kvroom/actors/control/etcd/etcd_directory.hpp"
 #include "kvroom/messages/error.hpp"
 
 namespace kvroom::cli {
@@ -75,17 +74,18 @@ caf::error directory_cli_options::apply(runtime& rt) const {
                         "--etcd-user needs a readable --etcd-password-file");
     std::getline(in, password);
   }
-  auto etcd = etcd_options_of(directory, etcd_cacert, etcd_cert, etcd_key, etcd_user,
-                              std::move(password));
-  if (!etcd)
-    return etcd.error();
-  etcd_directory_options opts;
-  opts.etcd = std::move(*etcd);
   if (lease_ttl_ms < 1 || lease_ttl_ms > 3'600'000)
     return make_error(errc::invalid_argument, "--lease-ttl-ms must be in [1, 3600000]");
+  directory_options opts;
+  opts.url = directory;
   opts.prefix = prefix;
   opts.lease_ttl_ms = static_cast<uint32_t>(lease_ttl_ms);
-  return rt.use_directory(std::move(opts));
+  opts.cacert = etcd_cacert;
+  opts.cert = etcd_cert;
+  opts.key = etcd_key;
+  opts.user = etcd_user;
+  opts.password = std::move(password);
+  return rt.use_directory(opts);
 }
 
 } // namespace kvroom::cli

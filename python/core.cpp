@@ -19,7 +19,6 @@
 #include <tuple>
 #include <vector>
 
-#include "kvroom/actors/control/etcd/etcd_directory.hpp"
 #include "kvroom/kvroom.hpp"
 
 namespace py = pybind11;
@@ -257,17 +256,19 @@ PYBIND11_MODULE(_core, m) {
             uint32_t lease_ttl_ms, uint32_t timeout_ms, const std::string& cacert,
             const std::string& cert, const std::string& key, const std::string& user,
             const std::string& password) {
-           auto etcd = etcd_options_of(url, cacert, cert, key, user, password);
-           if (!etcd)
-             raise(etcd.error());
-           etcd_directory_options opts;
-           opts.etcd = std::move(*etcd);
+           directory_options opts;
+           opts.url = url;
            opts.prefix = prefix;
            opts.lease_ttl_ms = lease_ttl_ms;
+           opts.cacert = cacert;
+           opts.cert = cert;
+           opts.key = key;
+           opts.user = user;
+           opts.password = password;
            caf::error e;
            {
              py::gil_scoped_release nogil;
-             e = rt.use_directory(std::move(opts), timeout_ms);
+             e = rt.use_directory(opts, timeout_ms);
            }
            check(e);
          },

@@ -3,10 +3,13 @@
 // from etcd), and what lazy links ask of the manager's tables.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
 
 #include "kvroom/actors/control/directory_rules.hpp"
+#include "kvroom/actors/control/directory_stores.hpp"
 #include "kvroom/actors/control/etcd/etcd_gateway.hpp"
 #include "kvroom/actors/control/etcd/signed_entry.hpp"
 #include "kvroom/actors/control/registration_door.hpp"
@@ -245,4 +248,25 @@ TEST_CASE("lazy links: what waits for a rank or a decider, and the listed ranks 
   REQUIRE(decider);
   CHECK(decider->rank.id == 0);
   CHECK_FALSE(dir.listed_decider(decider_ref{role::prefill, 7}));
+}
+
+TEST_CASE("directory stores: the URL's scheme picks the store, others are refused by name") {
+  auto etcd = directory_store_of("etcd://10.0.0.1:2379,10.0.0.2:2379");
+  REQUIRE(etcd);
+  CHECK(std::count((*etcd)->schemes.begin(), (*etcd)->schemes.end(), "etcds") == 1);
+  auto tls = directory_store_of("etcds://10.0.0.1:2379");
+  REQUIRE(tls);
+  CHECK(*tls == *etcd);
+  auto other = directory_store_of("consul://10.0.0.1:8500");
+  REQUIRE_FALSE(other);
+  CHECK_THAT(describe(other.error()), Catch::Contains("'consul://'")
+                                        && Catch::Contains("etcd://, etcds://"));
+  auto bare = directory_store_of("10.0.0.1:2379");
+  REQUIRE_FALSE(bare);
+  CHECK_THAT(describe(bare.error()), Catch::Contains("without a scheme"));
+  // A replacement waits out its predecessor's lease before it registers.
+  directory_options opts;
+  opts.lease_ttl_ms = 5000;
+  opts.registration_timeout_ms = 15000;
+  CHECK((*etcd)->registration_wait_ms(opts) == 21000);
 }

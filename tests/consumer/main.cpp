@@ -69,6 +69,22 @@ int main() {
   auto again = s->send({2}, true);
   ok = ok && !again && p->get()->calls_after_conclusion() == 1;
   std::printf("consumer: %s\n", ok ? "room 1 landed byte-exact" : "FAILED");
+  // The directory kept in a store is the API's too: a scheme no store
+  // serves is refused by name, and an etcd that does not answer is an error
+  // within the timeout (no etcd runs here).
+  {
+    kvroom::runtime_options o{"sharing", 0, "error"};
+    o.network = true;
+    kvroom::runtime net{o};
+    kvroom::directory_options dir;
+    dir.url = "consul://127.0.0.1:8500";
+    auto unknown = net.use_directory(dir, 200);
+    dir.url = "etcd://127.0.0.1:1";
+    auto unreachable = net.use_directory(dir, 300);
+    std::printf("consumer: use_directory: %s; %s\n", to_string(unknown).c_str(),
+                to_string(unreachable).c_str());
+    ok = ok && unknown && unreachable;
+  }
   (void) s->clear();
   (void) r->clear();
   p->reset();

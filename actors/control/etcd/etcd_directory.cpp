@@ -609,4 +609,29 @@ caf::expected<caf::actor> spawn_etcd_directory(caf::actor_system& sys,
   }
 }
 
+directory_store etcd_directory_store() {
+  directory_store row;
+  row.schemes = {"etcd", "etcds"};
+  row.spawn = [](caf::actor_system& sys, const directory_options& opts,
+                 std::shared_ptr<const membership> members, uint32_t max_ranks,
+                 uint32_t timeout_ms) -> caf::expected<caf::actor> {
+    auto etcd = etcd_options_of(opts.url, opts.cacert, opts.cert, opts.key, opts.user,
+                                opts.password);
+    if (!etcd)
+      return etcd.error();
+    etcd_directory_options eo;
+    eo.etcd = std::move(*etcd);
+    eo.prefix = opts.prefix;
+    eo.lease_ttl_ms = opts.lease_ttl_ms;
+    eo.max_ranks = max_ranks;
+    eo.registration_timeout_ms = opts.registration_timeout_ms;
+    return spawn_etcd_directory(sys, std::move(eo), std::move(members), timeout_ms);
+  };
+  // A replacement waits out its predecessor's lease, then registers.
+  row.registration_wait_ms = [](const directory_options& opts) {
+    return opts.lease_ttl_ms + opts.registration_timeout_ms + 1000;
+  };
+  return row;
+}
+
 } // namespace kvroom

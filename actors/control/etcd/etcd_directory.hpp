@@ -26,6 +26,7 @@
 #include "caf/actor_system.hpp"
 #include "caf/expected.hpp"
 
+#include "kvroom/actors/control/directory_stores.hpp"
 #include "kvroom/actors/control/etcd/etcd_gateway.hpp"
 #include "kvroom/actors/control/membership.hpp"
 
@@ -52,5 +53,8 @@ caf::expected<caf::actor> spawn_etcd_directory(caf::actor_system& sys,
                                                etcd_directory_options opts,
                                                std::shared_ptr<const membership> members,
                                                uint32_t timeout_ms);
+
+/// etcd's row of the directory stores (`etcd://`, `etcds://`).
+directory_store etcd_directory_store();
 
 } // namespace kvroom
