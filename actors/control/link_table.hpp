@@ -59,7 +59,7 @@ public:
   enum class want_result {
     under_way, ///< this entry's link is being made already: nothing to do
     dial_now,  ///< dial it (`begin`)
-    dial_later ///< the lower id yields (`link_timing::yield_ms`): `due` says when
+    dial_later ///< the higher id yields (`link_timing::yield_ms`): `due` says when
   };
 
   /// Something here needs `e` (a room with it, a message waiting for it).
@@ -135,6 +135,19 @@ public:
         out.push_back(id);
     }
     accepting_.expire(now);
+    return out;
+  }
+
+  /// The earliest time a paused link is to be attempted again (a yield, a
+  /// backoff, an endpoint not published yet), if any: the manager wakes for
+  /// it instead of waiting for its sweep, so the first room with a peer
+  /// waits the pause and no more. Attempts in progress are not in it: their
+  /// stall and deadline are failures, which the sweep finds.
+  std::optional<uint64_t> next_due() const {
+    std::optional<uint64_t> out;
+    for (auto& kvp : dialing_)
+      if (kvp.second.retry_at != 0 && (!out || kvp.second.retry_at < *out))
+        out = kvp.second.retry_at;
     return out;
   }
 

@@ -45,9 +45,10 @@ public:
   static constexpr uint64_t bad_proof_ms = 1000;
 
   /// Two nodes dialling each other at once make CAF 0.17 close one
-  /// connection as a duplicate, and what was in flight on it is lost. The
-  /// lower rank id yields: it dials this long after it wanted the link,
-  /// unless the peer's link came first. `draw` is a random number.
+  /// connection as a duplicate, and what was in flight on it is lost. Of
+  /// two ranks the lower id dials at once; the higher yields: it dials this
+  /// long after it wanted the link, unless the peer's link came first.
+  /// `draw` is a random number.
   static uint64_t yield_ms(uint32_t draw) noexcept {
     return 20 + draw % 100;
   }

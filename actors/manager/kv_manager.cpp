@@ -242,6 +242,7 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
     members_only<link_close>(self, "link_close", on_link_close),
     members_only<link_closed>(self, "link_closed", on_link_closed),
     [=](decide_atom) { decide_unopened(self); },
+    [=](links_atom) { on_link_timer(self); },
     [=](sweep_atom) {
       sweep(self);
       self->delayed_send(self, sweep_interval, sweep_atom::value);

@@ -74,6 +74,8 @@ struct kv_manager_state {
   /// Links to peers: those this rank dials, the handshakes others started,
   /// idle links (decided there; carried out in manager_links.cpp).
   std::optional<link_table> links;
+  /// When the pending link timer fires (0: none pending).
+  uint64_t link_timer_ms = 0;
   /// Counts this process's links per peer process and closes a connection
   /// with the last (null: links are never closed).
   caf::actor link_keeper;

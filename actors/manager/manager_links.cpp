@@ -126,6 +126,20 @@ void registered(manager_ptr self) {
   st.metrics->set_ready(true);
 }
 
+/// Sets the link timer for the earliest paused link, unless one pending
+/// fires sooner: a room that waits for a link waits its pause, not the
+/// next sweep (an eighth of the shortest room timeout).
+void arm_link_timer(manager_ptr self) {
+  auto& st = self->state;
+  auto due = st.links->next_due();
+  if (!due || (st.link_timer_ms != 0 && st.link_timer_ms <= *due))
+    return;
+  st.link_timer_ms = *due;
+  auto now = monotonic_ms();
+  self->delayed_send(self, std::chrono::milliseconds(*due > now ? *due - now : 0),
+                     links_atom::value);
+}
+
 /// Starts an attempt of the link to `id`: connect to the peer's control
 /// endpoint, then `link_hello`. The table decides; this carries it out.
 void begin_link(manager_ptr self, rank_id id) {
@@ -139,6 +153,7 @@ void begin_link(manager_ptr self, rank_id id) {
         auto& st = self->state;
         if (!ptr) {
           st.links->unpublished(id, entry, monotonic_ms());
+          arm_link_timer(self);
           logger()->debug("{}: nothing published at {} for rank {}", to_string(me(self)),
                           endpoint_text(*entry), id);
           return;
@@ -149,10 +164,13 @@ void begin_link(manager_ptr self, rank_id id) {
           self->send(peer, std::move(*hello));
       },
       [=](caf::error& err) {
-        if (auto pause = self->state.links->connect_failed(id, entry, monotonic_ms()))
-          logger()->debug("{}: cannot link to rank {} at {} ({}), retrying in {} ms",
-                          to_string(me(self)), id, endpoint_text(*entry),
-                          self->system().render(err), *pause);
+        auto pause = self->state.links->connect_failed(id, entry, monotonic_ms());
+        if (!pause)
+          return;
+        arm_link_timer(self);
+        logger()->debug("{}: cannot link to rank {} at {} ({}), retrying in {} ms",
+                        to_string(me(self)), id, endpoint_text(*entry),
+                        self->system().render(err), *pause);
       });
 }
 
@@ -284,13 +302,27 @@ void want_link(manager_ptr self, const std::shared_ptr<const rank_entry>& e) {
   if (!e || !self->home_system().has_middleman() || e->rank.id == me(self).id)
     return;
   using want = link_table::want_result;
-  if (self->state.links->want(e, monotonic_ms()) == want::dial_now)
-    begin_link(self, e->rank.id);
+  switch (self->state.links->want(e, monotonic_ms())) {
+    case want::dial_now:
+      begin_link(self, e->rank.id);
+      break;
+    case want::dial_later:
+      arm_link_timer(self);
+      break;
+    case want::under_way:
+      break;
+  }
 }
 
 void retry_links(manager_ptr self, uint64_t now) {
   for (auto id : self->state.links->due(now))
     begin_link(self, id);
+}
+
+void on_link_timer(manager_ptr self) {
+  self->state.link_timer_ms = 0;
+  retry_links(self, monotonic_ms());
+  arm_link_timer(self);
 }
 
 void note_traffic(manager_ptr self, const caf::node_id& node) {
@@ -407,6 +439,7 @@ void on_link_reply(manager_ptr self, link_reply& msg) {
   if (out.what == link_table::reply_outcome::bad_proof) {
     log_stranger(self, "rank " + std::to_string(msg.from) + " at " + endpoint_text(*out.entry)
                          + " failed to prove membership (a different deployment secret?)");
+    arm_link_timer(self);
   } else if (out.what == link_table::reply_outcome::finish) {
     st.trust->add(sender->node());
     self->send(out.peer, std::move(out.message));

@@ -12,6 +12,9 @@
 
 namespace kvroom::detail {
 
+/// The manager's wake-up for a link whose pause ended.
+using links_atom = caf::atom_constant<caf::atom("links")>;
+
 using manager_ptr = counted_actor<kv_manager_state>*;
 
 /// True when the message being handled comes from this process or from a
@@ -43,8 +46,13 @@ void want_links(manager_ptr self, const std::vector<std::shared_ptr<const rank_e
 /// `want_links` for one listed rank (null: nothing).
 void want_link(manager_ptr self, const std::shared_ptr<const rank_entry>& x);
 
-/// Retries links that failed or ran past their deadline (from the sweep).
+/// Attempts the links that are due: their pause ended, or their attempt
+/// stalled or ran past its deadline (from the sweep and the link timer).
 void retry_links(manager_ptr self, uint64_t now_ms);
+
+/// `links_atom`: the link timer fired; attempts what is due and sets the
+/// timer for what comes next.
+void on_link_timer(manager_ptr self);
 
 /// A control message to or from another process: its link is in use.
 void note_traffic(manager_ptr self, const caf::node_id& node);

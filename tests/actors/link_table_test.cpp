@@ -213,9 +213,18 @@ TEST_CASE("link table: the lower id yields, then dials when its pause ends") {
   CHECK(b.due(1000 + 19).empty());
   auto at = b.due(1000 + 120);
   CHECK(at == std::vector<rank_id>{1});
+  // The manager wakes for it at exactly that moment, not at its sweep.
+  b.want(a_entry, 1000);
+  auto due = b.next_due();
+  REQUIRE(due);
+  CHECK(*due >= 1000 + 20);
+  CHECK(*due <= 1000 + 119);
+  CHECK(b.due(*due - 1).empty());
+  CHECK(b.due(*due) == std::vector<rank_id>{1});
   // Before then, the peer's link came first: nothing to dial any more.
   b.stop(1);
   CHECK(b.due(1000 + 120).empty());
+  CHECK_FALSE(b.next_due());
   // An entry of a newer incarnation replaces the link wanted.
   b.want(a_entry, 0);
   CHECK(b.want(entry(1, 8), 0) == table::want_result::dial_later);
@@ -227,7 +236,9 @@ TEST_CASE("link table: attempts are retried with backoff, stalls and deadlines")
   auto e = entry(2);
   a.want(e, 0);
   a.begin(2, 0);
-  // In progress: nothing due until the attempt deadline.
+  // In progress: nothing due until the attempt deadline, and no wake-up
+  // (a deadline is a failure the sweep finds).
+  CHECK_FALSE(a.next_due());
   CHECK(a.due(query_ms).empty());
   CHECK(a.due(query_ms + 1) == std::vector<rank_id>{2});
   // Connect failures back off: the second attempt pauses 100..200 ms;
