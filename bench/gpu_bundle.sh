@@ -11,9 +11,9 @@ build=${1:-build}
 out=${2:-build-gpu-bundle}
 grep -q "KVROOM_WITH_CUDA:STRING=\(ON\|AUTO\)" "$build/CMakeCache.txt" \
   || { echo "gpu_bundle: $build is not configured with CUDA"; exit 1; }
-cmake --build "$build" -j"$(nproc)" --target kvroom_cli kvroom_bench transport_hw_test transport_logic_test
+cmake --build "$build" -j"$(nproc)" --target kvroom_cli kvroom_bench transport_conformance_test transport_logic_test
 rm -rf "$out" && mkdir -p "$out/bin" "$out/lib"
-bins=("$build/cli/kvroom" "$build/bench/kvroom-bench" "$build/tests/transport_hw_test"
+bins=("$build/cli/kvroom" "$build/bench/kvroom-bench" "$build/tests/transport_conformance_test"
       "$build/tests/transport_logic_test")
 cp "${bins[@]}" "$out/bin/"
 # The driver (libcuda) is the GPU machine's own: cudart is linked statically

@@ -27,7 +27,7 @@ else
     bash .ci/install-deps
   fi
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVROOM_WITH_CUDA=ON
-  cmake --build "$build" -j"$(nproc)" --target kvroom_cli kvroom_bench transport_hw_test transport_logic_test
+  cmake --build "$build" -j"$(nproc)" --target kvroom_cli kvroom_bench transport_conformance_test transport_logic_test
   run() {
     local b=$1; shift
     case $b in kvroom) "$build/cli/kvroom" "$@" ;; kvroom-bench) "$build/bench/kvroom-bench" "$@" ;;
@@ -41,7 +41,7 @@ run kvroom doctor
 # this machine has no usable GPU, which this script treats as a failure.
 run transport_logic_test
 set +e
-run transport_hw_test cuda
+run transport_conformance_test cuda
 rc=$?
 set -e
 if [ "$rc" = 77 ]; then
