@@ -26,14 +26,11 @@ enum class xfer_status : uint8_t {
 
 std::string to_string(xfer_status x);
 
-/// What a backend implements. A flag is set only when the backend really
-/// does it; the transport choice and the conformance tests read these.
+/// What one backend instance can do beyond its transport's row, read by
+/// the rooms (a pull needs `reads`) and the conformance body. What memory
+/// a transport moves and which peers it reaches are facts of the transport,
+/// kept once in its row of the table (transport_table.hpp), not here.
 struct backend_caps {
-  bool host_memory = false;    ///< moves host memory
-  bool device_memory = false;  ///< moves GPU memory
-  bool same_process = false;   ///< peers in this process
-  bool same_host = false;      ///< peers in other processes on this host
-  bool cross_host = false;     ///< peers on other hosts
   uint32_t max_batch_ops = 0;  ///< most writes in one posted batch
   bool reads = false;          ///< serves `post_read` (a pull)
 };

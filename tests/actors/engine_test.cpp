@@ -187,11 +187,7 @@ public:
     : inner_(std::move(inner)), owner_(owner), log_(std::move(log)), mx_(std::move(mx)) {
   }
   std::string name() const override { return inner_->name(); }
-  backend_caps caps() const override {
-    auto c = inner_->caps();
-    c.device_memory = true;
-    return c;
-  }
+  backend_caps caps() const override { return inner_->caps(); }
   endpoint_desc endpoint() const override { return inner_->endpoint(); }
   std::vector<endpoint_desc> endpoints() const override {
     auto out = inner_->endpoints();

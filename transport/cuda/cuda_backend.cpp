@@ -128,10 +128,6 @@ std::string cuda_backend::name() const {
 
 backend_caps cuda_backend::caps() const {
   backend_caps out;
-  out.host_memory = true;  // as one end of a host <-> GPU copy in this process
-  out.device_memory = true;
-  out.same_process = true;
-  out.same_host = true;
   out.max_batch_ops = 1u << 20;
   return out;
 }

@@ -177,8 +177,6 @@ std::string local_backend::name() const {
 
 backend_caps local_backend::caps() const {
   backend_caps out;
-  out.host_memory = true;
-  out.same_process = true;
   out.max_batch_ops = 1u << 20;
   out.reads = true;
   return out;

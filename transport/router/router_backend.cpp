@@ -24,11 +24,6 @@ backend_caps router_backend::caps() const {
   backend_caps out;
   for (auto& p : parts_) {
     auto c = p->caps();
-    out.host_memory |= c.host_memory;
-    out.device_memory |= c.device_memory;
-    out.same_process |= c.same_process;
-    out.same_host |= c.same_host;
-    out.cross_host |= c.cross_host;
     out.reads |= c.reads;
     out.max_batch_ops = out.max_batch_ops == 0 ? c.max_batch_ops
                                                : std::min(out.max_batch_ops, c.max_batch_ops);

@@ -60,9 +60,6 @@ std::string shm_backend::name() const {
 
 backend_caps shm_backend::caps() const {
   backend_caps out;
-  out.host_memory = true;
-  out.same_process = true;
-  out.same_host = true;
   out.max_batch_ops = 1u << 20;
   out.reads = true;
   return out;

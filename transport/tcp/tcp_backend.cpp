@@ -375,10 +375,6 @@ std::string tcp_backend::name() const {
 
 backend_caps tcp_backend::caps() const {
   backend_caps out;
-  out.host_memory = true;
-  out.same_process = true;
-  out.same_host = true;
-  out.cross_host = true;
   out.max_batch_ops = max_ops;
   out.reads = true;
   return out;

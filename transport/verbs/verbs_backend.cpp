@@ -262,11 +262,6 @@ std::string verbs_backend::name() const {
 
 backend_caps verbs_backend::caps() const {
   backend_caps out;
-  out.host_memory = true;
-  out.device_memory = true;  // registration fails with a reason without GPUDirect
-  out.same_process = true;
-  out.same_host = true;
-  out.cross_host = true;
   out.max_batch_ops = 1u << 20;
   out.reads = true;  // RDMA READ (no read grants: the NIC serves it)
   return out;
