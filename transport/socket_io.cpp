@@ -18,25 +18,29 @@ namespace kvroom::detail {
 bool exchange_by(int fd, void* buf, size_t len, uint64_t deadline_ms, bool sending) {
   auto* p = static_cast<char*>(buf);
   while (len > 0) {
+    // Try first, wait only when the socket has nothing (or no room): in a
+    // stream the bytes are usually there, and a poll before every read
+    // doubled the system calls of each small batch.
+    auto n = sending ? ::send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT)
+                     : ::recv(fd, p, len, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK))
+      return false;
+    if (errno == EINTR)
+      continue;
+    // Every wait checks the one deadline: a peer that trickles bytes does
+    // not restart the clock.
     auto now = monotonic_ms();
     if (now >= deadline_ms)
       return false;
     pollfd pfd{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
     auto ready = ::poll(&pfd, 1, static_cast<int>(std::min<uint64_t>(deadline_ms - now, 1000)));
-    if (ready < 0 && errno == EINTR)
-      continue;
-    if (ready < 0)
+    if (ready < 0 && errno != EINTR)
       return false;
-    if (ready == 0)
-      continue;
-    auto n = sending ? ::send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT)
-                     : ::recv(fd, p, len, MSG_DONTWAIT);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
-      continue;
-    if (n <= 0)
-      return false;
-    p += n;
-    len -= static_cast<size_t>(n);
   }
   return true;
 }

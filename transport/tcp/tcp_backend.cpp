@@ -1,6 +1,7 @@
 #include "kvroom/transport/tcp/tcp_backend.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "kvroom/messages/clock.hpp"
@@ -83,6 +85,45 @@ bool send_all(int fd, const void* buf, size_t len, bool more = false) {
   return true;
 }
 
+
+/// Writes every byte `iov` names in as few system calls as the kernel takes
+/// them (one for a small batch: header, descriptors and payload together,
+/// where separate sends cost one call each); at most IOV_MAX entries a
+/// call, the rest following with MSG_MORE. Consumes `iov`. False on an
+/// error or a closed peer (errno says which).
+bool send_all(int fd, std::vector<iovec>& iov) {
+  size_t at = 0;
+  while (at < iov.size()) {
+    msghdr msg{};
+    msg.msg_iov = iov.data() + at;
+    msg.msg_iovlen = std::min<size_t>(iov.size() - at, IOV_MAX);
+    bool more = at + msg.msg_iovlen < iov.size();
+    auto n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    for (auto left = static_cast<size_t>(n); left > 0;) {
+      auto& v = iov[at];
+      if (left < v.iov_len) {
+        v.iov_base = static_cast<char*>(v.iov_base) + left;
+        v.iov_len -= left;
+        left = 0;
+      } else {
+        left -= v.iov_len;
+        ++at;
+      }
+    }
+  }
+  return true;
+}
+
+/// `iov` plus `len` bytes at `buf` (none when `len` is 0: an empty entry
+/// would make a send of only empty entries read as a closed peer).
+void add_iov(std::vector<iovec>& iov, const void* buf, size_t len) {
+  if (len > 0)
+    iov.push_back(iovec{const_cast<void*>(buf), len});
+}
 
 using detail::recv_by;
 
@@ -246,15 +287,16 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
   while (!stopping_) {
     wire_header h{};
     // Idle between batches: the socket's receive timeout closes a silent
-    // peer. From the first byte on, the batch has one deadline.
+    // peer. From the first byte on, the batch has one deadline. The first
+    // read takes as much of the header as has arrived (all of it, mostly).
     auto* first = reinterpret_cast<char*>(&h);
-    auto n = ::recv(fd, first, 1, 0);
+    auto n = ::recv(fd, first, sizeof(h), 0);
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0)
       break; // peer closed or idle past the timeout
     auto deadline = monotonic_ms() + io_timeout_ms_;
-    if (!recv_by(fd, first + 1, sizeof(h) - 1, deadline))
+    if (!recv_by(fd, first + n, sizeof(h) - static_cast<size_t>(n), deadline))
       break;
     std::string bad;
     wire_key key{0};
@@ -637,12 +679,14 @@ post_result tcp_backend::post(const write_batch& batch) {
     ops.push_back(wire_op{op.dst_addr, op.size_bytes});
   c->unacked.push_back(id);
   posted_[id] = result{xfer_status::in_progress, {}, peer, monotonic_ms() + io_timeout_ms_};
-  bool sent = send_all(c->fd, &h, sizeof(h), true) && send_all(c->fd, &key, sizeof(key), true)
-              && send_all(c->fd, ops.data(), ops.size() * sizeof(wire_op), true);
-  for (size_t i = 0; sent && i < batch.ops.size(); ++i)
-    sent = send_all(c->fd, reinterpret_cast<const void*>(batch.ops[i].src_addr),
-                    batch.ops[i].size_bytes, i + 1 < batch.ops.size());
-  if (!sent) {
+  std::vector<iovec> iov;
+  iov.reserve(3 + batch.ops.size());
+  add_iov(iov, &h, sizeof(h));
+  add_iov(iov, &key, sizeof(key));
+  add_iov(iov, ops.data(), ops.size() * sizeof(wire_op));
+  for (auto& op : batch.ops)
+    add_iov(iov, reinterpret_cast<const void*>(op.src_addr), op.size_bytes);
+  if (!send_all(c->fd, iov)) {
     int err = errno;
     // A send that found no room for a stall's length: the path does not
     // drain (a dead link); waiting longer would stall every other path too.
@@ -689,11 +733,12 @@ bool tcp_backend::serve_read(int fd, rank_id reader, uint64_t xfer, room_id room
     return true;
   }
   wire_ack ack{wire_magic, ack_data, xfer, 0, 0};
-  bool ok = send_all(fd, &ack, sizeof(ack), true);
-  for (size_t i = 0; ok && i < ranges.size(); ++i)
-    ok = send_all(fd, reinterpret_cast<const void*>(ranges[i].first), ranges[i].second,
-                  i + 1 < ranges.size());
-  return ok;
+  std::vector<iovec> iov;
+  iov.reserve(1 + ranges.size());
+  add_iov(iov, &ack, sizeof(ack));
+  for (auto& r : ranges)
+    add_iov(iov, reinterpret_cast<const void*>(r.first), r.second);
+  return send_all(fd, iov);
 }
 
 post_result tcp_backend::post_read(const read_batch& batch) {
@@ -729,8 +774,10 @@ post_result tcp_backend::post_read(const read_batch& batch) {
   c->unacked.push_back(id);
   reads_[id] = std::move(r);
   posted_[id] = result{xfer_status::in_progress, {}, peer, monotonic_ms() + io_timeout_ms_};
-  if (!send_all(c->fd, &h, sizeof(h), true)
-      || !send_all(c->fd, ops.data(), ops.size() * sizeof(wire_op))) {
+  std::vector<iovec> iov;
+  add_iov(iov, &h, sizeof(h));
+  add_iov(iov, ops.data(), ops.size() * sizeof(wire_op));
+  if (!send_all(c->fd, iov)) {
     auto send_error = sys_error("send");
     fail_connection(peer, send_error);
   }
