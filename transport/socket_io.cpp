@@ -45,6 +45,67 @@ bool exchange_by(int fd, void* buf, size_t len, uint64_t deadline_ms, bool sendi
   return true;
 }
 
+stream_reader::stream_reader(int fd, size_t capacity) : fd_(fd), buf_(capacity, '\0') {
+  // nop
+}
+
+bool stream_reader::wait() {
+  if (end_ > begin_)
+    return true;
+  begin_ = end_ = 0;
+  for (;;) {
+    auto n = ::recv(fd_, buf_.data(), buf_.size(), 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    end_ = static_cast<size_t>(n);
+    return true;
+  }
+}
+
+bool stream_reader::fill_by(uint64_t deadline_ms) {
+  begin_ = end_ = 0;
+  for (;;) {
+    auto n = ::recv(fd_, buf_.data(), buf_.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      end_ = static_cast<size_t>(n);
+      return true;
+    }
+    if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK))
+      return false;
+    if (errno == EINTR)
+      continue;
+    auto now = monotonic_ms();
+    if (now >= deadline_ms)
+      return false;
+    pollfd pfd{fd_, POLLIN, 0};
+    auto ready = ::poll(&pfd, 1, static_cast<int>(std::min<uint64_t>(deadline_ms - now, 1000)));
+    if (ready < 0 && errno != EINTR)
+      return false;
+  }
+}
+
+bool stream_reader::read_by(void* dst, size_t len, uint64_t deadline_ms) {
+  auto* p = static_cast<char*>(dst);
+  for (;;) {
+    auto take = std::min(len, end_ - begin_);
+    std::memcpy(p, buf_.data() + begin_, take);
+    begin_ += take;
+    p += take;
+    len -= take;
+    if (len == 0)
+      return true;
+    // The buffer is empty: a large rest goes straight to its place.
+    if (len >= buf_.size()) {
+      begin_ = end_ = 0;
+      return exchange_by(fd_, p, len, deadline_ms, false);
+    }
+    if (!fill_by(deadline_ms))
+      return false;
+  }
+}
+
 namespace {
 
 /// Connects `fd` (non-blocking) to `addr` by the deadline: 0, or an errno.

@@ -18,6 +18,34 @@ inline bool recv_by(int fd, void* buf, size_t len, uint64_t deadline_ms) {
   return exchange_by(fd, buf, len, deadline_ms, false);
 }
 
+/// Reads a stream through a small buffer: one system call takes whatever
+/// has arrived (several small batches at once, where each header,
+/// descriptor list and payload cost a call of its own), and a read as large
+/// as the buffer goes straight into its destination. It holds at most its
+/// capacity beyond what was asked for, so memory follows what the peer sent.
+class stream_reader {
+public:
+  explicit stream_reader(int fd, size_t capacity = 64 * 1024);
+
+  /// Waits until at least one byte has arrived, blocking under the socket's
+  /// own receive timeout (an idle peer's limit). False: closed, idle past
+  /// the timeout, or an error.
+  bool wait();
+
+  /// Exactly `len` bytes into `dst` by `deadline_ms` (monotonic_ms), as
+  /// `recv_by`.
+  bool read_by(void* dst, size_t len, uint64_t deadline_ms);
+
+private:
+  /// At least one more byte into the (empty) buffer by the deadline.
+  bool fill_by(uint64_t deadline_ms);
+
+  int fd_;
+  std::string buf_;
+  size_t begin_ = 0;
+  size_t end_ = 0;
+};
+
 /// A blocking TCP socket connected to `host:port` by `deadline_ms`
 /// (monotonic_ms), or -1 with the reason in `why`. Each address `host` resolves
 /// to is tried in turn within the one deadline. A plain blocking connect to

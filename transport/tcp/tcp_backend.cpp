@@ -125,7 +125,6 @@ void add_iov(std::vector<iovec>& iov, const void* buf, size_t len) {
     iov.push_back(iovec{const_cast<void*>(buf), len});
 }
 
-using detail::recv_by;
 
 void set_timeouts(int fd, uint32_t ms) {
   timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
@@ -278,6 +277,9 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
   std::vector<wire_op> ops;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   std::vector<char> scratch;
+  // Several small batches arrive in one read; a large payload is read
+  // straight into its pages.
+  detail::stream_reader in{fd};
   auto refuse = [&](uint64_t xfer, const std::string& bad, uint32_t status) {
     transport_warning_limited("tcp-refused-batch",
                               "tcp: rank " + std::to_string(owner_) + " refuses a batch: "
@@ -287,23 +289,18 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
   while (!stopping_) {
     wire_header h{};
     // Idle between batches: the socket's receive timeout closes a silent
-    // peer. From the first byte on, the batch has one deadline. The first
-    // read takes as much of the header as has arrived (all of it, mostly).
-    auto* first = reinterpret_cast<char*>(&h);
-    auto n = ::recv(fd, first, sizeof(h), 0);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
+    // peer. From the first byte on, the batch has one deadline.
+    if (!in.wait())
       break; // peer closed or idle past the timeout
     auto deadline = monotonic_ms() + io_timeout_ms_;
-    if (!recv_by(fd, first + n, sizeof(h) - static_cast<size_t>(n), deadline))
+    if (!in.read_by(&h, sizeof(h), deadline))
       break;
     std::string bad;
     wire_key key{0};
     if (h.magic != wire_magic
         || (h.version != 1 && h.version != wire_version && h.version != wire_read_version))
       bad = "malformed batch header (magic or version)";
-    else if (h.version == wire_version && !recv_by(fd, &key, sizeof(key), deadline))
+    else if (h.version == wire_version && !in.read_by(&key, sizeof(key), deadline))
       break;
     else if (h.nops == 0 || h.nops > max_ops)
       bad = "batch with " + std::to_string(h.nops) + " writes (limit "
@@ -320,7 +317,7 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
     for (size_t have = 0; have < h.nops && complete;) {
       auto take = std::min<size_t>(chunk, h.nops - have);
       ops.resize(have + take);
-      complete = recv_by(fd, ops.data() + have, take * sizeof(wire_op), deadline);
+      complete = in.read_by(ops.data() + have, take * sizeof(wire_op), deadline);
       have += take;
     }
     if (!complete)
@@ -375,11 +372,11 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
         scratch.resize(std::min<uint64_t>(op.size_bytes, 1 << 16));
         for (uint64_t left = op.size_bytes; left > 0 && ok;) {
           auto take = std::min<uint64_t>(left, scratch.size());
-          ok = recv_by(fd, scratch.data(), take, deadline);
+          ok = in.read_by(scratch.data(), take, deadline);
           left -= take;
         }
       } else {
-        ok = recv_by(fd, reinterpret_cast<void*>(op.dst_addr), op.size_bytes, deadline);
+        ok = in.read_by(reinterpret_cast<void*>(op.dst_addr), op.size_bytes, deadline);
       }
       if (!ok)
         break;
