@@ -275,6 +275,34 @@ point measure(const std::string& name, int64_t block, int64_t batch, double seco
   // many rooms: a transport that acks asynchronously (tcp, verbs) is not
   // measured one round trip at a time.
   constexpr size_t depth = 8;
+  // One batch before the clock starts: what happens once per peer (a tcp
+  // connection and its handshake, the receiver's shm segments mapped and
+  // faulted in) is not what a point measures. Measured: shm 1 MiB x 32 in a
+  // 0.1 s point read 0.29 GB/s with it inside, 19 GB/s at 0.5 s.
+  {
+    auto res = s.post(wb);
+    std::string reason;
+    auto until = clock_type::now() + std::chrono::seconds(30);
+    while (res.status == xfer_status::would_block && clock_type::now() < until)
+      res = s.post(wb);
+    if (res.status == xfer_status::failed) {
+      out.skipped = describe(res.error);
+      return out;
+    }
+    if (res.status == xfer_status::in_progress) {
+      auto st = xfer_status::in_progress;
+      while (st == xfer_status::in_progress && clock_type::now() < until) {
+        pump();
+        st = s.poll(res.id, reason);
+      }
+      s.release(res.id);
+      if (st != xfer_status::done) {
+        out.skipped = st == xfer_status::in_progress ? "the first batch did not finish in 30 s"
+                                                     : reason;
+        return out;
+      }
+    }
+  }
   std::deque<xfer_id> inflight;
   uint64_t moved = 0;
   auto t0 = clock_type::now();
@@ -393,6 +421,7 @@ int bench_bandwidth(int argc, char** argv) {
   std::printf("%-9s %10s %6s %10s %10s %-10s %7s\n", "transport", "block", "batch", "GB/s",
               "base GB/s", "baseline", "ratio");
   std::vector<std::string> rows;
+  std::vector<goal> goals;
   for (auto& name : names) {
     bool skip = false;
     for (auto block : blocks) {
@@ -408,6 +437,18 @@ int bench_bandwidth(int argc, char** argv) {
           continue;
         }
         auto ratio = p.baseline_gbps > 0 ? p.gbps / p.baseline_gbps : 0.0;
+        // Issue #33's goals at the points it names: tcp at a socket's speed
+        // (80 % at 4 KiB x 1, 95 % from 64 KiB), shm at 80 % of memcpy.
+        char what[96];
+        std::snprintf(what, sizeof(what), "%s %lld B x %lld / %s", name.c_str(),
+                      static_cast<long long>(block), static_cast<long long>(batch),
+                      p.baseline.c_str());
+        if (name == "tcp" && block == 4096 && batch == 1)
+          goals.push_back({what, p.gbps, p.baseline_gbps, 0.8});
+        else if (name == "tcp" && block >= 65536)
+          goals.push_back({what, p.gbps, p.baseline_gbps, 0.95});
+        else if (name == "shm")
+          goals.push_back({what, p.gbps, p.baseline_gbps, 0.8});
         std::printf("%-9s %10lld %6lld %10.2f %10.2f %-10s %6.0f%%\n", name.c_str(),
                     static_cast<long long>(block), static_cast<long long>(batch), p.gbps,
                     p.baseline_gbps, p.baseline.c_str(), 100 * ratio);
@@ -447,6 +488,7 @@ int bench_bandwidth(int argc, char** argv) {
     for (size_t b = 0; b < layout.kv.size(); ++b)
       ops.push_back({layout.kv[b].mem.addr, dst.kv[b].mem.addr, ppr * shape.page_size_bytes});
     kv_base = static_cast<double>(room_bytes) / memcpy_seconds(ops, 0.5) / 1e9;
+    goals.push_back({"realistic KV through rooms / memcpy", kv_gbps, kv_base, 0.9});
     std::printf("realistic KV (64 buffers x 16 pages x %llu B per room, 1P x 1D, 4 rooms in "
                 "flight): %.2f GB/s vs memcpy %.2f GB/s (%.0f%%)\n",
                 static_cast<unsigned long long>(shape.page_size_bytes), kv_gbps, kv_base,
@@ -466,6 +508,8 @@ int bench_bandwidth(int argc, char** argv) {
         sliced = std::max(sliced, mapped_gbps(sys, 2, 4, order, each));
       }
       auto ratio = equal > 0 ? sliced / equal : 0.0;
+      goals.push_back({"head-sliced 2P -> 4D " + to_string(order) + " / equal TP 2P -> 2D", sliced,
+                       equal, 0.8});
       std::printf("realistic KV, head-sliced 2P -> 4D %s: %.2f GB/s vs equal TP 2P -> 2D %.2f GB/s "
                   "(%.0f%%)\n",
                   to_string(order).c_str(), sliced, equal, 100 * ratio);
@@ -534,6 +578,7 @@ int bench_bandwidth(int argc, char** argv) {
                        .num("ratio", base > 0 ? gbps / base : 0.0)
                        .dump(6));
   }
+  auto goals_json = report_goals(goals);
   auto out = json_object{}
                .str("bench", "bandwidth")
                .str("transports", listed)
@@ -543,6 +588,7 @@ int bench_bandwidth(int argc, char** argv) {
                .raw("head_sliced", json_array(mapped))
                .raw("tcp_two_paths", json_array(multi))
                .raw("integrity_xxh3", json_array(hashed))
+               .raw("goals", goals_json)
                .dump();
   std::printf("%s\n", out.c_str());
   return cfg.json.empty() || write_file(cfg.json, out) ? 0 : 1;

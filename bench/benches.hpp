@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "caf/actor_system.hpp"
 #include "caf/actor_system_config.hpp"
 
 namespace kvroom::bench {
@@ -17,6 +18,12 @@ int bench_processes(int argc, char** argv);
 int bench_detect(int argc, char** argv);
 int bench_scale(int argc, char** argv);
 int bench_layers(int argc, char** argv);
+
+/// Tiny rooms per second in one process, `tp`P x `tp`D with `concurrency`
+/// in flight, over `seconds` after a short warm-up: the in-process baseline
+/// other benchmarks compare with in the same run.
+double in_process_rooms_per_s(caf::actor_system& sys, int tp, int64_t concurrency,
+                              double seconds);
 
 /// Options every benchmark shares, through CAF's config system.
 class bench_config : public caf::actor_system_config {

@@ -256,6 +256,11 @@ int bench_processes(int argc, char** argv) {
   std::printf("%-8s %12s %10s %10s %8s\n", "groups", "concurrency", "rooms/s", "succeeded",
               "failed");
   std::vector<std::string> rows;
+  struct point {
+    int64_t tp, concurrency;
+    double rate;
+  };
+  std::vector<point> across;
   for (auto tp : tps) {
     for (auto c : conc) {
       deployment d{exe, static_cast<int>(tp)};
@@ -294,6 +299,7 @@ int bench_processes(int argc, char** argv) {
       char groups[32];
       std::snprintf(groups, sizeof(groups), "%lldPx%lldD", static_cast<long long>(tp),
                     static_cast<long long>(tp));
+      across.push_back({tp, c, rate});
       std::printf("%-8s %12lld %10.0f %10llu %8llu\n", groups, static_cast<long long>(c), rate,
                   static_cast<unsigned long long>(ok), static_cast<unsigned long long>(failed));
       std::fflush(stdout);
@@ -310,6 +316,7 @@ int bench_processes(int argc, char** argv) {
   // One tiny room at a time across two processes, against the loopback TCP
   // round trip of the same run: what a room costs beyond the wire.
   json_object lat;
+  double lat_p50 = 0, lat_rtt = 0;
   if (cfg.latency_rooms > 0) {
     deployment d{exe, 1};
     d.insecure = cfg.insecure;
@@ -338,16 +345,37 @@ int bench_processes(int argc, char** argv) {
                 "p99 %.0f us; loopback TCP round trip, same run: p50 %.1f us, p99 %.1f us "
                 "(room p50 = %.1f round trips)\n",
                 us.size(), p50, p99, r50, r99, r50 > 0 ? p50 / r50 : 0.0);
+    lat_p50 = p50;
+    lat_rtt = r50;
     lat.num("rooms", static_cast<double>(us.size()))
       .num("room_p50_us", p50)
       .num("room_p99_us", p99)
       .num("tcp_rtt_p50_us", r50)
       .num("tcp_rtt_p99_us", r99);
   }
+  // The goals, each against a baseline of this run: the same shape in one
+  // process, and the loopback round trip.
+  std::vector<goal> goals;
+  {
+    caf::actor_system sys{cfg};
+    for (auto& p : across) {
+      auto local = in_process_rooms_per_s(sys, static_cast<int>(p.tp), p.concurrency, 1.5);
+      char what[128];
+      std::snprintf(what, sizeof(what), "%lldP x %lldD across processes / in one process, %lld in flight",
+                    static_cast<long long>(p.tp), static_cast<long long>(p.tp),
+                    static_cast<long long>(p.concurrency));
+      goals.push_back({what, p.rate, local, 0.5});
+    }
+  }
+  if (lat_p50 > 0)
+    goals.push_back({"one tiny room across processes p50 / loopback TCP round trip p50", lat_p50,
+                     lat_rtt, 3.0, true});
+  auto goals_json = report_goals(goals);
   auto out = json_object{}
                .str("bench", "processes")
                .raw("points", json_array(rows))
                .raw("latency", lat.dump(4))
+               .raw("goals", goals_json)
                .dump();
   std::printf("%s\n", out.c_str());
   return cfg.json.empty() || write_file(cfg.json, out) ? 0 : 1;

@@ -60,6 +60,27 @@ std::string json_array(const std::vector<std::string>& items) {
   return out.dump();
 }
 
+std::string report_goals(const std::vector<goal>& goals) {
+  std::vector<std::string> items;
+  if (!goals.empty())
+    std::printf("goals (ratios within this run):\n");
+  for (auto& g : goals) {
+    std::printf("  %-66s %8.2f  %s %.2f  %s\n", g.what.c_str(), g.ratio(),
+                g.at_most ? "<=" : ">=", g.target, g.met() ? "met" : "NOT MET");
+    items.push_back(json_object{}
+                      .str("what", g.what)
+                      .num("value", g.value)
+                      .num("baseline", g.baseline)
+                      .num("ratio", g.ratio())
+                      .num("target", g.target)
+                      .str("compare", g.at_most ? "at_most" : "at_least")
+                      .raw("goal_met", g.met() ? "true" : "false")
+                      .dump());
+  }
+  std::fflush(stdout);
+  return json_array(items);
+}
+
 bool write_file(const std::string& path, const std::string& text) {
   std::ofstream out{path};
   out << text << "\n";

@@ -26,6 +26,30 @@ private:
 /// A JSON array of raw JSON values.
 std::string json_array(const std::vector<std::string>& items);
 
+/// A performance goal of the project (issue #33), checked as a ratio
+/// measured in one run against a baseline of the same run: `value` over
+/// `baseline`, met when at least `target` (or at most, with `at_most`).
+struct goal {
+  std::string what;
+  double value = 0;
+  double baseline = 0;
+  double target = 0;
+  bool at_most = false;
+
+  double ratio() const noexcept {
+    return baseline > 0 ? value / baseline : 0.0;
+  }
+
+  bool met() const noexcept {
+    return baseline > 0 && (at_most ? ratio() <= target : ratio() >= target);
+  }
+};
+
+/// Prints each goal on a line of its own (ratio, target, met or not) and
+/// returns them as a JSON array (`what`, `value`, `baseline`, `ratio`,
+/// `target`, `goal_met`).
+std::string report_goals(const std::vector<goal>& goals);
+
 /// Writes `text` to `path`; false (with a message on stderr) on failure.
 bool write_file(const std::string& path, const std::string& text);
 

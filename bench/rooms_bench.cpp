@@ -154,6 +154,24 @@ public:
 
 } // namespace
 
+double in_process_rooms_per_s(caf::actor_system& sys, int tp, int64_t concurrency,
+                              double seconds) {
+  runtime rt{sys};
+  bench_group g{rt, tp, tiny_shape(concurrency, 1), 1};
+  room_driver d{g, static_cast<size_t>(concurrency)};
+  auto warm = clock_type::now();
+  while (since(warm) < 0.2)
+    d.step();
+  d.succeeded = d.failed = 0;
+  auto t0 = clock_type::now();
+  while (since(t0) < seconds)
+    if (!d.step())
+      std::this_thread::yield();
+  auto rate = static_cast<double>(d.succeeded) / since(t0);
+  d.finish();
+  return rate;
+}
+
 int bench_rooms(int argc, char** argv) {
   rooms_config cfg;
   if (auto rc = parse(cfg, argc, argv); rc >= 0)
