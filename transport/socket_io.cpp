@@ -15,6 +15,31 @@
 
 namespace kvroom::detail {
 
+namespace {
+
+/// What a failed non-blocking call means: go on (`again`: try once more at
+/// once, or wait for the socket), or stop (`false`: closed or an error).
+bool transient(ssize_t n, bool& wait) {
+  if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK))
+    return false;
+  wait = errno != EINTR;
+  return true;
+}
+
+/// Waits for `fd` to be ready to read (or write) until `deadline_ms`. Every
+/// wait checks the one deadline: a peer that trickles bytes does not restart
+/// the clock. False at the deadline or on an error.
+bool wait_by(int fd, bool sending, uint64_t deadline_ms) {
+  auto now = monotonic_ms();
+  if (now >= deadline_ms)
+    return false;
+  pollfd pfd{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
+  auto ready = ::poll(&pfd, 1, static_cast<int>(std::min<uint64_t>(deadline_ms - now, 1000)));
+  return ready >= 0 || errno == EINTR;
+}
+
+} // namespace
+
 bool exchange_by(int fd, void* buf, size_t len, uint64_t deadline_ms, bool sending) {
   auto* p = static_cast<char*>(buf);
   while (len > 0) {
@@ -28,18 +53,8 @@ bool exchange_by(int fd, void* buf, size_t len, uint64_t deadline_ms, bool sendi
       len -= static_cast<size_t>(n);
       continue;
     }
-    if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK))
-      return false;
-    if (errno == EINTR)
-      continue;
-    // Every wait checks the one deadline: a peer that trickles bytes does
-    // not restart the clock.
-    auto now = monotonic_ms();
-    if (now >= deadline_ms)
-      return false;
-    pollfd pfd{fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
-    auto ready = ::poll(&pfd, 1, static_cast<int>(std::min<uint64_t>(deadline_ms - now, 1000)));
-    if (ready < 0 && errno != EINTR)
+    bool wait = false;
+    if (!transient(n, wait) || (wait && !wait_by(fd, sending, deadline_ms)))
       return false;
   }
   return true;
@@ -72,16 +87,8 @@ bool stream_reader::fill_by(uint64_t deadline_ms) {
       end_ = static_cast<size_t>(n);
       return true;
     }
-    if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK))
-      return false;
-    if (errno == EINTR)
-      continue;
-    auto now = monotonic_ms();
-    if (now >= deadline_ms)
-      return false;
-    pollfd pfd{fd_, POLLIN, 0};
-    auto ready = ::poll(&pfd, 1, static_cast<int>(std::min<uint64_t>(deadline_ms - now, 1000)));
-    if (ready < 0 && errno != EINTR)
+    bool wait = false;
+    if (!transient(n, wait) || (wait && !wait_by(fd_, false, deadline_ms)))
       return false;
   }
 }

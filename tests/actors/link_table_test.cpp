@@ -64,6 +64,23 @@ struct pair {
   fake_peer a_peer{11};
   fake_peer b_peer{22};
   std::shared_ptr<const rank_entry> b_entry = entry(2, 200);
+
+  /// A wants B and connects at `now`: its hello.
+  link_hello dial(uint64_t now = 0) {
+    a.want(b_entry, now);
+    a.begin(2, now);
+    auto hello = a.connected(2, b_entry, b_peer, 1, now);
+    REQUIRE(hello);
+    return *hello;
+  }
+
+  /// The handshake up to A's finish (B accepted the hello at `now`).
+  link_finish finish(uint64_t now = 0) {
+    auto reply = b.hello(dial(now), a_peer, now);
+    auto fin = a.reply(reply.message, b_peer, 1, now);
+    REQUIRE(fin.what == table::reply_outcome::finish);
+    return fin.message;
+  }
 };
 
 } // namespace
@@ -150,32 +167,19 @@ TEST_CASE("link table: proofs of another deployment are refused on both sides") 
 
 TEST_CASE("link table: a finish for another rank, or after the handshake expired, is dropped") {
   pair p;
-  p.a.want(p.b_entry, 0);
-  p.a.begin(2, 0);
-  auto hello = *p.a.connected(2, p.b_entry, p.b_peer, 1, 0);
-  auto reply = p.b.hello(hello, p.a_peer, 0);
-  auto fin = p.a.reply(reply.message, p.b_peer, 1, 0);
-  REQUIRE(fin.what == table::reply_outcome::finish);
-  auto other = fin.message;
+  auto other = p.finish();
   other.from = 3;
   CHECK(p.b.finish(other, p.a_peer, 1).what == table::finish_outcome::ignored);
 
   // Again, finished after accepting_ms.
-  auto q = pair{};
-  q.a.want(q.b_entry, 0);
-  q.a.begin(2, 0);
-  auto h = *q.a.connected(2, q.b_entry, q.b_peer, 1, 0);
-  auto r = q.b.hello(h, q.a_peer, 0);
-  auto f = q.a.reply(r.message, q.b_peer, 1, 0);
-  CHECK(q.b.finish(f.message, q.a_peer, link_timing::accepting_ms + 1).what
+  pair q;
+  CHECK(q.b.finish(q.finish(), q.a_peer, link_timing::accepting_ms + 1).what
         == table::finish_outcome::ignored);
 }
 
 TEST_CASE("link table: a retried hello with the same nonce gets the same answer") {
   pair p;
-  p.a.want(p.b_entry, 0);
-  p.a.begin(2, 0);
-  auto hello = *p.a.connected(2, p.b_entry, p.b_peer, 1, 0);
+  auto hello = p.dial();
   auto first = p.b.hello(hello, p.a_peer, 0);
   // The attempt stalls; A tries again with the same nonce (kept per link).
   p.a.begin(2, 600);
