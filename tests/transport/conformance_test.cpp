@@ -214,8 +214,19 @@ bool all_zero(const std::vector<uint8_t>& xs) {
   return std::all_of(xs.begin(), xs.end(), [](uint8_t b) { return b == 0; });
 }
 
-/// Block `i` of `count` lands in reverse order, every other block, so the
-/// gaps must stay untouched.
+/// Every other block of `src`, to `dst` in reverse order (a write or a read
+/// of the same shape).
+template <class Op>
+std::vector<Op> reversed(const pair_of_ranks& p, size_t block, size_t count) {
+  std::vector<Op> ops;
+  for (size_t i = 0; i < count; ++i)
+    ops.push_back({p.src.addr() + 2 * i * block, p.dst.addr() + 2 * (count - 1 - i) * block,
+                   block});
+  return ops;
+}
+
+/// Block `i` of `count` landed in reverse order, every other block, and the
+/// gaps stayed untouched.
 void check_reversed(const pair_of_ranks& p, size_t block, size_t count) {
   auto got = p.dst.read();
   for (size_t i = 0; i < count; ++i) {
@@ -234,12 +245,7 @@ TEST_CASE("a transport moves a seeded pattern byte-exact across sizes and batch 
     for (size_t count : {size_t{1}, size_t{3}, size_t{16}}) {
       INFO(row().name << ": block " << block << " x " << count);
       pair_of_ranks p{block * count * 2};
-      std::vector<write_op> ops;
-      for (size_t i = 0; i < count; ++i)
-        ops.push_back({p.src.addr() + 2 * i * block, p.dst.addr() + 2 * (count - 1 - i) * block,
-                       block});
-      auto res = p.run(ops);
-      REQUIRE(res.first);
+      REQUIRE(p.run(reversed<write_op>(p, block, count)).first);
       check_reversed(p, block, count);
     }
   }
@@ -289,11 +295,7 @@ TEST_CASE("a transport that reads pulls a seeded pattern byte-exact across sizes
     for (size_t count : {size_t{1}, size_t{16}}) {
       INFO(row().name << ": block " << block << " x " << count);
       pair_of_ranks p{block * count * 2};
-      std::vector<read_op> ops;
-      for (size_t i = 0; i < count; ++i)
-        ops.push_back({p.src.addr() + 2 * i * block, p.dst.addr() + 2 * (count - 1 - i) * block,
-                       block});
-      REQUIRE(p.pull(ops).first);
+      REQUIRE(p.pull(reversed<read_op>(p, block, count)).first);
       check_reversed(p, block, count);
     }
   }
