@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <random>
 #include <thread>
 
 #include "caf/all.hpp"
@@ -24,6 +25,7 @@
 #include "kvroom/kit/testkit.hpp"
 #include "kvroom/transport/device_memory.hpp"
 #include "kvroom/transport/factory.hpp"
+#include "kvroom/transport/forwarding_backend.hpp"
 #include "kvroom/transport/part_digest.hpp"
 #include "kvroom/transport/paths/multipath_backend.hpp"
 #include "kvroom/transport/transport_table.hpp"
@@ -368,6 +370,90 @@ point measure(const std::string& name, int64_t block, int64_t batch, double seco
 /// (Llama-3-8B-like: 32 layers, 8 KV heads x 128 x bf16, 16 tokens per
 /// page) between declared layouts of TP `ptp` -> `dtp`, `order` pages on
 /// both sides, for `seconds`.
+/// Counts what the rank's data plane is asked to post: batches and their
+/// descriptors (writes), to show what coalescing leaves per room.
+class counting_backend : public forwarding_backend {
+public:
+  counting_backend(backend_ptr inner, std::shared_ptr<std::atomic<uint64_t>> descriptors)
+    : forwarding_backend(std::move(inner)), descriptors_(std::move(descriptors)) {
+    // nop
+  }
+
+  post_result post(const write_batch& batch) override {
+    descriptors_->fetch_add(batch.ops.size(), std::memory_order_relaxed);
+    return forwarding_backend::post(batch);
+  }
+
+private:
+  std::shared_ptr<std::atomic<uint64_t>> descriptors_;
+};
+
+struct scatter_point {
+  double gbps = 0;
+  double descriptors_per_room = 0;
+};
+
+/// Rooms of 4,096 pages of 4 KiB in each of 2 buffers (32 MiB a room, 2 in
+/// flight) on `transport`, through rooms in one process: decode's pages in
+/// the prefill's order (runs coalesce into one descriptor per buffer), or a
+/// random permutation of them (a descriptor per page).
+scatter_point scattered_gbps(caf::actor_system& sys, const std::string& transport,
+                             bool scattered, double seconds) {
+  constexpr int64_t ppr = 4096, conc = 2;
+  kv_shape shape;
+  shape.num_buffers = 2;
+  shape.page_size_bytes = 4096;
+  shape.num_pages = static_cast<uint64_t>(ppr * conc);
+  shape.num_aux = 1;
+  shape.aux_slots = static_cast<uint64_t>(conc);
+  shape.aux_item_bytes = 64;
+  auto descriptors = std::make_shared<std::atomic<uint64_t>>(0);
+  runtime rt{sys};
+  auto g = local_group::start(rt, 1, shape, [&](rank_config& rc) {
+    rc.transport = transport;
+    rc.network = transport != "local"; // endpoints other processes can reach
+    rc.data_plane = [descriptors](const backend_config& bc) -> caf::expected<backend_ptr> {
+      auto inner = make_backend(bc);
+      if (!inner)
+        return inner.error();
+      return backend_ptr{std::make_unique<counting_backend>(std::move(*inner), descriptors)};
+    };
+  });
+  if (!g) {
+    std::fprintf(stderr, "scattered pages on %s: %s\n", transport.c_str(),
+                 describe(g.error()).c_str());
+    return {};
+  }
+  bench_group bg{std::move(*g), ppr};
+  room_driver d{bg, conc};
+  if (scattered) {
+    d.decode_order.resize(ppr);
+    for (int64_t i = 0; i < ppr; ++i)
+      d.decode_order[static_cast<size_t>(i)] = i;
+    std::shuffle(d.decode_order.begin(), d.decode_order.end(), std::mt19937_64{42});
+  }
+  auto warm = clock_type::now();
+  while (d.succeeded == 0 && since(warm) < 10)
+    if (!d.step())
+      std::this_thread::yield();
+  d.succeeded = 0;
+  descriptors->store(0);
+  auto t0 = clock_type::now();
+  while (since(t0) < seconds)
+    if (!d.step())
+      std::this_thread::yield();
+  auto secs = since(t0);
+  auto posted = descriptors->load();
+  auto done = d.succeeded;
+  d.finish();
+  scatter_point out;
+  auto room_bytes = static_cast<double>(shape.num_buffers * ppr * shape.page_size_bytes);
+  out.gbps = static_cast<double>(done) * room_bytes / secs / 1e9;
+  out.descriptors_per_room = done > 0 ? static_cast<double>(posted) / static_cast<double>(done)
+                                      : 0.0;
+  return out;
+}
+
 double mapped_gbps(caf::actor_system& sys, int ptp, int dtp, page_order order, double seconds) {
   runtime rt{sys};
   constexpr int64_t ppr = 16, conc = 4;
@@ -523,6 +609,37 @@ int bench_bandwidth(int argc, char** argv) {
                          .dump(6));
     }
   }
+  // Scattered pages against contiguous ones, through rooms: what a
+  // scheduler's fragmented free list costs (issue #33: >= 80 %).
+  std::vector<std::string> scatter;
+  if (!cfg.skip_realistic) {
+    caf::actor_system sys{cfg};
+    auto each = std::max(0.3, cfg.seconds / 2);
+    for (auto& name : names) {
+      if (name != "local" && name != "shm" && name != "tcp")
+        continue;
+      auto whole = scattered_gbps(sys, name, false, each);
+      auto spread = scattered_gbps(sys, name, true, each);
+      auto ratio = whole.gbps > 0 ? spread.gbps / whole.gbps : 0.0;
+      std::printf("rooms of 4096 x 4 KiB pages x 2 buffers on %s, decode's pages randomly "
+                  "permuted: %.2f GB/s (%.0f descriptors a room) vs in order %.2f GB/s (%.0f) "
+                  "(%.0f%%)\n",
+                  name.c_str(), spread.gbps, spread.descriptors_per_room, whole.gbps,
+                  whole.descriptors_per_room, 100 * ratio);
+      std::fflush(stdout);
+      goals.push_back({"4096 permuted pages / in order, through rooms on " + name, spread.gbps,
+                       whole.gbps, 0.8});
+      scatter.push_back(json_object{}
+                          .str("transport", name)
+                          .num("gb_per_s", spread.gbps)
+                          .num("descriptors_per_room", spread.descriptors_per_room)
+                          .str("baseline", "pages in order")
+                          .num("baseline_gb_per_s", whole.gbps)
+                          .num("baseline_descriptors_per_room", whole.descriptors_per_room)
+                          .num("ratio", ratio)
+                          .dump(6));
+    }
+  }
   // tcp over one path and over two (two loopback addresses), through the
   // path layer both times, alternated, the best of two each (noise).
   std::vector<std::string> multi;
@@ -586,6 +703,7 @@ int bench_bandwidth(int argc, char** argv) {
                .num("realistic_kv_gb_per_s", kv_gbps)
                .num("realistic_kv_memcpy_gb_per_s", kv_base)
                .raw("head_sliced", json_array(mapped))
+               .raw("scattered_pages", json_array(scatter))
                .raw("tcp_two_paths", json_array(multi))
                .raw("integrity_xxh3", json_array(hashed))
                .raw("goals", goals_json)

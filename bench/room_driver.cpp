@@ -34,6 +34,14 @@ bench_group::bench_group(runtime& rt, int prefill_tp, int decode_tp,
   decode = std::move((*g)->decode);
 }
 
+bench_group::bench_group(std::unique_ptr<local_group> g, int64_t ppr)
+  : tp(g->tp()), pages_per_room(ppr) {
+  prefill_mem = std::move(g->prefill_mem);
+  decode_mem = std::move(g->decode_mem);
+  prefill = std::move(g->prefill);
+  decode = std::move(g->decode);
+}
+
 bench_group::~bench_group() {
   decode.clear();
   prefill.clear();
@@ -49,7 +57,7 @@ room_driver::room_driver(bench_group& g, size_t concurrency, room_id first_room)
 loop_hooks room_driver::hooks() {
   loop_hooks h;
   h.receiver_ready = [this](loop_room& r, int t) {
-    (void) r.receivers[static_cast<size_t>(t)].init(pages(r.slot),
+    (void) r.receivers[static_cast<size_t>(t)].init(decode_pages(r.slot),
                                                    static_cast<int64_t>(r.slot));
     return true;
   };
@@ -95,6 +103,15 @@ bool room_driver::step() {
     std::exit(2);
   }
   return progressed;
+}
+
+std::vector<int64_t> room_driver::decode_pages(size_t slot) const {
+  if (decode_order.empty())
+    return pages(slot);
+  std::vector<int64_t> out;
+  for (auto i : decode_order)
+    out.push_back(static_cast<int64_t>(slot) * g_.pages_per_room + i);
+  return out;
 }
 
 } // namespace kvroom::bench

@@ -22,6 +22,8 @@ struct bench_group {
   /// `decode_tp`): rooms follow the rank mapping.
   bench_group(runtime& rt, int prefill_tp, int decode_tp, const parallel_layout& model,
               const kv_shape& shape, int64_t pages_per_room);
+  /// The ranks of a group started elsewhere (with a customizer).
+  bench_group(std::unique_ptr<local_group> g, int64_t pages_per_room);
   ~bench_group();
 };
 
@@ -43,6 +45,11 @@ public:
   /// One scheduler iteration; returns whether anything happened.
   bool step();
 
+  /// Decode's pages of a room, as positions among its slot's pages (empty:
+  /// the same pages as prefill's, in order). A permutation scatters them:
+  /// no run of pages stays adjacent on both sides, so none coalesce.
+  std::vector<int64_t> decode_order;
+
   uint64_t succeeded = 0;
   uint64_t failed = 0;
   /// Open-to-conclusion time of every finished room, microseconds.
@@ -50,6 +57,7 @@ public:
 
 private:
   std::vector<int64_t> pages(size_t slot) const;
+  std::vector<int64_t> decode_pages(size_t slot) const;
   loop_hooks hooks();
 
   bench_group& g_;

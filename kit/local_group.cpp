@@ -16,7 +16,12 @@ caf::error add_one(runtime& rt, local_group& g, role side, int tp_rank, int tp_s
                    const local_group::customizer& customize) {
   bool prefill = side == role::prefill;
   auto& mem = prefill ? g.prefill_mem : g.decode_mem;
-  mem.push_back(std::make_unique<host_kv_cache>(shape));
+  // A rank made to use shm registers only shared segments: its memory is
+  // allocated in them (what the customizer asks is known before).
+  rank_config wanted;
+  if (customize)
+    customize(wanted);
+  mem.push_back(std::make_unique<host_kv_cache>(shape, wanted.transport == "shm"));
   rank_config rc;
   rc.side = side;
   rc.tp_rank = tp_rank;
