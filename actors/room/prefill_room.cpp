@@ -367,12 +367,10 @@ void resolve_role(self_ptr self) {
     x.tp_rank = t;
     st.targets.push_back(std::move(x));
   }
-  if (core.protocol().deciding()) {
-    std::vector<rank_id> ids;
-    for (auto& e : st.group)
-      ids.push_back(e->rank.id);
-    core.commit_also(ids);
-  }
+  std::vector<rank_id> group;
+  for (auto& e : st.group)
+    group.push_back(e->rank.id);
+  core.mapped_group(group);
   if (st.targets.empty()) {
     logger()->debug("room {} on {}: a dummy (no decode rank of TP {} needs its heads)",
                     core.params().room, to_string(core.params().self), st.decode_tp);
@@ -611,16 +609,13 @@ void on_result(self_ptr self, const transfer_result& res) {
   for (auto& t : st.targets) {
     core.know_room(t.dst.decode_rank.id, t.dst.decode_room);
     if (st.hashing) {
-      // The part's bytes in the room's logical order, before anyone may
-      // count it; every decode rank then checks its parts itself and
-      // reports its slot (no source counts or reports one for it).
+      // The part's bytes in the room's logical order, which the decode
+      // rank checks what landed against.
       t.digest = digest_sources(std::move(t.written));
       t.written = {};
-      parts.push_back(written_part{t.dst.decode_rank, false, false});
-      continue;
     }
-    parts.push_back(written_part{t.dst.decode_rank,
-                                 !st.mapped || t.map.sources.size() == 1, !st.mapped});
+    parts.push_back(room_protocol::part_written(t.dst.decode_rank, st.mapped,
+                                                t.map.sources.size(), st.hashing));
   }
   core.all_written(parts);
 }

@@ -134,8 +134,8 @@ public:
   /// Decode: a source wrote its last byte (see room_protocol).
   void source_finished(const source_report& report);
   void on_committed();
-  void commit_also(const std::vector<rank_id>& ranks) {
-    protocol_->commit_also(ranks);
+  void mapped_group(const std::vector<rank_id>& group) {
+    protocol_->mapped_group(group);
   }
   void on_peer_lost(const peer_lost& msg);
   void on_tick();

@@ -79,6 +79,18 @@ void room_protocol::commit_also(const std::vector<rank_id>& ranks) {
     add_recipient(r);
 }
 
+void room_protocol::mapped_group(const std::vector<rank_id>& group) {
+  if (deciding())
+    commit_also(group);
+}
+
+written_part room_protocol::part_written(const rank_ref& decode, bool mapped, size_t sources,
+                                         bool checked) {
+  if (checked)
+    return written_part{decode, false, false};
+  return written_part{decode, !mapped || sources == 1, !mapped};
+}
+
 void room_protocol::add_recipient(rank_id rank) {
   if (rank >= 0 && rank != self_.id
       && std::find(recipients_.begin(), recipients_.end(), rank) == recipients_.end())

@@ -242,9 +242,24 @@ public:
     return timing_;
   }
 
-  /// Decider: ranks that hear the commit even without a part of their own
-  /// (mapped rooms: every prefill rank of the group, dummies included).
+  /// Decider: ranks that hear the commit even without a part of their own.
   void commit_also(const std::vector<rank_id>& ranks);
+
+  /// A mapped room (declared layouts) learned its prefill group: on the
+  /// decider, every rank of it hears the commit, dummies (ranks the mapping
+  /// gives nothing to write) included, since they conclude with it; on any
+  /// other rank nothing (the decider's commit is the word).
+  void mapped_group(const std::vector<rank_id>& group);
+
+  /// What this prefill rank's finished share for `decode` means: whether it
+  /// is the decode slot's only source, and whether it reports the slot's
+  /// part to the decider itself. A room without declared layouts has one
+  /// source per slot, which reports. In a mapped room the decode rank
+  /// counts its sources and reports. With the integrity check on (`checked`)
+  /// neither: a part is whole only once the decode rank checked what
+  /// landed, so it reports its slot itself and no source counts for it.
+  static written_part part_written(const rank_ref& decode, bool mapped, size_t sources,
+                                   bool checked);
 
   // -- inputs ---------------------------------------------------------------
   // Each returns the effects it decided, in order. They live in a buffer the

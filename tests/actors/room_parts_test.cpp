@@ -197,6 +197,50 @@ TEST_CASE("ranks told to hear the commit hear it, without duplicates or self") {
   CHECK(to == std::vector<rank_id>{1, 100});
 }
 
+TEST_CASE("a mapped room's decider commits to its whole prefill group; no other rank does") {
+  auto decider = make_rank(role::prefill, 0, 4, 0);
+  room_protocol d{room, decider, 0, timeouts(), 0};
+  REQUIRE(d.deciding());
+  // Ranks 1-3: 3 is a dummy (nothing to write), it hears the commit too.
+  d.mapped_group({0, 1, 2, 3});
+  auto& fx = d.part_done(0, 1, 100, 1, 10);
+  auto commits = of_kind(fx, room_effect::kind::commit);
+  REQUIRE(commits.size() == 1);
+  auto to = commits.front()->recipients;
+  std::sort(to.begin(), to.end());
+  CHECK(to == std::vector<rank_id>{1, 2, 3, 100});
+  // A rank that does not decide adds no one.
+  auto other = make_rank(role::prefill, 1, 4, 1);
+  room_protocol o{room, other, 0, timeouts(), 0};
+  REQUIRE_FALSE(o.deciding());
+  o.mapped_group({0, 1, 2, 3});
+  auto& ofx = o.part_done(0, 1, 100, 1, 10);
+  CHECK(of_kind(ofx, room_effect::kind::commit).empty());
+}
+
+TEST_CASE("who reports a decode slot's part: the sole source, the decode rank, or the checker") {
+  auto d = make_rank(role::decode, 0, 1, 100);
+  // No declared layouts: one source per slot, which reports.
+  auto plain = room_protocol::part_written(d, false, 0, false);
+  CHECK(plain.sole_source);
+  CHECK(plain.reports_part);
+  // Mapped: the decode rank counts its sources and reports; a sole source
+  // is still its slot's only writer.
+  auto sole = room_protocol::part_written(d, true, 1, false);
+  CHECK(sole.sole_source);
+  CHECK_FALSE(sole.reports_part);
+  auto shared = room_protocol::part_written(d, true, 2, false);
+  CHECK_FALSE(shared.sole_source);
+  CHECK_FALSE(shared.reports_part);
+  // Checked for integrity: neither, mapped or not.
+  for (bool mapped : {false, true}) {
+    auto checked = room_protocol::part_written(d, mapped, 1, true);
+    CHECK_FALSE(checked.sole_source);
+    CHECK_FALSE(checked.reports_part);
+    CHECK(checked.decode.id == 100);
+  }
+}
+
 TEST_CASE("rooms with no protocol here: the unopened decision and the cleared answer") {
   kv_transfer_error proposed{room, "bad indices", false, 101};
   auto decided = room_protocol::decide_unopened(proposed);
