@@ -91,11 +91,4 @@ bool write_file(const std::string& path, const std::string& text) {
   return true;
 }
 
-uint64_t rss_bytes() {
-  std::ifstream statm{"/proc/self/statm"};
-  uint64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-}
-
 } // namespace kvroom::bench

@@ -53,7 +53,4 @@ std::string report_goals(const std::vector<goal>& goals);
 /// Writes `text` to `path`; false (with a message on stderr) on failure.
 bool write_file(const std::string& path, const std::string& text);
 
-/// Resident set size of this process in bytes.
-uint64_t rss_bytes();
-
 } // namespace kvroom::bench

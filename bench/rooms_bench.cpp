@@ -7,6 +7,7 @@
 
 #include "caf/all.hpp"
 
+#include "kvroom/kit/harness.hpp"
 #include "kvroom/kit/testkit.hpp"
 
 #include "benches.hpp"
@@ -428,21 +429,21 @@ int bench_memory(int argc, char** argv) {
     struct idle_state {
       uint64_t x = 0;
     };
-    auto before = rss_bytes();
+    auto before = harness::resident_bytes();
     std::vector<caf::actor> idle;
     for (int64_t i = 0; i < cfg.rooms; ++i)
       idle.push_back(sys.spawn([](caf::stateful_actor<idle_state>*, int) -> caf::behavior {
         return {[](int) {}};
       }, 0));
-    per_actor = static_cast<double>(rss_bytes() - before) / static_cast<double>(cfg.rooms);
+    per_actor = static_cast<double>(harness::resident_bytes() - before) / static_cast<double>(cfg.rooms);
     for (auto& a : idle)
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     idle.clear();
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    before = rss_bytes();
+    before = harness::resident_bytes();
     {
       parked_rooms rooms{g, cfg.rooms};
-      auto after = rss_bytes();
+      auto after = harness::resident_bytes();
       per_room = static_cast<double>(after - before)
                  / static_cast<double>(cfg.rooms * 2 * tp);
     }

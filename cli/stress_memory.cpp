@@ -1,9 +1,6 @@
 #include "stress_memory.hpp"
 
 #include <cstring>
-#include <fstream>
-
-#include <unistd.h>
 
 namespace kvroom::cli {
 
@@ -63,13 +60,6 @@ uint64_t canary_damage(host_kv_cache& mem, int64_t page, int64_t aux) {
 
 room_id key(room_id room, int tp) {
   return room ^ (static_cast<room_id>(tp + 1) << 40);
-}
-
-uint64_t rss_bytes() {
-  std::ifstream statm{"/proc/self/statm"};
-  uint64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
 }
 
 } // namespace kvroom::cli

@@ -26,7 +26,4 @@ uint64_t canary_damage(host_kv_cache& mem, int64_t page, int64_t aux);
 /// The pattern key of TP slot `tp` of `room` (each slot writes its own).
 room_id key(room_id room, int tp);
 
-/// Resident set size of this process, bytes.
-uint64_t rss_bytes();
-
 } // namespace kvroom::cli

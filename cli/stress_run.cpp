@@ -8,6 +8,7 @@
 
 #include "caf/all.hpp"
 
+#include "kvroom/kit/harness.hpp"
 #include "kvroom/messages/failure_cause.hpp"
 #include "kvroom/transport/rank_mapping.hpp"
 
@@ -375,7 +376,7 @@ void in_process_run::concluded(loop_room& lr) {
   free_aux_.push_back(r.dst_aux);
   ++out_.concluded;
   if (out_.concluded == static_cast<uint64_t>(cfg_.rooms) / 10) {
-    rss_early_ = rss_bytes();
+    rss_early_ = harness::resident_bytes();
     rooms_early_ = out_.concluded;
   }
   r = live_room{};
@@ -437,7 +438,7 @@ void in_process_run::check_after(size_t actors_before) {
   if (sys_.registry().running() > actors_before)
     violations.push_back({0, -1, std::to_string(sys_.registry().running() - actors_before)
                                    + " actors still running after every room was cleared"});
-  out_.rss_end = rss_bytes();
+  out_.rss_end = harness::resident_bytes();
   // Memory is bounded by what is in flight: after the first tenth (caches
   // warm, tombstones at their bound) it must not grow with rooms passed.
   if (rss_early_ > 0 && out_.concluded > rooms_early_) {
@@ -471,7 +472,7 @@ caf::expected<stress_result> in_process_run::run_with(runtime& rt) {
   auto start = clock_type::now();
   auto run_deadline = start + std::chrono::seconds(cfg_.max_seconds);
   auto last_report = start;
-  out_.rss_start = rss_bytes();
+  out_.rss_start = harness::resident_bytes();
   scheduler_loop loop{ranks_of(group_->prefill), ranks_of(group_->decode), 0,
                       static_cast<size_t>(cfg_.concurrency), 1,
                       static_cast<uint64_t>(cfg_.rooms), hooks()};

@@ -159,4 +159,11 @@ std::string report_json(const std::string& rank, rank_id id,
   return out;
 }
 
+uint64_t resident_bytes() {
+  std::ifstream statm{"/proc/self/statm"};
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
 } // namespace kvroom::harness

@@ -31,6 +31,9 @@ pid_t spawn(const std::string& exe, const std::vector<std::string>& args,
 /// This program's path (/proc/self/exe), or "" on failure.
 std::string self_exe();
 
+/// Resident set size of this process, bytes (/proc/self/statm).
+uint64_t resident_bytes();
+
 /// Removes the /dev/shm segments of process `pid` (a killed rank cannot).
 void remove_segments(pid_t pid);
 
