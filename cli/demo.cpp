@@ -17,6 +17,7 @@
 #include "kvroom/kit/testkit.hpp"
 #include "kvroom/transport/rank_mapping.hpp"
 
+#include "command_line.hpp"
 #include "commands.hpp"
 
 namespace kvroom::cli {
@@ -83,8 +84,7 @@ struct tally {
 };
 
 int fail(const std::string& what) {
-  std::fprintf(stderr, "kvroom demo: %s\n", what.c_str());
-  return 2;
+  return usage_error("demo", what);
 }
 
 } // namespace
@@ -92,10 +92,8 @@ int fail(const std::string& what) {
 int run_demo(int argc, char** argv) {
   demo_config cfg;
   prepare_config(cfg);
-  if (auto err = cfg.parse(argc, argv))
-    return fail("bad options: " + caf::to_string(err));
-  if (cfg.cli_helptext_printed)
-    return 0;
+  if (auto done = parse_command_line(cfg, argc, argv, "demo"))
+    return *done;
   if (!set_log_level(cfg.log_level))
     return fail("unknown log level '" + cfg.log_level + "'");
   if (cfg.prefill_tp < 1 || cfg.decode_tp < 1 || cfg.prefill_tp > 64 || cfg.decode_tp > 64)

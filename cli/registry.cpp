@@ -16,6 +16,7 @@
 #include "kvroom/kit/harness.hpp"
 #include "kvroom/kvroom.hpp"
 
+#include "command_line.hpp"
 #include "commands.hpp"
 #include "membership_options.hpp"
 
@@ -54,18 +55,15 @@ public:
 };
 
 int bad(const std::string& what) {
-  std::fprintf(stderr, "kvroom registry: %s\n", what.c_str());
-  return 2;
+  return usage_error("registry", what);
 }
 
 } // namespace
 
 int run_registry(int argc, char** argv) {
   registry_config cfg;
-  if (auto err = cfg.parse(argc, argv))
-    return bad("bad options: " + caf::to_string(err));
-  if (cfg.cli_helptext_printed)
-    return 0;
+  if (auto done = parse_command_line(cfg, argc, argv, "registry"))
+    return *done;
   if (cfg.bootstrap_port <= 0 || cfg.bootstrap_port > 65535)
     return bad("--bootstrap-port is required");
   if (cfg.max_ranks < 1 || cfg.max_ranks > 1'000'000)

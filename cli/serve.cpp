@@ -23,6 +23,7 @@
 #include "kvroom/kit/harness.hpp"
 #include "kvroom/kit/testkit.hpp"
 
+#include "command_line.hpp"
 #include "commands.hpp"
 #include "layout_options.hpp"
 #include "membership_options.hpp"
@@ -181,18 +182,15 @@ bool wait_for_file(const std::string& path, int64_t limit_ms) {
 }
 
 int bad(const std::string& what) {
-  std::fprintf(stderr, "kvroom serve: %s\n", what.c_str());
-  return 2;
+  return usage_error("serve", what);
 }
 
 } // namespace
 
 int run_serve(int argc, char** argv) {
   serve_config cfg;
-  if (auto err = cfg.parse(argc, argv))
-    return bad("bad options: " + caf::to_string(err));
-  if (cfg.cli_helptext_printed)
-    return 0;
+  if (auto done = parse_command_line(cfg, argc, argv, "serve"))
+    return *done;
   if (cfg.role != "prefill" && cfg.role != "decode")
     return bad("--role must be prefill or decode");
   if (!cfg.directory.on_etcd() && (cfg.bootstrap_port <= 0 || cfg.bootstrap_port > 65535))

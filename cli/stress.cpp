@@ -14,6 +14,7 @@
 
 #include "caf/all.hpp"
 
+#include "command_line.hpp"
 #include "commands.hpp"
 #include "stress_config.hpp"
 #include "stress_processes.hpp"
@@ -75,8 +76,7 @@ namespace {
 using namespace kvroom::stress;
 
 int bad(const std::string& what) {
-  std::fprintf(stderr, "kvroom stress: %s\n", what.c_str());
-  return 2;
+  return usage_error("stress", what);
 }
 
 /// Prints what the run saw (the fault table, rates, memory, violations)
@@ -147,10 +147,8 @@ int report(const stress_config& cfg, const stress_setup& setup, const stress_res
 int run_stress(int argc, char** argv) {
   stress_config cfg;
   prepare_config(cfg);
-  if (auto err = cfg.parse(argc, argv))
-    return bad("bad options: " + caf::to_string(err));
-  if (cfg.cli_helptext_printed)
-    return 0;
+  if (auto done = parse_command_line(cfg, argc, argv, "stress"))
+    return *done;
   if (!set_log_level(cfg.log_level))
     return bad("unknown log level '" + cfg.log_level + "'");
   if (auto why = invalid_options(cfg); !why.empty())
