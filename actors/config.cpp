@@ -1,11 +1,12 @@
-#include "kvroom/actors/config.hpp"
+#include "kvroom/api/config.hpp"
+#include "kvroom/api/backend.hpp"
 
 #include "kvroom/transport/transport_table.hpp"
 
 #include <algorithm>
 #include <iterator>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom {
 

@@ -7,7 +7,7 @@
 #include "caf/node_id.hpp"
 #include "caf/system_messages.hpp"
 
-#include "kvroom/actors/logging.hpp"
+#include "kvroom/api/logging.hpp"
 #include "kvroom/messages/clock.hpp"
 
 namespace kvroom {

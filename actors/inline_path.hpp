@@ -7,8 +7,8 @@
 
 #include "caf/error.hpp"
 
-#include "kvroom/messages/error.hpp"
-#include "kvroom/transport/backend.hpp"
+#include "kvroom/api/errors.hpp"
+#include "kvroom/api/backend.hpp"
 
 namespace kvroom {
 

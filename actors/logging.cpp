@@ -1,4 +1,4 @@
-#include "kvroom/actors/logging.hpp"
+#include "kvroom/api/logging.hpp"
 
 #include <atomic>
 #include <chrono>

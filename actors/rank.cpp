@@ -1,4 +1,5 @@
-#include "kvroom/actors/rank.hpp"
+#include "kvroom/api/rank.hpp"
+#include "kvroom/actors/rank_state.hpp"
 
 #include "caf/all.hpp"
 #include "caf/io/all.hpp"
@@ -6,14 +7,14 @@
 #include "kvroom/actors/control/control_endpoint.hpp"
 #include "kvroom/actors/room/decode_room.hpp"
 #include "kvroom/actors/manager/kv_manager.hpp"
-#include "kvroom/actors/logging.hpp"
+#include "kvroom/api/logging.hpp"
 #include "kvroom/actors/control/membership.hpp"
 #include "kvroom/actors/room/prefill_room.hpp"
-#include "kvroom/actors/runtime.hpp"
+#include "kvroom/api/runtime.hpp"
 #include "kvroom/actors/counted_actor.hpp"
 #include "kvroom/actors/manager/transfer_worker.hpp"
-#include "kvroom/messages/error.hpp"
-#include "kvroom/transport/factory.hpp"
+#include "kvroom/api/errors.hpp"
+#include "kvroom/api/backend.hpp"
 #include "kvroom/transport/paths/multipath_backend.hpp"
 
 namespace kvroom {
@@ -27,90 +28,121 @@ std::string room_text(room_id room) {
 } // namespace
 
 rank::rank(runtime& rt, rank_config cfg)
-  : rt_(rt), cfg_(std::move(cfg)), ref_(cfg_.ref()) {
+  : self_(std::make_unique<state>(rt, std::move(cfg))) {
   // nop
 }
 
+const rank_ref& rank::ref() const noexcept {
+  return self_->ref;
+}
+
+const rank_config& rank::config() const noexcept {
+  return self_->cfg;
+}
+
+void rank::pump() {
+  auto& s = *self_;
+  if (!(*s.inbox)->mailbox().empty())
+    drain();
+}
+
+size_t rank::open_rooms() const noexcept {
+  return self_->rooms.size();
+}
+
+uint64_t rank::calls_after_conclusion() const noexcept {
+  return self_->calls_after_conclusion;
+}
+
+void rank::count_call_after_conclusion() noexcept {
+  ++self_->calls_after_conclusion;
+}
+
+const caf::actor& rank::manager() const noexcept {
+  return self_->manager;
+}
+
 caf::error rank::start() {
-  auto& sys = rt_.system();
+  auto& s = *self_;
+  auto& sys = s.rt.system();
   backend_config bc;
   // GPU memory needs more than the local memcpy even inside one process.
-  bc.name = cfg_.transport == "local" && kv_device_id(cfg_.memory) < 0 ? "local" : "auto";
-  bc.owner = ref_.id;
-  bc.faults = cfg_.faults;
-  bc.network = cfg_.network;
-  bc.tcp_host = cfg_.tcp_host;
-  bc.secret = rt_.members()->secret();
-  bc.io_timeout_ms = data_path_timeout(cfg_);
-  auto made = cfg_.data_plane ? cfg_.data_plane(bc) : make_backend(bc);
+  bc.name = s.cfg.transport == "local" && kv_device_id(s.cfg.memory) < 0 ? "local" : "auto";
+  bc.owner = s.ref.id;
+  bc.faults = s.cfg.faults;
+  bc.network = s.cfg.network;
+  bc.tcp_host = s.cfg.tcp_host;
+  bc.secret = s.rt.members()->secret();
+  bc.io_timeout_ms = data_path_timeout(s.cfg);
+  auto made = s.cfg.data_plane ? s.cfg.data_plane(bc) : make_backend(bc);
   if (!made)
     return std::move(made.error());
   // The path layer outermost: it sees every backend's (and the fault
   // injector's) failures per path, an embedder's data plane included.
-  paths_ = std::make_shared<multipath_backend>(std::move(*made), cfg_.paths);
-  data_plane_ = paths_;
-  if (cfg_.pull && !data_plane_->caps().reads)
+  s.paths = std::make_shared<multipath_backend>(std::move(*made), s.cfg.paths);
+  s.data_plane = s.paths;
+  if (s.cfg.pull && !s.data_plane->caps().reads)
     return make_error(errc::invalid_config,
-                      to_string(ref_) + ": pull needs a data plane that reads; this rank's ("
-                        + cfg_.transport + ") does not");
-  shortcut_ = std::make_shared<inline_path>(data_plane_, cfg_.limits.inline_copy_bytes);
-  metrics_ = std::make_shared<rank_metrics>(ref_);
-  for (auto* buffers : {&cfg_.memory.kv, &cfg_.memory.aux, &cfg_.memory.state})
+                      to_string(s.ref) + ": pull needs a data plane that reads; this rank's ("
+                        + s.cfg.transport + ") does not");
+  s.shortcut = std::make_shared<inline_path>(s.data_plane, s.cfg.limits.inline_copy_bytes);
+  s.metrics = std::make_shared<rank_metrics>(s.ref);
+  for (auto* buffers : {&s.cfg.memory.kv, &s.cfg.memory.aux, &s.cfg.memory.state})
     for (auto& b : *buffers)
-      if (auto id = data_plane_->register_memory(b.mem); !id)
+      if (auto id = s.data_plane->register_memory(b.mem); !id)
         return make_error(errc::invalid_config,
-                          to_string(ref_) + ": cannot register memory: "
+                          to_string(s.ref) + ": cannot register memory: "
                             + describe(id.error()));
-  inbox_ = std::make_unique<caf::scoped_actor>(sys);
-  auto inbox = caf::actor_cast<caf::actor>(*inbox_);
-  auto endpoints = data_plane_->endpoints();
+  s.inbox = std::make_unique<caf::scoped_actor>(sys);
+  auto inbox = caf::actor_cast<caf::actor>(*s.inbox);
+  auto endpoints = s.data_plane->endpoints();
   // The worker first: the manager hands it peers' connection messages.
-  worker_ = sys.spawn<caf::detached>(transfer_worker, data_plane_,
-                                     cfg_.limits.max_queued_jobs,
-                                     cfg_.timeouts.transferring_ms);
-  trust_ = std::make_shared<trust_table>();
-  kv_manager_params mp{ref_,          cfg_.memory, endpoints, cfg_.limits, cfg_.timeouts,
-                       inbox,         cfg_.chaos,  worker_,   rt_.members(), trust_,
-                       rt_.registry(), rt_.registry_host_, rt_.registry_port_,
-                       ref_.side == role::decode ? data_plane_ : nullptr, cfg_.parallel,
-                       metrics_,      to_string(cfg_.integrity), rt_.registration_wait_ms(),
-                       rt_.link_keeper_};
-  manager_ = sys.spawn(kv_manager, std::move(mp));
+  s.worker = sys.spawn<caf::detached>(transfer_worker, s.data_plane,
+                                     s.cfg.limits.max_queued_jobs,
+                                     s.cfg.timeouts.transferring_ms);
+  s.trust = std::make_shared<trust_table>();
+  kv_manager_params mp{s.ref,          s.cfg.memory, endpoints, s.cfg.limits, s.cfg.timeouts,
+                       inbox,         s.cfg.chaos,  s.worker,   s.rt.members(), s.trust,
+                       s.rt.registry(), s.rt.registry_host_, s.rt.registry_port_,
+                       s.ref.side == role::decode ? s.data_plane : nullptr, s.cfg.parallel,
+                       s.metrics,      to_string(s.cfg.integrity), s.rt.registration_wait_ms(),
+                       s.rt.link_keeper_};
+  s.manager = sys.spawn(kv_manager, std::move(mp));
   // Peers link to the manager directly on its own control endpoint; the
   // registry only says where it is.
   std::string control_host;
   uint16_t control_port = 0;
-  if (cfg_.network && sys.has_middleman()) {
-    auto port = detail::publish_control(sys, manager_, cfg_.control_port, cfg_.control_host);
+  if (s.cfg.network && sys.has_middleman()) {
+    auto port = detail::publish_control(sys, s.manager, s.cfg.control_port, s.cfg.control_host);
     if (!port) {
       abandon();
-      return make_error(errc::unavailable, to_string(ref_) + ": cannot publish the control "
-                                             "endpoint on " + cfg_.control_host + ":"
-                                             + std::to_string(cfg_.control_port) + ": "
+      return make_error(errc::unavailable, to_string(s.ref) + ": cannot publish the control "
+                                             "endpoint on " + s.cfg.control_host + ":"
+                                             + std::to_string(s.cfg.control_port) + ": "
                                              + sys.render(port.error()));
     }
-    control_host = cfg_.control_host;
+    control_host = s.cfg.control_host;
     control_port = *port;
   }
   rank_entry entry;
-  entry.rank = ref_;
-  entry.manager = manager_;
-  entry.layout = cfg_.memory;
+  entry.rank = s.ref;
+  entry.manager = s.manager;
+  entry.layout = s.cfg.memory;
   entry.endpoints = endpoints;
   entry.control_host = control_host;
   entry.control_port = control_port;
-  entry.has_parallel = cfg_.parallel.has_value();
-  entry.integrity = to_string(cfg_.integrity);
-  if (cfg_.parallel)
-    entry.parallel = *cfg_.parallel;
-  entry_ = std::make_shared<const rank_entry>(std::move(entry));
+  entry.has_parallel = s.cfg.parallel.has_value();
+  entry.integrity = to_string(s.cfg.integrity);
+  if (s.cfg.parallel)
+    entry.parallel = *s.cfg.parallel;
+  s.entry = std::make_shared<const rank_entry>(std::move(entry));
   // A manager or worker that dies takes the rank's rooms with it: say so.
-  auto who = to_string(ref_);
-  manager_->attach_functor([who](const caf::error& reason) {
+  auto who = to_string(s.ref);
+  s.manager->attach_functor([who](const caf::error& reason) {
     if (reason && reason != caf::exit_reason::user_shutdown)
       logger()->error("{}: kv manager exited: {}", who, caf::to_string(reason));
   });
-  worker_->attach_functor([who](const caf::error& reason) {
+  s.worker->attach_functor([who](const caf::error& reason) {
     if (reason && reason != caf::exit_reason::user_shutdown)
       logger()->error("{}: transfer worker exited: {}", who, caf::to_string(reason));
   });
@@ -122,18 +154,18 @@ caf::error rank::start() {
   // moved with the timeout and is gone with this).
   caf::scoped_actor registrar{sys};
   registrar
-    ->request(manager_,
-              std::chrono::milliseconds(std::max(2 * cfg_.limits.query_timeout_ms + 500,
-                                                 rt_.registration_wait_ms() + 1000)),
+    ->request(s.manager,
+              std::chrono::milliseconds(std::max(2 * s.cfg.limits.query_timeout_ms + 500,
+                                                 s.rt.registration_wait_ms() + 1000)),
               join_atom::value, control_host, control_port)
     .receive([](caf::ok_atom) {},
              [&](caf::error& err) {
-               result = make_error(errc::unavailable, to_string(ref_)
+               result = make_error(errc::unavailable, to_string(s.ref)
                                                         + ": bootstrap registration failed: "
                                                         + describe(err));
              });
   if (!result) {
-    ++rt_.live_ranks_;
+    ++s.rt.live_ranks_;
     return result;
   }
   abandon();
@@ -141,96 +173,99 @@ caf::error rank::start() {
 }
 
 rank::~rank() {
+  auto& s = *self_;
   // Handles may outlive the rank: they never touch it again, and a room
   // that was live reads Failed.
-  for (auto& kvp : rooms_) {
+  for (auto& kvp : s.rooms) {
     auto& slot = *kvp.second;
     slot.rank_gone = true;
     slot.cleared = true;
     if (!is_terminal(slot.state)) {
       slot.state = kv_poll::failed;
-      slot.failure = kv_transfer_error{slot.room, "rank " + to_string(ref_)
+      slot.failure = kv_transfer_error{slot.room, "rank " + to_string(s.ref)
                                                     + " was closed while the room was live",
-                                       false, ref_.id, failure_cause::peer_lost};
+                                       false, s.ref.id, failure_cause::peer_lost};
     }
   }
   // The control port goes with the rank (an embedder may start another).
-  if (entry_ && entry_->control_port != 0 && manager_)
-    detail::unpublish_control(rt_.system(), manager_, entry_->control_port);
+  if (s.entry && s.entry->control_port != 0 && s.manager)
+    detail::unpublish_control(s.rt.system(), s.manager, s.entry->control_port);
   // No room copies from (or into) this rank's memory after this.
-  if (shortcut_)
-    shortcut_->close();
-  if (inbox_) {
-    auto& self = *inbox_;
+  if (s.shortcut)
+    s.shortcut->close();
+  if (s.inbox) {
+    auto& self = *s.inbox;
     // Room actors follow their manager. Waiting for the worker guarantees no
     // memcpy from this rank's memory runs once the rank is gone.
-    if (manager_)
-      self->send_exit(manager_, caf::exit_reason::user_shutdown);
-    if (worker_)
-      self->send_exit(worker_, caf::exit_reason::user_shutdown);
-    if (manager_ && worker_)
-      self->wait_for(manager_, worker_);
-    --rt_.live_ranks_;
+    if (s.manager)
+      self->send_exit(s.manager, caf::exit_reason::user_shutdown);
+    if (s.worker)
+      self->send_exit(s.worker, caf::exit_reason::user_shutdown);
+    if (s.manager && s.worker)
+      self->wait_for(s.manager, s.worker);
+    --s.rt.live_ranks_;
   }
-  inbox_.reset();
-  data_plane_.reset();
+  s.inbox.reset();
+  s.data_plane.reset();
 }
 
 void rank::abandon() {
+  auto& s = *self_;
   // Not started: nothing of this rank may stay behind, and the destructor
   // has nothing to undo.
-  caf::scoped_actor tmp{rt_.system()};
-  tmp->send_exit(manager_, caf::exit_reason::user_shutdown);
-  tmp->send_exit(worker_, caf::exit_reason::user_shutdown);
-  tmp->wait_for(manager_, worker_);
-  manager_ = nullptr;
-  worker_ = nullptr;
-  inbox_.reset();
+  caf::scoped_actor tmp{s.rt.system()};
+  tmp->send_exit(s.manager, caf::exit_reason::user_shutdown);
+  tmp->send_exit(s.worker, caf::exit_reason::user_shutdown);
+  tmp->wait_for(s.manager, s.worker);
+  s.manager = nullptr;
+  s.worker = nullptr;
+  s.inbox.reset();
 }
 
 template <class Handle>
 caf::expected<Handle> rank::open(room_id room, role side, int32_t peer_dp,
                                  const caf::actor& listener) {
-  if (side != ref_.side)
+  auto& s = *self_;
+  if (side != s.ref.side)
     return make_error(errc::invalid_argument,
-                      to_string(ref_) + " cannot open the "
+                      to_string(s.ref) + " cannot open the "
                         + (side == role::prefill ? std::string{"sender"}
                                                  : std::string{"receiver"})
                         + " side of a room");
-  if (rooms_.count(room) > 0)
+  if (s.rooms.count(room) > 0)
     return make_error(errc::duplicate_room,
                       room_text(room) + " is already open on "
-                        + to_string(ref_));
-  if (rooms_.size() >= cfg_.limits.max_rooms)
+                        + to_string(s.ref));
+  if (s.rooms.size() >= s.cfg.limits.max_rooms)
     return make_error(errc::limit_reached,
-                      to_string(ref_) + " has "
-                        + std::to_string(rooms_.size())
+                      to_string(s.ref) + " has "
+                        + std::to_string(s.rooms.size())
                         + " rooms open (limit "
-                        + std::to_string(cfg_.limits.max_rooms) + ")");
+                        + std::to_string(s.cfg.limits.max_rooms) + ")");
   if (peer_dp < 0)
     return make_error(errc::invalid_argument,
                       "prefill_dp_rank must not be negative");
   room_params p;
   p.room = room;
-  p.self = ref_;
-  p.manager = manager_;
-  p.inbox = caf::actor_cast<caf::actor>(*inbox_);
+  p.self = s.ref;
+  p.manager = s.manager;
+  p.inbox = caf::actor_cast<caf::actor>(*s.inbox);
   p.listener = listener;
-  p.timeouts = cfg_.timeouts;
-  p.self_entry = entry_;
-  p.worker = worker_;
-  p.shortcut = shortcut_;
+  p.timeouts = s.cfg.timeouts;
+  p.self_entry = s.entry;
+  p.worker = s.worker;
+  p.shortcut = s.shortcut;
   p.peer_dp_rank = peer_dp;
-  p.max_queued_chunks = cfg_.limits.max_queued_chunks;
-  p.transport = cfg_.transport == "local" ? "auto" : cfg_.transport;
-  p.protocol.fence = !cfg_.chaos.no_fence;
-  p.protocol.one_decider = !cfg_.chaos.local_decisions;
-  p.monitor_manager = cfg_.chaos.keep_room_monitors;
-  p.trust = trust_;
+  p.max_queued_chunks = s.cfg.limits.max_queued_chunks;
+  p.transport = s.cfg.transport == "local" ? "auto" : s.cfg.transport;
+  p.protocol.fence = !s.cfg.chaos.no_fence;
+  p.protocol.one_decider = !s.cfg.chaos.local_decisions;
+  p.monitor_manager = s.cfg.chaos.keep_room_monitors;
+  p.trust = s.trust;
   // Decode rooms grant and revoke writes, prefill rooms reads (a pull).
-  p.data_plane = data_plane_;
-  p.pull = side == role::decode && cfg_.pull;
-  auto& sys = rt_.system();
+  p.data_plane = s.data_plane;
+  p.pull = side == role::decode && s.cfg.pull;
+  auto& sys = s.rt.system();
   // The room announces itself to the manager as its first act, so the
   // manager hears of it before anything else the room sends.
   auto actor = side == role::prefill ? sys.spawn(prefill_room, std::move(p))
@@ -239,7 +274,7 @@ caf::expected<Handle> rank::open(room_id room, role side, int32_t peer_dp,
   slot->room = room;
   slot->side = side;
   slot->actor = std::move(actor);
-  rooms_.emplace(room, slot);
+  s.rooms.emplace(room, slot);
   return Handle{this, std::move(slot)};
 }
 
@@ -255,55 +290,61 @@ caf::expected<kv_receiver> rank::make_receiver(room_id room,
 }
 
 caf::expected<kv_sender> rank::sender(room_id room) const {
-  auto i = rooms_.find(room);
-  if (i == rooms_.end() || i->second->side != role::prefill)
+  auto& s = *self_;
+  auto i = s.rooms.find(room);
+  if (i == s.rooms.end() || i->second->side != role::prefill)
     return make_error(errc::unknown_room,
                       "no open sender for " + room_text(room) + " on "
-                        + to_string(ref_));
+                        + to_string(s.ref));
   return kv_sender{const_cast<rank*>(this), i->second};
 }
 
 caf::expected<kv_receiver> rank::receiver(room_id room) const {
-  auto i = rooms_.find(room);
-  if (i == rooms_.end() || i->second->side != role::decode)
+  auto& s = *self_;
+  auto i = s.rooms.find(room);
+  if (i == s.rooms.end() || i->second->side != role::decode)
     return make_error(errc::unknown_room,
                       "no open receiver for " + room_text(room) + " on "
-                        + to_string(ref_));
+                        + to_string(s.ref));
   return kv_receiver{const_cast<rank*>(this), i->second};
 }
 
 std::string rank::control_address() const {
-  if (!entry_ || entry_->control_port == 0)
+  auto& s = *self_;
+  if (!s.entry || s.entry->control_port == 0)
     return {};
-  return entry_->control_host + ":" + std::to_string(entry_->control_port);
+  return s.entry->control_host + ":" + std::to_string(s.entry->control_port);
 }
 
 metrics_snapshot rank::metrics() const {
-  auto out = metrics_ ? metrics_->snapshot() : metrics_snapshot{};
-  if (paths_)
-    out.paths = paths_->counters();
+  auto& s = *self_;
+  auto out = s.metrics ? s.metrics->snapshot() : metrics_snapshot{};
+  if (s.paths)
+    out.paths = s.paths->counters();
   return out;
 }
 
 std::vector<path_report> rank::paths() const {
-  return paths_ ? paths_->paths() : std::vector<path_report>{};
+  auto& s = *self_;
+  return s.paths ? s.paths->paths() : std::vector<path_report>{};
 }
 
 std::string rank::data_plane_address(const std::string& transport) const {
-  for (auto& e : entry_->endpoints)
+  for (auto& e : self_->entry->endpoints)
     if (e.transport == transport)
       return e.address;
   return {};
 }
 
 caf::actor rank::room_actor(room_id room) const {
-  auto i = rooms_.find(room);
-  return i == rooms_.end() ? caf::actor{} : i->second->actor;
+  auto& s = *self_;
+  auto i = s.rooms.find(room);
+  return i == s.rooms.end() ? caf::actor{} : i->second->actor;
 }
 
-void rank::apply(const room_event& ev) {
-  auto i = rooms_.find(ev.room);
-  if (i == rooms_.end())
+void rank::state::apply(const room_event& ev) {
+  auto i = rooms.find(ev.room);
+  if (i == rooms.end())
     return;
   auto& slot = *i->second;
   slot.state = ev.state;
@@ -312,9 +353,9 @@ void rank::apply(const room_event& ev) {
     slot.failure = ev.error;
 }
 
-void rank::apply(const room_landed& ev) {
-  auto i = rooms_.find(ev.room);
-  if (i == rooms_.end())
+void rank::state::apply(const room_landed& ev) {
+  auto i = rooms.find(ev.room);
+  if (i == rooms.end())
     return;
   auto& landed = i->second->landed;
   for (auto b : ev.kv_buffers) {
@@ -327,11 +368,11 @@ void rank::apply(const room_landed& ev) {
 }
 
 void rank::drain() {
-  auto& self = *inbox_;
+  auto& self = *self_->inbox;
   while (!self->mailbox().empty()) {
     detail::handled_messages.fetch_add(1, std::memory_order_relaxed);
-    self->receive([&](const room_event& ev) { apply(ev); },
-                  [&](const room_landed& ev) { apply(ev); },
+    self->receive([&](const room_event& ev) { self_->apply(ev); },
+                  [&](const room_landed& ev) { self_->apply(ev); },
                   caf::others >> [](caf::message_view&) -> caf::result<caf::message> {
                     return caf::message{};
                   },
@@ -340,10 +381,11 @@ void rank::drain() {
 }
 
 caf::expected<manager_stats> rank::stats() {
-  caf::scoped_actor tmp{rt_.system()};
+  auto& s = *self_;
+  caf::scoped_actor tmp{s.rt.system()};
   caf::expected<manager_stats> result{make_error(errc::timeout)};
   tmp
-    ->request(manager_, std::chrono::milliseconds(cfg_.limits.query_timeout_ms),
+    ->request(s.manager, std::chrono::milliseconds(s.cfg.limits.query_timeout_ms),
               get_stats{})
     .receive([&](manager_stats& st) { result = st; },
              [&](caf::error& err) {
@@ -354,10 +396,11 @@ caf::expected<manager_stats> rank::stats() {
 }
 
 caf::expected<side_shape> rank::shape_of_side(role side) {
-  caf::scoped_actor tmp{rt_.system()};
+  auto& s = *self_;
+  caf::scoped_actor tmp{s.rt.system()};
   caf::expected<side_shape> result{make_error(errc::timeout)};
   tmp
-    ->request(manager_, std::chrono::milliseconds(cfg_.limits.query_timeout_ms),
+    ->request(s.manager, std::chrono::milliseconds(s.cfg.limits.query_timeout_ms),
               get_side_shape{side})
     .receive([&](side_shape& x) { result = x; },
              [&](caf::error& err) {
@@ -367,7 +410,7 @@ caf::expected<side_shape> rank::shape_of_side(role side) {
 }
 
 void rank::forget(room_id room) {
-  rooms_.erase(room);
+  self_->rooms.erase(room);
 }
 
 } // namespace kvroom

@@ -3,20 +3,12 @@
 #include <cstdint>
 #include <string>
 
-#include "kvroom/messages/ids.hpp"
-#include "kvroom/messages/kv_poll.hpp"
-#include "kvroom/messages/kv_transfer_error.hpp"
+#include "kvroom/api/config.hpp"
+#include "kvroom/api/errors.hpp"
+#include "kvroom/api/ids.hpp"
+#include "kvroom/api/kv_poll.hpp"
 
 namespace kvroom {
-
-/// How long a room may stay in each non-terminal state. SGLang has no limit
-/// on Transferring and leaks slots there (sglang#31800); kvroom has one for
-/// every state. Zero is not allowed: every state must end.
-struct room_timeouts {
-  uint32_t bootstrap_ms = 300'000;
-  uint32_t waiting_ms = 300'000;
-  uint32_t transferring_ms = 120'000;
-};
 
 /// What one call did to the room; lets the actor log late messages at debug
 /// and decide whether to notify anyone.

@@ -1,10 +1,11 @@
-#include "kvroom/actors/room_handles.hpp"
+#include "kvroom/api/room_handles.hpp"
 
 #include "caf/all.hpp"
 
-#include "kvroom/actors/logging.hpp"
-#include "kvroom/actors/rank.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/logging.hpp"
+#include "kvroom/messages/room_messages.hpp"
+#include "kvroom/api/rank.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom {
 

@@ -1,4 +1,4 @@
-#include "kvroom/actors/runtime.hpp"
+#include "kvroom/api/runtime.hpp"
 
 #include "kvroom/transport/device_memory.hpp"
 
@@ -16,13 +16,12 @@
 #include "kvroom/actors/control/control_endpoint.hpp"
 #include "kvroom/actors/control/directory_stores.hpp"
 #include "kvroom/actors/control/link_keeper.hpp"
-#include "kvroom/actors/logging.hpp"
+#include "kvroom/api/logging.hpp"
 #include "kvroom/actors/control/membership.hpp"
 #include "kvroom/actors/quiet_clock.hpp"
-#include "kvroom/actors/rank.hpp"
-#include "kvroom/transport/device_memory.hpp"
+#include "kvroom/api/rank.hpp"
 #include "kvroom/messages/assert.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/messages/registration.hpp"
 
 namespace kvroom {

@@ -23,12 +23,8 @@
 #include "caf/all.hpp"
 
 #include "kvroom/kit/testkit.hpp"
-#include "kvroom/transport/device_memory.hpp"
-#include "kvroom/transport/factory.hpp"
-#include "kvroom/transport/forwarding_backend.hpp"
-#include "kvroom/transport/part_digest.hpp"
-#include "kvroom/transport/paths/multipath_backend.hpp"
-#include "kvroom/transport/transport_table.hpp"
+#include "kvroom/kit/engine.hpp"
+#include "kvroom/api/backend.hpp"
 
 #include "benches.hpp"
 #include "report.hpp"

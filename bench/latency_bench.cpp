@@ -9,7 +9,7 @@
 #include "caf/all.hpp"
 
 #include "kvroom/kit/testkit.hpp"
-#include "kvroom/transport/factory.hpp"
+#include "kvroom/api/backend.hpp"
 
 #include "benches.hpp"
 #include "report.hpp"

@@ -14,8 +14,8 @@
 
 #include "caf/all.hpp"
 
+#include "kvroom/kit/engine.hpp"
 #include "kvroom/kit/testkit.hpp"
-#include "kvroom/transport/rank_mapping.hpp"
 
 #include "command_line.hpp"
 #include "commands.hpp"

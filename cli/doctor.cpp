@@ -1,6 +1,6 @@
 #include <cstdio>
 
-#include "kvroom/transport/factory.hpp"
+#include "kvroom/api/backend.hpp"
 
 #include "commands.hpp"
 

@@ -2,7 +2,7 @@
 
 #include "caf/make_config_option.hpp"
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom::cli {
 

@@ -10,7 +10,7 @@
 #include "caf/config_option_adder.hpp"
 #include "caf/expected.hpp"
 
-#include "kvroom/messages/parallel_layout.hpp"
+#include "kvroom/api/parallel_layout.hpp"
 
 namespace kvroom::cli {
 

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom::cli {
 

@@ -8,7 +8,7 @@
 #include "caf/config_option_adder.hpp"
 #include "caf/error.hpp"
 
-#include "kvroom/actors/runtime.hpp"
+#include "kvroom/api/runtime.hpp"
 
 namespace kvroom::cli {
 

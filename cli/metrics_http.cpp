@@ -6,7 +6,7 @@
 #include <deque>
 #include <mutex>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom::cli {
 

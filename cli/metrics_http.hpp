@@ -16,7 +16,7 @@
 
 #include "caf/expected.hpp"
 
-#include "kvroom/actors/rank_metrics.hpp"
+#include "kvroom/api/metrics.hpp"
 
 namespace httplib {
 class Server;

@@ -20,6 +20,7 @@
 #include "caf/all.hpp"
 #include "caf/io/all.hpp"
 
+#include "kvroom/api/config.hpp"
 #include "kvroom/kit/harness.hpp"
 #include "kvroom/kit/testkit.hpp"
 

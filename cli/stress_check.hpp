@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "kvroom/messages/ids.hpp"
-#include "kvroom/messages/kv_poll.hpp"
-#include "kvroom/messages/kv_transfer_error.hpp"
+#include "kvroom/api/ids.hpp"
+#include "kvroom/api/kv_poll.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom::stress {
 

@@ -2,9 +2,9 @@
 
 #include <cstdint>
 
-#include "kvroom/messages/ids.hpp"
-#include "kvroom/messages/kv_poll.hpp"
-#include "kvroom/transport/fault_plan.hpp"
+#include "kvroom/api/ids.hpp"
+#include "kvroom/api/kv_poll.hpp"
+#include "kvroom/api/backend.hpp"
 
 #include "stress_check.hpp"
 

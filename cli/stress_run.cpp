@@ -8,9 +8,10 @@
 
 #include "caf/all.hpp"
 
+#include "kvroom/api/config.hpp"
 #include "kvroom/kit/harness.hpp"
-#include "kvroom/messages/failure_cause.hpp"
-#include "kvroom/transport/rank_mapping.hpp"
+#include "kvroom/api/errors.hpp"
+#include "kvroom/kit/engine.hpp"
 
 #include "stress_memory.hpp"
 

@@ -15,7 +15,7 @@
 #include "caf/expected.hpp"
 
 #include "kvroom/kit/testkit.hpp"
-#include "kvroom/transport/part_digest.hpp"
+#include "kvroom/kit/engine.hpp"
 
 #include "stress_check.hpp"
 #include "stress_config.hpp"

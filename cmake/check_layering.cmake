@@ -2,10 +2,14 @@
 #   cmake -DROOT=<src> -DPRIVATE=<a|b|...> -P check_layering.cmake
 # with PRIVATE the folders private to transport/ (transport/CMakeLists.txt:
 # every transport of the table, fault, router).
-#   messages/  includes only the standard library, CAF core and messages/
+#   api/       includes only the standard library, CAF core and api/ (it is
+#              the install set: kvroom_install.cmake checks the closure)
+#   messages/  includes only the standard library, CAF core, api/ and messages/
 #   transport/ never includes actors/ and never names caf::actor
 #   actors/    never includes a backend's private header
-#   bench/, cli/, kit/ include public headers only (not backend folders)
+#   kit/       includes public headers only (not backend folders)
+#   cli/, bench/, python/ include the API and kit/ only: what kvroom's own
+#              tools use beyond the API is kit/ (kit/engine.hpp), in one place
 #   actors/ never includes the testkit; every project include is kvroom/...
 if(NOT PRIVATE)
   message(FATAL_ERROR "-DPRIVATE=<folders private to transport/> is required")
@@ -24,6 +28,8 @@ function(check_folder folder regex why)
   set(violations "${violations}" PARENT_SCOPE)
 endfunction()
 
+check_folder(api "#include \"kvroom/(messages|transport|actors|kit)/" "the API is its own folder: it reaches nothing of the engine")
+check_folder(api "#include [<\"]caf/io/" "the API uses CAF core only")
 check_folder(messages "#include \"kvroom/(transport|actors|kit)/" "messages/ depends on nothing above it")
 check_folder(messages "#include [<\"]caf/io/" "messages/ uses CAF core only")
 check_folder(transport "#include \"kvroom/(actors|kit)/" "transport/ never includes actor headers")
@@ -33,12 +39,13 @@ check_folder(actors "#include \"kvroom/kit/" "the product never includes the tes
 check_folder(kit "#include \"kvroom/transport/(${PRIVATE})/" "kit/ uses public headers only")
 # Any project include without the kvroom/ prefix would need a top-level
 # layer folder on the include path, which an embedder's own could shadow.
-foreach(folder messages transport actors kit cli bench)
-  check_folder(${folder} "#include \"(messages|transport|actors|kit)/" "project headers are included as kvroom/<layer>/...")
+foreach(folder api messages transport actors kit cli bench python)
+  check_folder(${folder} "#include \"(api|messages|transport|actors|kit)/" "project headers are included as kvroom/<layer>/...")
 endforeach()
-check_folder(bench "#include \"kvroom/transport/(${PRIVATE})/" "bench/ uses public headers only")
-check_folder(cli "#include \"kvroom/transport/(${PRIVATE})/" "cli/ uses public headers only")
-foreach(folder messages actors cli bench)
+foreach(folder cli bench python)
+  check_folder(${folder} "#include \"kvroom/(messages|transport|actors)/" "${folder}/ uses the API and kit/ only")
+endforeach()
+foreach(folder api messages actors cli bench)
   check_folder(${folder} "KVROOM_HAVE_" "hardware #ifdefs live in the transports' folders only")
 endforeach()
 

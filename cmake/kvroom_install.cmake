@@ -7,15 +7,16 @@ include(CMakePackageConfigHelpers)
 
 set(KVROOM_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/kvroom)
 
-install(TARGETS kvroom kvroom_actors kvroom_transport kvroom_messages
+install(TARGETS kvroom kvroom_actors kvroom_transport kvroom_messages kvroom_api
         EXPORT kvroomTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
-# The API only: the headers `kvroom.hpp` reaches, which include what an
-# embedder's own data plane implements (transport/backend.hpp, factory.hpp).
-# Everything else (the manager, room actors, backends, sockets, the gates)
-# stays private, as CAF keeps caf/detail/. The list is computed from the
-# includes themselves, and re-computed when one of those headers changes;
+# The API folder is the install set: api/*.hpp under include/kvroom/api/, its
+# umbrella as <kvroom/kvroom.hpp>. Everything else (the wire messages, the
+# manager and room actors, the backends, sockets and gates) stays private, as
+# CAF keeps caf/detail/. Checked here, at configure time: the closure of
+# kvroom.hpp's includes must be exactly api/ (an API header reaching outside
+# it, or one the umbrella does not reach, is an error naming it), and
 # install_consumer_test checks that nothing beyond it is installed.
 function(kvroom_api_closure out)
   set(todo "kvroom/kvroom.hpp")
@@ -27,9 +28,12 @@ function(kvroom_api_closure out)
     endif()
     list(APPEND done ${h})
     if(h STREQUAL "kvroom/kvroom.hpp")
-      set(path ${PROJECT_SOURCE_DIR}/actors/kvroom.hpp)
-    else()
+      set(path ${PROJECT_SOURCE_DIR}/api/kvroom.hpp)
+    elseif(h MATCHES "^kvroom/api/[^/]+$")
       string(REGEX REPLACE "^kvroom/" "${PROJECT_SOURCE_DIR}/" path ${h})
+    else()
+      message(FATAL_ERROR "the API reaches ${h}, which is not in api/: what an embedder "
+                          "needs belongs in api/, the rest behind a forward declaration")
     endif()
     if(NOT EXISTS ${path})
       message(FATAL_ERROR "the API includes ${h}, which is not in the tree")
@@ -41,6 +45,12 @@ function(kvroom_api_closure out)
       list(APPEND todo ${inc})
     endforeach()
   endwhile()
+  file(GLOB folder RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/api/*.hpp)
+  foreach(f ${folder})
+    if(NOT f STREQUAL "api/kvroom.hpp" AND NOT "kvroom/${f}" IN_LIST done)
+      message(FATAL_ERROR "${f} is in the API folder but kvroom.hpp does not reach it")
+    endif()
+  endforeach()
   list(SORT done)
   set(${out} ${done} PARENT_SCOPE)
 endfunction()
@@ -50,13 +60,12 @@ string(REPLACE ";" "\n" api_text "${KVROOM_API_HEADERS}")
 file(CONFIGURE OUTPUT ${PROJECT_BINARY_DIR}/kvroom_api_headers.txt CONTENT "${api_text}\n")
 foreach(h ${KVROOM_API_HEADERS})
   if(h STREQUAL "kvroom/kvroom.hpp")
-    install(FILES ${PROJECT_SOURCE_DIR}/actors/kvroom.hpp
+    install(FILES ${PROJECT_SOURCE_DIR}/api/kvroom.hpp
             DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kvroom)
   else()
     string(REGEX REPLACE "^kvroom/" "" rel ${h})
-    get_filename_component(dir ${rel} DIRECTORY)
     install(FILES ${PROJECT_SOURCE_DIR}/${rel}
-            DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kvroom/${dir})
+            DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kvroom/api)
   endif()
 endforeach()
 

@@ -1,7 +1,7 @@
 #include "kvroom/kit/harness.hpp"
 
 #include <nlohmann/json.hpp>
-#include "kvroom/transport/auth/secret.hpp"
+#include "kvroom/api/secret.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

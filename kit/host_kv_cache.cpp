@@ -1,5 +1,5 @@
 #include "kvroom/kit/host_kv_cache.hpp"
-#include "kvroom/transport/auth/secret.hpp"
+#include "kvroom/api/secret.hpp"
 
 #include <cerrno>
 

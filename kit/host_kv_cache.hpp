@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "kvroom/messages/descriptors.hpp"
-#include "kvroom/messages/ids.hpp"
-#include "kvroom/messages/parallel_layout.hpp"
+#include "kvroom/api/descriptors.hpp"
+#include "kvroom/api/ids.hpp"
+#include "kvroom/api/parallel_layout.hpp"
 
 namespace kvroom {
 

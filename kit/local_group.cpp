@@ -1,6 +1,6 @@
 #include "kvroom/kit/local_group.hpp"
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 #include <chrono>
 #include <thread>

@@ -8,8 +8,8 @@
 #include "caf/expected.hpp"
 
 #include "kvroom/kit/host_kv_cache.hpp"
-#include "kvroom/actors/rank.hpp"
-#include "kvroom/actors/runtime.hpp"
+#include "kvroom/api/rank.hpp"
+#include "kvroom/api/runtime.hpp"
 
 namespace kvroom {
 

@@ -1,6 +1,6 @@
 #include "kvroom/kit/scheduler_loop.hpp"
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kvroom/actors/rank.hpp"
+#include "kvroom/api/rank.hpp"
 
 namespace kvroom {
 

@@ -5,7 +5,7 @@
 /// the installed API.
 
 #include "kvroom/actors/counted_actor.hpp"
-#include "kvroom/actors/kvroom.hpp"
+#include "kvroom/kvroom.hpp"
 #include "kvroom/kit/host_kv_cache.hpp"
 #include "kvroom/kit/local_group.hpp"
 #include "kvroom/kit/scheduler_loop.hpp"

@@ -1,6 +1,6 @@
 #include "kvroom/messages/registration.hpp"
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/messages/room_messages.hpp"
 
 namespace kvroom {

@@ -12,11 +12,12 @@
 #include "caf/actor.hpp"
 #include "caf/meta/type_name.hpp"
 
-#include "kvroom/messages/descriptors.hpp"
-#include "kvroom/messages/ids.hpp"
-#include "kvroom/messages/kv_poll.hpp"
-#include "kvroom/messages/kv_transfer_error.hpp"
-#include "kvroom/messages/parallel_layout.hpp"
+#include "kvroom/api/descriptors.hpp"
+#include "kvroom/api/ids.hpp"
+#include "kvroom/api/kv_poll.hpp"
+#include "kvroom/api/errors.hpp"
+#include "kvroom/api/metrics.hpp"
+#include "kvroom/api/parallel_layout.hpp"
 
 namespace kvroom {
 
@@ -407,27 +408,6 @@ typename Inspector::result_type inspect(Inspector& f, get_stats&) {
   return f(caf::meta::type_name("kvroom.get_stats"));
 }
 
-/// A manager's counters: what a leak check and a stress run look at.
-struct manager_stats {
-  uint64_t live_rooms = 0;       ///< room actors in the directory
-  uint64_t failure_records = 0;  ///< failures not yet taken by the scheduler
-  uint64_t parked = 0;           ///< messages waiting for their room to open
-  uint64_t early_failures = 0;   ///< failures for rooms not yet open here
-  uint64_t tombstones = 0;       ///< recently cleared room ids remembered
-  uint64_t origin_failures = 0;  ///< failures that started on this rank
-  uint64_t propagated_failures = 0;  ///< failures learned from other ranks
-  uint64_t successes = 0;
-  /// Control messages dropped because their sender never proved membership.
-  uint64_t stranger_messages = 0;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, manager_stats& x) {
-  return f(caf::meta::type_name("kvroom.manager_stats"), x.live_rooms,
-           x.failure_records, x.parked, x.early_failures, x.tombstones,
-           x.origin_failures, x.propagated_failures, x.successes, x.stranger_messages);
-}
-
 // -- bootstrap registry --------------------------------------------------------
 
 /// One rank as the registry knows it: where it sits, its manager, its
@@ -463,7 +443,7 @@ typename Inspector::result_type inspect(Inspector& f, rank_entry& x) {
 
 // Membership handshakes. Every proof is an HMAC keyed by the deployment
 // secret over fresh nonces of both sides and both identities; the secret
-// never travels (see transport/auth/secret.hpp).
+// never travels (see api/secret.hpp).
 
 /// Rank -> registry, a request: "prove you hold the secret, and challenge me".
 struct registry_hello {

@@ -1,7 +1,7 @@
 // device_memory.hpp for builds without the CUDA toolkit.
 #include "kvroom/transport/device_memory.hpp"
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom {
 

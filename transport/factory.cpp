@@ -1,8 +1,9 @@
-#include "kvroom/transport/factory.hpp"
+#include "kvroom/api/config.hpp"
+#include "kvroom/api/backend.hpp"
 
 #include <algorithm>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/fault/fault_backend.hpp"
 #include "kvroom/transport/router/router_backend.hpp"
 #include "kvroom/transport/transport_table.hpp"

@@ -9,15 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "kvroom/messages/ids.hpp"
+#include "kvroom/api/descriptors.hpp"
+#include "kvroom/api/ids.hpp"
 
 namespace kvroom {
-
-/// A byte range of registered memory: [addr, addr + size).
-struct byte_range {
-  uint64_t addr = 0;
-  uint64_t size = 0;
-};
 
 /// Per-room write grants on a receiving rank: which sender may write which
 /// bytes, for which live room. A receiver whose data plane reads remote

@@ -4,19 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "kvroom/messages/descriptors.hpp"
+#include "kvroom/api/config.hpp"
+#include "kvroom/api/descriptors.hpp"
 
 namespace kvroom {
-
-/// The end-to-end integrity check of a deployment (`rank_config::integrity`,
-/// the same on every rank: checked at registration).
-enum class integrity_mode : uint8_t {
-  off,
-  xxh3,  ///< XXH3-64 of every part (Debian's libxxhash)
-};
-
-std::string to_string(integrity_mode x);
-bool from_string(const std::string& str, integrity_mode& x);
 
 /// The digest of one part of a room (the bytes one prefill rank writes into
 /// one decode rank) in the room's logical order: the order of the bytes'

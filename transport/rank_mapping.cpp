@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/transfer_plan.hpp"
 
 namespace kvroom {

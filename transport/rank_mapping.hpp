@@ -13,8 +13,8 @@
 
 #include "caf/expected.hpp"
 
-#include "kvroom/messages/descriptors.hpp"
-#include "kvroom/messages/parallel_layout.hpp"
+#include "kvroom/api/descriptors.hpp"
+#include "kvroom/api/parallel_layout.hpp"
 
 namespace kvroom {
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <mutex>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom::detail {
 

@@ -8,8 +8,8 @@
 #include "caf/error.hpp"
 #include "caf/expected.hpp"
 
-#include "kvroom/messages/descriptors.hpp"
-#include "kvroom/transport/backend.hpp"
+#include "kvroom/api/descriptors.hpp"
+#include "kvroom/api/backend.hpp"
 
 namespace kvroom::detail {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/transport_table.hpp"
 
 namespace kvroom {

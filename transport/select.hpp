@@ -5,7 +5,7 @@
 
 #include "caf/expected.hpp"
 
-#include "kvroom/messages/descriptors.hpp"
+#include "kvroom/api/descriptors.hpp"
 
 namespace kvroom {
 

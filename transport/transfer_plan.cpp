@@ -2,7 +2,8 @@
 
 #include <string>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
+#include "kvroom/transport/grants.hpp"
 
 namespace kvroom {
 

@@ -8,7 +8,7 @@
 
 #include "caf/expected.hpp"
 
-#include "kvroom/messages/descriptors.hpp"
+#include "kvroom/api/descriptors.hpp"
 
 namespace kvroom {
 

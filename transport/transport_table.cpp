@@ -1,6 +1,6 @@
 #include "kvroom/transport/transport_table.hpp"
 
-#include "kvroom/transport/factory.hpp"
+#include "kvroom/api/backend.hpp"
 
 // Each row is defined in its backend's folder; the build lists them once.
 #define KVROOM_TRANSPORT(x) namespace kvroom { const transport_row& x##_transport(); }

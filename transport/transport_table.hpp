@@ -5,7 +5,7 @@
 
 #include "caf/expected.hpp"
 
-#include "kvroom/transport/backend.hpp"
+#include "kvroom/api/backend.hpp"
 
 namespace kvroom {
 

@@ -6,9 +6,9 @@
 
 #include "caf/all.hpp"
 
-#include "kvroom/actors/logging.hpp"
+#include "kvroom/api/logging.hpp"
 #include "kvroom/messages/clock.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom {
 

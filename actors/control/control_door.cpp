@@ -8,7 +8,7 @@
 #include "caf/io/network/doorman_impl.hpp"
 #include "caf/send.hpp"
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/socket_io.hpp"
 
 namespace kvroom::detail {

@@ -10,7 +10,7 @@
 #include "caf/send.hpp"
 
 #include "kvroom/actors/control/control_door.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom::detail {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/messages/room_messages.hpp"
 
 namespace kvroom {

@@ -1,7 +1,7 @@
 #include "kvroom/actors/control/directory_stores.hpp"
 
 #include "kvroom/actors/control/etcd/etcd_directory.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom {
 

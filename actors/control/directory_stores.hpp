@@ -13,7 +13,7 @@
 #include "caf/actor_system.hpp"
 #include "caf/expected.hpp"
 
-#include "kvroom/actors/config.hpp"
+#include "kvroom/api/config.hpp"
 
 namespace kvroom {
 

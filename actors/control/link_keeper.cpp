@@ -3,7 +3,7 @@
 #include "caf/all.hpp"
 
 #include "kvroom/actors/control/control_endpoint.hpp"
-#include "kvroom/actors/logging.hpp"
+#include "kvroom/api/logging.hpp"
 
 namespace kvroom {
 

@@ -10,8 +10,8 @@
 #include "caf/actor_addr.hpp"
 #include "caf/node_id.hpp"
 
-#include "kvroom/messages/ids.hpp"
-#include "kvroom/transport/auth/secret.hpp"
+#include "kvroom/api/ids.hpp"
+#include "kvroom/api/secret.hpp"
 
 namespace kvroom {
 

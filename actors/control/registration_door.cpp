@@ -1,6 +1,6 @@
 #include "kvroom/actors/control/registration_door.hpp"
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom {
 

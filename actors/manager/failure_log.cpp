@@ -2,8 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvroom/actors/logging.hpp"
-#include "kvroom/messages/failure_cause.hpp"
+#include "kvroom/api/logging.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom {
 

@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <unordered_map>
 
-#include "kvroom/messages/ids.hpp"
-#include "kvroom/messages/kv_poll.hpp"
-#include "kvroom/messages/kv_transfer_error.hpp"
+#include "kvroom/api/ids.hpp"
+#include "kvroom/api/kv_poll.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom {
 

@@ -4,11 +4,11 @@
 
 #include "caf/all.hpp"
 
-#include "kvroom/actors/logging.hpp"
+#include "kvroom/api/logging.hpp"
 #include "kvroom/actors/manager/manager_links.hpp"
 #include "kvroom/actors/manager/manager_peers.hpp"
 #include "kvroom/actors/manager/manager_rooms.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 // The manager's behaviour: every handler checks who sent the message and
 // hands it to the part of the manager that deals with it (rooms:

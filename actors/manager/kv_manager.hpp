@@ -9,7 +9,7 @@
 #include "caf/response_promise.hpp"
 #include "caf/stateful_actor.hpp"
 
-#include "kvroom/actors/config.hpp"
+#include "kvroom/api/config.hpp"
 #include "kvroom/actors/manager/failure_log.hpp"
 #include "kvroom/actors/counted_actor.hpp"
 #include "kvroom/actors/local_messages.hpp"
@@ -21,7 +21,7 @@
 #include "kvroom/actors/manager/room_directory.hpp"
 #include "kvroom/actors/room/room_protocol.hpp"
 #include "kvroom/actors/room/room_timing.hpp"
-#include "kvroom/transport/backend.hpp"
+#include "kvroom/api/backend.hpp"
 
 namespace kvroom {
 

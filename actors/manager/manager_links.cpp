@@ -7,12 +7,12 @@
 
 #include "kvroom/actors/control/control_endpoint.hpp"
 #include "kvroom/actors/control/link_keeper.hpp"
-#include "kvroom/actors/logging.hpp"
+#include "kvroom/api/logging.hpp"
 #include "kvroom/actors/manager/manager_peers.hpp"
 #include "kvroom/actors/manager/manager_send.hpp"
 #include "kvroom/actors/room/room_timing.hpp"
 #include "kvroom/messages/clock.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom::detail {
 

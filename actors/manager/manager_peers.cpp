@@ -3,7 +3,7 @@
 #include "caf/all.hpp"
 
 #include "kvroom/actors/control/link_keeper.hpp"
-#include "kvroom/actors/logging.hpp"
+#include "kvroom/api/logging.hpp"
 #include "kvroom/actors/manager/manager_links.hpp"
 #include "kvroom/actors/manager/manager_rooms.hpp"
 

@@ -4,11 +4,11 @@
 
 #include "caf/all.hpp"
 
-#include "kvroom/actors/logging.hpp"
+#include "kvroom/api/logging.hpp"
 #include "kvroom/actors/manager/manager_links.hpp"
 #include "kvroom/actors/room/room_port.hpp"
 #include "kvroom/messages/clock.hpp"
-#include "kvroom/messages/failure_cause.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom::detail {
 

@@ -8,9 +8,9 @@
 
 #include "caf/actor.hpp"
 
-#include "kvroom/messages/ids.hpp"
-#include "kvroom/messages/kv_poll.hpp"
-#include "kvroom/messages/kv_transfer_error.hpp"
+#include "kvroom/api/ids.hpp"
+#include "kvroom/api/kv_poll.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/actors/room/room_protocol.hpp"
 
 namespace kvroom {

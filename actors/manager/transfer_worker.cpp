@@ -6,9 +6,9 @@
 #include "caf/all.hpp"
 
 #include "kvroom/actors/local_messages.hpp"
-#include "kvroom/actors/logging.hpp"
+#include "kvroom/api/logging.hpp"
 #include "kvroom/actors/room/room_timing.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom {
 

@@ -9,7 +9,7 @@
 #include "kvroom/actors/counted_actor.hpp"
 
 #include "kvroom/messages/room_messages.hpp"
-#include "kvroom/transport/backend.hpp"
+#include "kvroom/api/backend.hpp"
 
 namespace kvroom {
 

@@ -5,8 +5,8 @@
 
 #include "caf/all.hpp"
 
-#include "kvroom/actors/logging.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/logging.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/part_digest.hpp"
 #include "kvroom/transport/grants.hpp"
 #include "kvroom/transport/rank_mapping.hpp"

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kvroom/messages/descriptors.hpp"
+#include "kvroom/api/descriptors.hpp"
 
 namespace kvroom {
 

@@ -5,11 +5,12 @@
 
 #include "caf/all.hpp"
 
-#include "kvroom/actors/logging.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/logging.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/part_digest.hpp"
 #include "kvroom/transport/select.hpp"
 #include "kvroom/transport/transfer_plan.hpp"
+#include "kvroom/transport/grants.hpp"
 
 namespace kvroom {
 

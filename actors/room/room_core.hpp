@@ -1,7 +1,7 @@
 #pragma once
 
 #include "kvroom/actors/control/membership.hpp"
-#include "kvroom/transport/backend.hpp"
+#include "kvroom/api/backend.hpp"
 
 #include <functional>
 #include <memory>

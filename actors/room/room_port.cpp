@@ -2,7 +2,7 @@
 
 #include "caf/all.hpp"
 
-#include "kvroom/actors/logging.hpp"
+#include "kvroom/api/logging.hpp"
 #include "kvroom/messages/room_messages.hpp"
 
 namespace kvroom {

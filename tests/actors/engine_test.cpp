@@ -19,11 +19,12 @@
 #include "caf/all.hpp"
 #include "caf/io/all.hpp"
 
+#include "kvroom/api/backend.hpp"
 #include "kvroom/kit/testkit.hpp"
 #include "engine_kit.hpp"
 #include "kvroom/actors/control/control_door.hpp"
 #include "kvroom/actors/local_messages.hpp"
-#include "kvroom/messages/failure_cause.hpp"
+#include "kvroom/api/errors.hpp"
 
 using namespace kvroom;
 using namespace std::chrono_literals;

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "kvroom/actors/inline_path.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 using namespace kvroom;
 

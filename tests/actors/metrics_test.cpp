@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "kvroom/actors/logging.hpp"
+#include "kvroom/api/logging.hpp"
 #include "kvroom/actors/rank_metrics.hpp"
 
 using namespace kvroom;

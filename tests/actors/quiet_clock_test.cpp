@@ -6,7 +6,7 @@
 
 #include "kvroom/actors/counted_actor.hpp"
 #include "kvroom/actors/quiet_clock.hpp"
-#include "kvroom/actors/runtime.hpp"
+#include "kvroom/api/runtime.hpp"
 #include "kvroom/kit/harness.hpp"
 
 using namespace kvroom;

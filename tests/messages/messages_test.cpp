@@ -2,7 +2,7 @@
 
 #include "caf/all.hpp"
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/messages/registration.hpp"
 #include "kvroom/messages/room_messages.hpp"
 

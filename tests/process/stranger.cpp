@@ -31,6 +31,7 @@
 #include "caf/io/all.hpp"
 
 #include "kvroom/kvroom.hpp"
+#include "kvroom/messages/room_messages.hpp"
 
 namespace {
 

@@ -14,8 +14,8 @@
 #include <random>
 #include <vector>
 
-#include "kvroom/messages/error.hpp"
-#include "kvroom/transport/factory.hpp"
+#include "kvroom/api/errors.hpp"
+#include "kvroom/api/backend.hpp"
 #include "kvroom/transport/log.hpp"
 #include "kvroom/transport/select.hpp"
 

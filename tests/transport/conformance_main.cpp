@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <string>
 
-#include "kvroom/transport/factory.hpp"
+#include "kvroom/api/backend.hpp"
 #include "kvroom/transport/transport_table.hpp"
 
 #include "conformance_selected.hpp"

@@ -17,9 +17,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/device_memory.hpp"
-#include "kvroom/transport/factory.hpp"
+#include "kvroom/api/backend.hpp"
 #include "kvroom/transport/transport_table.hpp"
 
 #include "conformance_selected.hpp"

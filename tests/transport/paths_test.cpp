@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/paths/multipath_backend.hpp"
 #include "kvroom/transport/router/router_backend.hpp"
 #include "kvroom/transport/select.hpp"

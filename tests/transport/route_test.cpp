@@ -2,7 +2,7 @@
 // and where a cuda write lands, without a GPU.
 #include <catch2/catch.hpp>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/cuda/device_route.hpp"
 #include "kvroom/transport/select.hpp"
 

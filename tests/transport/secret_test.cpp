@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kvroom/transport/auth/secret.hpp"
+#include "kvroom/api/secret.hpp"
 
 using namespace kvroom;
 

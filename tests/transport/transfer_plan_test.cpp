@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/transfer_plan.hpp"
 
 using namespace kvroom;

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "kvroom/transport/auth/door_handshake.hpp"
-#include "kvroom/transport/auth/secret.hpp"
+#include "kvroom/api/secret.hpp"
 
 namespace kvroom {
 

@@ -1,4 +1,4 @@
-#include "kvroom/transport/auth/secret.hpp"
+#include "kvroom/api/secret.hpp"
 
 #include <fstream>
 #include <iterator>
@@ -10,7 +10,7 @@
 #include <openssl/rand.h>
 #include <sys/stat.h>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom {
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <random>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/cuda/cuda_error.hpp"
 #include "kvroom/transport/cuda/device_route.hpp"
 #include "kvroom/transport/host_id.hpp"

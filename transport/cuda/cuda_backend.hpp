@@ -7,8 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "kvroom/transport/backend.hpp"
-#include "kvroom/transport/factory.hpp"
+#include "kvroom/api/backend.hpp"
 
 struct CUstream_st;
 struct CUevent_st;

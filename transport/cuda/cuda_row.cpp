@@ -1,5 +1,5 @@
-#include "kvroom/messages/error.hpp"
-#include "kvroom/transport/factory.hpp"
+#include "kvroom/api/errors.hpp"
+#include "kvroom/api/backend.hpp"
 #include "kvroom/transport/transport_table.hpp"
 #ifdef KVROOM_HAVE_CUDA
 #include "kvroom/transport/cuda/cuda_backend.hpp"

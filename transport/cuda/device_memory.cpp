@@ -1,6 +1,6 @@
 #include "kvroom/transport/device_memory.hpp"
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/cuda/cuda_error.hpp"
 
 namespace kvroom {

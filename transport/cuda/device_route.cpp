@@ -1,6 +1,6 @@
 #include "kvroom/transport/cuda/device_route.hpp"
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/region_table.hpp"
 
 namespace kvroom::detail {

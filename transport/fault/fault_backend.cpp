@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "kvroom/messages/clock.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom::detail {
 

@@ -6,7 +6,7 @@
 #include <unordered_map>
 
 #include "kvroom/transport/forwarding_backend.hpp"
-#include "kvroom/transport/fault_plan.hpp"
+#include "kvroom/api/backend.hpp"
 
 namespace kvroom::detail {
 

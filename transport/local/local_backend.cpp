@@ -10,7 +10,7 @@
 
 #include <unistd.h>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom::detail {
 

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "kvroom/transport/backend.hpp"
+#include "kvroom/api/backend.hpp"
 
 namespace kvroom::detail {
 

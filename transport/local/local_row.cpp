@@ -1,4 +1,4 @@
-#include "kvroom/transport/factory.hpp"
+#include "kvroom/api/backend.hpp"
 #include "kvroom/transport/local/local_backend.hpp"
 #include "kvroom/transport/transport_table.hpp"
 

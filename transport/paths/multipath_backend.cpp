@@ -5,7 +5,7 @@
 #include <tuple>
 
 #include "kvroom/messages/clock.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/transport_table.hpp"
 
 namespace kvroom {

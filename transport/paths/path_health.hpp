@@ -4,7 +4,8 @@
 #include <deque>
 #include <string>
 
-#include "kvroom/transport/paths/path_options.hpp"
+#include "kvroom/api/config.hpp"
+#include "kvroom/api/metrics.hpp"
 
 namespace kvroom {
 

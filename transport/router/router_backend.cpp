@@ -1,6 +1,6 @@
 #include "kvroom/transport/router/router_backend.hpp"
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 #include <functional>
 

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "kvroom/transport/backend.hpp"
+#include "kvroom/api/backend.hpp"
 
 namespace kvroom::detail {
 

@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kvroom/transport/backend.hpp"
+#include "kvroom/api/backend.hpp"
 #include "kvroom/transport/region_table.hpp"
 
 namespace kvroom::detail {

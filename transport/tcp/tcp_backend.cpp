@@ -20,7 +20,7 @@
 #include "kvroom/transport/log.hpp"
 #include "kvroom/transport/socket_io.hpp"
 #include "kvroom/transport/tcp/tcp_handshake.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom::detail {
 

@@ -12,9 +12,10 @@
 #include <vector>
 
 #include "kvroom/transport/auth/membership_gate.hpp"
-#include "kvroom/transport/auth/secret.hpp"
-#include "kvroom/transport/backend.hpp"
+#include "kvroom/api/secret.hpp"
+#include "kvroom/api/backend.hpp"
 #include "kvroom/transport/region_table.hpp"
+#include "kvroom/transport/grants.hpp"
 
 namespace kvroom::detail {
 

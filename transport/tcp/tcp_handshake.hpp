@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <string>
 
-#include "kvroom/messages/ids.hpp"
+#include "kvroom/api/ids.hpp"
 #include "kvroom/transport/auth/door_handshake.hpp"
-#include "kvroom/transport/auth/secret.hpp"
+#include "kvroom/api/secret.hpp"
 
 namespace kvroom::detail {
 

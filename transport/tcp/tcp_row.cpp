@@ -1,4 +1,5 @@
-#include "kvroom/transport/factory.hpp"
+#include "kvroom/api/config.hpp"
+#include "kvroom/api/backend.hpp"
 #include "kvroom/transport/tcp/tcp_backend.hpp"
 #include "kvroom/transport/transport_table.hpp"
 

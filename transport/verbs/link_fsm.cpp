@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom::verbs {
 

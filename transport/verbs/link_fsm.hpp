@@ -7,7 +7,7 @@
 
 #include "caf/expected.hpp"
 
-#include "kvroom/messages/ids.hpp"
+#include "kvroom/api/ids.hpp"
 
 namespace kvroom::verbs {
 

@@ -12,7 +12,7 @@
 #include <random>
 
 #include "kvroom/messages/clock.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/log.hpp"
 
 namespace kvroom::detail {

@@ -11,8 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kvroom/transport/backend.hpp"
-#include "kvroom/transport/factory.hpp"
+#include "kvroom/api/backend.hpp"
 #include "kvroom/transport/verbs/link_fsm.hpp"
 #include "kvroom/transport/verbs/wr_plan.hpp"
 

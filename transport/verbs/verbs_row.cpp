@@ -1,5 +1,5 @@
-#include "kvroom/messages/error.hpp"
-#include "kvroom/transport/factory.hpp"
+#include "kvroom/api/errors.hpp"
+#include "kvroom/api/backend.hpp"
 #include "kvroom/transport/transport_table.hpp"
 #ifdef KVROOM_HAVE_VERBS
 #include "kvroom/transport/router/router_backend.hpp"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom::verbs {
 

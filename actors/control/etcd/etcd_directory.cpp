@@ -13,10 +13,10 @@
 #include "kvroom/actors/control/etcd/lease_keeper.hpp"
 #include "kvroom/actors/control/etcd/signed_entry.hpp"
 #include "kvroom/actors/control/registration_door.hpp"
-#include "kvroom/actors/logging.hpp"
+#include "kvroom/api/logging.hpp"
 #include "kvroom/actors/room/room_timing.hpp"
 #include "kvroom/messages/clock.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom::detail {
 

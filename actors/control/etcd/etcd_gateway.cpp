@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom {
 

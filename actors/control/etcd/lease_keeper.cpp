@@ -4,9 +4,9 @@
 
 #include "caf/send.hpp"
 
-#include "kvroom/actors/logging.hpp"
+#include "kvroom/api/logging.hpp"
 #include "kvroom/actors/room/room_timing.hpp"
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 namespace kvroom {
 

@@ -5,19 +5,58 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "caf/error.hpp"
 
-#include "kvroom/messages/descriptors.hpp"
-#include "kvroom/messages/ids.hpp"
-#include "kvroom/messages/parallel_layout.hpp"
-#include "kvroom/transport/factory.hpp"
-#include "kvroom/transport/fault_plan.hpp"
-#include "kvroom/transport/part_digest.hpp"
-#include "kvroom/transport/paths/path_options.hpp"
-#include "kvroom/actors/room_fsm.hpp"
+#include "kvroom/api/backend.hpp"
+#include "kvroom/api/descriptors.hpp"
+#include "kvroom/api/ids.hpp"
+#include "kvroom/api/parallel_layout.hpp"
 
 namespace kvroom {
+
+/// How long a room may stay in each non-terminal state. SGLang has no limit
+/// on Transferring and leaks slots there (sglang#31800); kvroom has one for
+/// every state. Zero is not allowed: every state must end.
+struct room_timeouts {
+  uint32_t bootstrap_ms = 300'000;
+  uint32_t waiting_ms = 300'000;
+  uint32_t transferring_ms = 120'000;
+};
+
+/// The end-to-end integrity check of a deployment (`rank_config::integrity`,
+/// the same on every rank: checked at registration).
+enum class integrity_mode : uint8_t {
+  off,
+  xxh3,  ///< XXH3-64 of every part (Debian's libxxhash)
+};
+
+std::string to_string(integrity_mode x);
+bool from_string(const std::string& str, integrity_mode& x);
+
+/// When a data path rests and for how long: Mooncake TENT's failover rules
+/// (docs/source/design/tent/failover.md): a path with `errors_to_rest`
+/// errors within `error_window_ms` rests for `first_rest_ms`; a path that
+/// rests again before it stayed healthy for `max_rest_ms` rests twice as
+/// long as the last time, up to `max_rest_ms`.
+struct path_rules {
+  uint32_t errors_to_rest = 3;
+  uint32_t error_window_ms = 10'000;
+  uint32_t first_rest_ms = 30'000;
+  uint32_t max_rest_ms = 300'000;
+};
+
+/// How the path layer spreads and retries batches.
+struct path_options {
+  path_rules rules;
+  /// A batch of at least twice this many bytes with several healthy paths
+  /// in its nearest tier is cut into one slice per path (each at least this
+  /// large), every slice its own batch with its own grant check.
+  uint64_t slice_bytes = 256 * 1024;
+  /// Paths remembered at most; healthy ones unused the longest go first.
+  size_t max_paths = 1024;
+};
 
 /// A deployment's directory kept in a store instead of a registry process
 /// (`runtime::use_directory`). The store is chosen by the URL's scheme:
@@ -122,7 +161,7 @@ struct rank_config {
   /// before its room's deadline.
   uint32_t data_timeout_ms = 30'000;
   /// How batches spread over several paths to a peer, and when a failing
-  /// path rests (transport/paths/path_options.hpp).
+  /// path rests (`path_options` above).
   path_options paths;
   /// End-to-end integrity check: with xxh3, prefill hashes each part it
   /// writes (in the room's logical order) and decode hashes what landed
@@ -162,6 +201,10 @@ struct rank_config {
 /// to another: `data_timeout_ms`, but at most a quarter of the room's
 /// transferring timeout (and at least 100 ms).
 uint32_t data_path_timeout(const rank_config& cfg) noexcept;
+
+/// The addresses of a comma-separated list (`rank_config::tcp_host`, "10.0.0.1,10.0.1.1"), blanks
+/// trimmed, empty items dropped.
+std::vector<std::string> split_hosts(const std::string& list);
 
 /// Validates a rank configuration; the error names the first bad field.
 caf::error validate(const rank_config& cfg);

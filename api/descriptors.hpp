@@ -6,7 +6,7 @@
 
 #include "caf/meta/type_name.hpp"
 
-#include "kvroom/messages/ids.hpp"
+#include "kvroom/api/ids.hpp"
 
 namespace kvroom {
 
@@ -243,5 +243,11 @@ typename Inspector::result_type inspect(Inspector& f, read_batch& x) {
   return f(caf::meta::type_name("kvroom.read_batch"), x.room, x.peer, x.ops, x.remote_device_id,
            x.local_device_id);
 }
+
+/// A byte range of registered memory: [addr, addr + size).
+struct byte_range {
+  uint64_t addr = 0;
+  uint64_t size = 0;
+};
 
 } // namespace kvroom

@@ -1,4 +1,4 @@
-#include "kvroom/messages/parallel_layout.hpp"
+#include "kvroom/api/parallel_layout.hpp"
 
 namespace kvroom {
 

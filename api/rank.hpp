@@ -1,26 +1,22 @@
 #pragma once
 
+#include <cstdint>
 #include <memory>
-#include <unordered_map>
+#include <string>
+#include <vector>
 
 #include "caf/actor.hpp"
 #include "caf/expected.hpp"
-#include "caf/scoped_actor.hpp"
 
-#include "kvroom/actors/config.hpp"
-#include "kvroom/actors/control/side_shape.hpp"
-#include "kvroom/actors/inline_path.hpp"
-#include "kvroom/actors/rank_metrics.hpp"
-#include "kvroom/actors/room_handles.hpp"
-#include "kvroom/messages/room_messages.hpp"
+#include "kvroom/api/config.hpp"
+#include "kvroom/api/ids.hpp"
+#include "kvroom/api/metrics.hpp"
+#include "kvroom/api/parallel_layout.hpp"
+#include "kvroom/api/room_handles.hpp"
 
 namespace kvroom {
 
-class multipath_backend;
-
 class runtime;
-class backend;
-class trust_table;
 
 /// One rank as its scheduler sees it: the rank's manager, transfer worker and
 /// registered memory, the inbox its room actors push state changes to, and
@@ -33,13 +29,9 @@ public:
   rank(const rank&) = delete;
   rank& operator=(const rank&) = delete;
 
-  const rank_ref& ref() const noexcept {
-    return ref_;
-  }
+  const rank_ref& ref() const noexcept;
 
-  const rank_config& config() const noexcept {
-    return cfg_;
-  }
+  const rank_config& config() const noexcept;
 
   /// Opens the sender side of `room` (prefill ranks only). `listener`, when
   /// set, receives every `room_event` of the room too (actor-based
@@ -64,21 +56,14 @@ public:
   void drain();
 
   /// Drains only when the inbox holds anything: one atomic load otherwise.
-  void pump() {
-    if (!(*inbox_)->mailbox().empty())
-      drain();
-  }
+  void pump();
 
   /// Rooms open on this rank (not yet cleared).
-  size_t open_rooms() const noexcept {
-    return rooms_.size();
-  }
+  size_t open_rooms() const noexcept;
 
   /// Scheduler calls (init, send, abort) that found their room concluded
   /// already and did nothing: a peer's abort or a loss raced the call.
-  uint64_t calls_after_conclusion() const noexcept {
-    return calls_after_conclusion_;
-  }
+  uint64_t calls_after_conclusion() const noexcept;
 
   /// The manager's counters (a bounded blocking query).
   caf::expected<manager_stats> stats();
@@ -108,15 +93,17 @@ public:
   caf::actor room_actor(room_id room) const;
 
   /// This rank's manager (for actor-based schedulers and tests).
-  const caf::actor& manager() const noexcept {
-    return manager_;
-  }
+  const caf::actor& manager() const noexcept;
 
 private:
   friend class runtime;
   friend class room_handle;
   friend class kv_sender;
   friend class kv_receiver;
+
+  /// Everything else a rank holds (its data plane, manager, worker, inbox
+  /// and room table): actors/rank_state.hpp, so that none of it is API.
+  struct state;
 
   rank(runtime& rt, rank_config cfg);
   caf::error start();
@@ -127,27 +114,9 @@ private:
                              const caf::actor& listener);
 
   void forget(room_id room);
-  void count_call_after_conclusion() noexcept {
-    ++calls_after_conclusion_;
-  }
-  void apply(const room_event& ev);
-  void apply(const room_landed& ev);
+  void count_call_after_conclusion() noexcept;
 
-  runtime& rt_;
-  rank_config cfg_;
-  rank_ref ref_;
-  std::shared_ptr<backend> data_plane_;
-  /// The same backend as its path layer (data_plane_ is this).
-  std::shared_ptr<multipath_backend> paths_;
-  std::shared_ptr<const rank_entry> entry_;
-  std::shared_ptr<trust_table> trust_;
-  caf::actor manager_;
-  caf::actor worker_;
-  std::shared_ptr<inline_path> shortcut_;
-  std::shared_ptr<rank_metrics> metrics_;
-  std::unique_ptr<caf::scoped_actor> inbox_;
-  std::unordered_map<room_id, std::shared_ptr<detail::room_slot>> rooms_;
-  uint64_t calls_after_conclusion_ = 0; ///< scheduler thread only
+  std::unique_ptr<state> self_;
 };
 
 inline kv_poll room_handle::poll() {

@@ -1,6 +1,9 @@
 #pragma once
 
-#include "kvroom/transport/grants.hpp"
+// The data plane as kvroom drives it: the `backend` interface (kvroom's
+// transports implement it, and so may an embedder's own transfer engine,
+// `rank_config::data_plane`), what a rank asks of one (`backend_config`),
+// and the faults a stress run injects into one (`fault_plan`).
 
 #include <cstdint>
 #include <functional>
@@ -12,7 +15,9 @@
 #include "caf/error.hpp"
 #include "caf/expected.hpp"
 
-#include "kvroom/messages/descriptors.hpp"
+#include "kvroom/api/descriptors.hpp"
+#include "kvroom/api/ids.hpp"
+#include "kvroom/api/secret.hpp"
 
 namespace kvroom {
 
@@ -248,5 +253,106 @@ using backend_ptr = std::unique_ptr<backend>;
 /// blames the batch (a range outside registered memory, an unsupported
 /// kind of memory: every path would refuse it).
 bool is_path_fault(const caf::error& err);
+
+// -- injected faults ---------------------------------------------------------
+
+/// Where the fault-injecting backend breaks a batch.
+enum class fault_point : uint8_t {
+  before_post,  ///< post() refuses the batch; nothing moves
+  after_post,   ///< the bytes move, then the completion reports failure
+  on_aux,       ///< only batches carrying aux data fail (before post)
+  bad_completion,  ///< the bytes move, the completion carries an error
+  stall,        ///< the batch never completes (a hung NIC or peer)
+  slow,         ///< no failure: the bytes move only `slow_ms` after post, then
+                ///< the batch completes (a slow link; exercises the fence)
+  flip,         ///< no failure reported: one byte arrives changed (silent
+                ///< corruption on the way; the integrity check's prey). The
+                ///< source byte is changed while the batch is posted and
+                ///< restored after: transports that read the source inside
+                ///< `post` (local, shm, tcp) carry the change
+};
+
+std::string to_string(fault_point x);
+bool from_string(const std::string& str, fault_point& x);
+
+/// One room's batches failing at one point.
+struct room_fault {
+  room_id room = 0;
+  fault_point point = fault_point::before_post;
+};
+
+/// Which batches the fault-injecting backend fails: those tagged with one of
+/// `rooms` (at `point`) or named in `targeted` (at their own point), plus
+/// each other batch with `probability` (at `point`), drawn from `seed` so
+/// the same seed reproduces the same faults; and batches on broken
+/// `paths`.
+struct fault_plan {
+  std::vector<room_id> rooms;
+  std::vector<room_fault> targeted;
+  double probability = 0.0;
+  uint64_t seed = 1;
+  fault_point point = fault_point::before_post;
+  /// How long a `slow` batch waits before its bytes move.
+  uint32_t slow_ms = 30;
+  /// Broken paths: a batch sent on one of these fails at `path_point`
+  /// with `path_probability` (1: the link is down), whatever room it
+  /// carries. An entry is a transport name or the start of an endpoint
+  /// address ("127.0.0.2:" is every port of that host). The faults above
+  /// apply on every path.
+  std::vector<std::string> paths;
+  double path_probability = 1.0;
+  fault_point path_point = fault_point::before_post;
+
+  bool empty() const noexcept {
+    return rooms.empty() && targeted.empty() && probability <= 0.0 && paths.empty();
+  }
+};
+
+// -- what a rank asks for ---------------------------------------------------
+
+/// What a rank asks the factory (`rank_config::data_plane` too) for.
+struct backend_config {
+  /// A transport of the table (transport_table.hpp: local, cuda, shm, verbs,
+  /// tcp), or "auto": every transport this rank can offer behind one
+  /// router, in the table's order: local, cuda when a GPU is usable, and
+  /// with `network` shm, verbs when an RDMA port is active, and tcp.
+  std::string name = "local";
+  /// The rank whose memory the backend registers.
+  rank_id owner = 0;
+  /// Faults to inject; an empty plan adds no wrapper.
+  fault_plan faults;
+  /// With "auto": also offer endpoints other processes and hosts can reach.
+  bool network = false;
+  /// IPv4 addresses the tcp listeners bind and advertise, comma-separated:
+  /// one data path per address (a host's several NICs).
+  std::string tcp_host = "127.0.0.1";
+  /// Bound on one tcp batch's socket I/O.
+  uint32_t io_timeout_ms = 30'000;
+  /// verbs: the RDMA device to use; empty takes the first with an active port.
+  std::string verbs_device = {};
+  /// tcp: peers prove membership with it before a byte of theirs is read
+  /// as a batch (empty: the insecure deployment's public key).
+  deployment_secret secret = {};
+};
+
+// -- kvroom's own backends --------------------------------------------------
+
+/// Builds the backend named in `cfg` from its row of the transport table (local, cuda, shm,
+/// verbs, tcp)
+/// (or the router over every row for "auto"), wrapped in the fault
+/// injector when `cfg.faults` selects anything.
+caf::expected<backend_ptr> make_backend(const backend_config& cfg);
+
+/// Whether a backend can run here, and why not when it cannot.
+struct backend_availability {
+  std::string name;
+  bool compiled = false;
+  bool available = false;
+  std::string detail;
+};
+
+/// Every transport of the table, compiled in or not, with its run-time
+/// status.
+std::vector<backend_availability> probe_backends();
 
 } // namespace kvroom

@@ -1,4 +1,4 @@
-#include "kvroom/messages/error.hpp"
+#include "kvroom/api/errors.hpp"
 
 #include "caf/message.hpp"
 
@@ -57,6 +57,44 @@ std::string describe(const caf::error& err) {
     return out;
   }
   return caf::to_string(err);
+}
+
+namespace {
+
+#define KVROOM_CAUSE_NAME(name) #name,
+constexpr const char* names[] = {KVROOM_FAILURE_CAUSES(KVROOM_CAUSE_NAME)};
+#undef KVROOM_CAUSE_NAME
+
+static_assert(sizeof(names) / sizeof(names[0]) == failure_cause_count);
+
+} // namespace
+
+std::string to_string(failure_cause x) {
+  auto i = static_cast<size_t>(x);
+  return i < failure_cause_count ? names[i] : "other";
+}
+
+failure_cause failure_cause_named(const std::string& name) {
+  for (size_t i = 0; i < failure_cause_count; ++i)
+    if (name == names[i])
+      return static_cast<failure_cause>(i);
+  return failure_cause::other;
+}
+
+std::string to_string(const kv_transfer_error& x) {
+  std::string out = "KVTransferError(bootstrap_room=";
+  out += std::to_string(x.bootstrap_room);
+  out += "): ";
+  out += x.failure_reason;
+  return out;
+}
+
+bool operator==(const kv_transfer_error& x,
+                const kv_transfer_error& y) noexcept {
+  return x.bootstrap_room == y.bootstrap_room
+         && x.failure_reason == y.failure_reason
+         && x.is_from_another_rank == y.is_from_another_rank
+         && x.origin_rank == y.origin_rank && x.cause == y.cause;
 }
 
 } // namespace kvroom

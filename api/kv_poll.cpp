@@ -1,4 +1,4 @@
-#include "kvroom/messages/kv_poll.hpp"
+#include "kvroom/api/kv_poll.hpp"
 
 namespace kvroom {
 

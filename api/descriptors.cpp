@@ -1,4 +1,4 @@
-#include "kvroom/messages/descriptors.hpp"
+#include "kvroom/api/descriptors.hpp"
 
 namespace kvroom {
 

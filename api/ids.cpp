@@ -1,4 +1,4 @@
-#include "kvroom/messages/ids.hpp"
+#include "kvroom/api/ids.hpp"
 
 namespace kvroom {
 

@@ -8,8 +8,8 @@
 #include "caf/actor_system_config.hpp"
 #include "caf/expected.hpp"
 
-#include "kvroom/actors/config.hpp"
-#include "kvroom/transport/auth/secret.hpp"
+#include "kvroom/api/config.hpp"
+#include "kvroom/api/secret.hpp"
 
 namespace kvroom::detail {
 struct control_door;
@@ -97,11 +97,6 @@ public:
   /// plane, spawns its manager and transfer worker and registers it.
   caf::expected<std::unique_ptr<rank>> add_rank(rank_config cfg);
 
-  /// The proofs this runtime's ranks and registry use.
-  const std::shared_ptr<const membership>& members() const noexcept {
-    return members_;
-  }
-
   /// Makes this runtime's bootstrap registry reachable on `port` (0: any;
   /// the port is returned) for ranks in other processes (needs `network`).
   caf::expected<uint16_t> publish_registry(uint16_t port,
@@ -132,6 +127,11 @@ public:
 
 private:
   friend class rank;
+
+  /// The proofs this runtime's ranks and registry use.
+  const std::shared_ptr<const membership>& members() const noexcept {
+    return members_;
+  }
 
   std::unique_ptr<caf::actor_system_config> owned_cfg_;
   std::unique_ptr<caf::actor_system> owned_sys_;

@@ -81,4 +81,22 @@ typename Inspector::result_type inspect(Inspector& f, parallel_layout& x) {
            x.bytes_per_element, x.tokens_per_page, x.order, x.mla);
 }
 
+/// What the directory says of one side of a deployment (`rank::shape_of_side`):
+/// its DP groups, TP and PP sizes, and the page size its layouts declare.
+struct side_shape {
+  /// Ranks of that side the directory lists (usable or not yet linked).
+  int32_t ranks = 0;
+  /// The DP size its ranks said, or else the highest DP rank listed plus one
+  /// (0: no rank of that side).
+  int32_t dp_size = 0;
+  /// Every rank's TP size (the directory admits one per side).
+  int32_t tp_size = 0;
+  /// From declared layouts; 1 where none declares one.
+  int32_t pp_size = 1;
+  /// Tokens per page of a declared layout; 0 where none declares one.
+  int32_t tokens_per_page = 0;
+  /// Every DP group up to `dp_size` holds `tp_size` x `pp_size` ranks.
+  bool complete = false;
+};
+
 } // namespace kvroom
