@@ -172,7 +172,7 @@ caf::error runtime::use_directory(const directory_options& opts, uint32_t timeou
                       "a directory in a store needs runtime_options.network");
   if (live_ranks_ > 0)
     return make_error(errc::invalid_config, "choose the directory before adding ranks");
-  auto dir = (*store)->spawn(*sys_, opts, members_, max_ranks_, timeout_ms);
+  auto dir = spawn_store_directory(*sys_, **store, opts, members_, max_ranks_, timeout_ms);
   if (!dir)
     return dir.error();
   if (registry_.node() == sys_->node())

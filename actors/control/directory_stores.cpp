@@ -1,6 +1,7 @@
 #include "kvroom/actors/control/directory_stores.hpp"
 
-#include "kvroom/actors/control/etcd/etcd_directory.hpp"
+#include "kvroom/actors/control/directory/directory_core.hpp"
+#include "kvroom/actors/control/etcd/etcd_store.hpp"
 #include "kvroom/api/errors.hpp"
 
 namespace kvroom {
@@ -27,6 +28,25 @@ caf::expected<const directory_store*> directory_store_of(const std::string& url)
                       + (scheme.empty() ? std::string{"a URL without a scheme"}
                                         : "'" + scheme + "://'")
                       + " (this build has " + known + ")");
+}
+
+caf::expected<caf::actor> spawn_store_directory(caf::actor_system& sys,
+                                                const directory_store& store,
+                                                const directory_options& opts,
+                                                std::shared_ptr<const membership> members,
+                                                uint32_t max_ranks, uint32_t timeout_ms) {
+  auto reached = store.connect(opts);
+  if (!reached)
+    return reached.error();
+  directory_core_options core;
+  core.name = store.name;
+  core.prefix = opts.prefix;
+  core.lease_ttl_ms = opts.lease_ttl_ms;
+  core.max_ranks = max_ranks;
+  core.registration_timeout_ms = opts.registration_timeout_ms;
+  core.request_timeout_ms = reached->request_timeout_ms;
+  return spawn_directory(sys, std::move(core), std::move(reached->connect), std::move(members),
+                         timeout_ms);
 }
 
 } // namespace kvroom

@@ -11,7 +11,8 @@
 #include "kvroom/actors/control/directory_rules.hpp"
 #include "kvroom/actors/control/directory_stores.hpp"
 #include "kvroom/actors/control/etcd/etcd_gateway.hpp"
-#include "kvroom/actors/control/etcd/signed_entry.hpp"
+#include "kvroom/actors/control/directory/base64.hpp"
+#include "kvroom/actors/control/directory/signed_entry.hpp"
 #include "kvroom/actors/control/registration_door.hpp"
 #include "kvroom/actors/control/side_shape.hpp"
 #include "kvroom/actors/manager/parking.hpp"
@@ -50,8 +51,8 @@ struct codec_fixture {
   }
 };
 
-etcd_kv stored(const signed_entry_codec& c, const rank_entry& e, int64_t lease) {
-  return etcd_kv{c.key_of(e.rank.id), c.encode(e, lease), 1, 1, lease};
+store_kv stored(const signed_entry_codec& c, const rank_entry& e, int64_t lease) {
+  return store_kv{c.key_of(e.rank.id), c.encode(e, lease), 1, 1, lease};
 }
 
 } // namespace

@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "kvroom/actors/control/etcd/etcd_gateway.hpp"
-#include "kvroom/actors/control/etcd/lease_timing.hpp"
+#include "kvroom/actors/control/directory/lease_timing.hpp"
 
 using namespace kvroom;
 

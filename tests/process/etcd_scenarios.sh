@@ -343,9 +343,9 @@ etcd_lease)
   # del): the rank registers again at once, on its live lease, and says so
   # once.
   etcdctl --endpoints="$ETCD_EPS" del /kvroom/t$$/ranks/0 > /dev/null || fail "cannot delete p0's entry"
-  wait_for "vanished from etcd while it lives" p0.log 10 || fail "p0 did not notice its entry vanish"
+  wait_for "vanished from the store while it lives" p0.log 10 || fail "p0 did not notice its entry vanish"
   wait_key listed /kvroom/t$$/ranks/0 10 || fail "p0's entry did not come back"
-  [ "$(grep -c 'vanished from etcd' p0.log)" = 1 ] || fail "p0 logged its entry's loss more than once"
+  [ "$(grep -c 'vanished from the store' p0.log)" = 1 ] || fail "p0 logged its entry's loss more than once"
   echo "p0's entry deleted by hand: registered again at once ($(grep -o 'lease [0-9a-f]* alive[^)]*' p0.log | head -n 1))"
   sleep 0.3
   kill -STOP "$PID_d0"

@@ -1,4 +1,5 @@
 #include "kvroom/actors/control/etcd/etcd_gateway.hpp"
+#include "kvroom/actors/control/directory/base64.hpp"
 
 #include <httplib.h>
 #include <openssl/evp.h>
@@ -25,8 +26,8 @@ int64_t as_int(const json& j, const char* field) {
   return i->get<int64_t>();
 }
 
-etcd_kv read_kv(const json& j) {
-  etcd_kv out;
+store_kv read_kv(const json& j) {
+  store_kv out;
   out.key = base64_decode(j.value("key", std::string{})).value_or(std::string{});
   out.value = base64_decode(j.value("value", std::string{})).value_or(std::string{});
   out.create_revision = as_int(j, "create_revision");
@@ -133,32 +134,6 @@ etcd_answer classify_etcd_answer(int status, const std::string& body) {
       || has("timed out") || has("too many requests") || !j.is_object())
     return etcd_answer::elsewhere;
   return etcd_answer::refused;
-}
-
-std::string base64_encode(const std::string& bytes) {
-  std::string out(4 * ((bytes.size() + 2) / 3), '\0');
-  auto n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                           reinterpret_cast<const unsigned char*>(bytes.data()),
-                           static_cast<int>(bytes.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
-
-std::optional<std::string> base64_decode(const std::string& text) {
-  if (text.size() % 4 != 0)
-    return std::nullopt;
-  if (text.empty())
-    return std::string{};
-  std::string out(3 * text.size() / 4, '\0');
-  auto n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                           reinterpret_cast<const unsigned char*>(text.data()),
-                           static_cast<int>(text.size()));
-  if (n < 0)
-    return std::nullopt;
-  // EVP_DecodeBlock counts padding as zero bytes.
-  size_t pad = text[text.size() - 1] == '=' ? (text[text.size() - 2] == '=' ? 2 : 1) : 0;
-  out.resize(static_cast<size_t>(n) - pad);
-  return out;
 }
 
 std::string prefix_end(std::string prefix) {
@@ -377,7 +352,7 @@ caf::error etcd_gateway::revoke(int64_t lease) {
   return res ? caf::none : res.error();
 }
 
-caf::expected<etcd_gateway::range_result>
+caf::expected<store_snapshot>
 etcd_gateway::range_prefix(const std::string& prefix) {
   json body{{"key", base64_encode(prefix)}, {"range_end", base64_encode(prefix_end(prefix))}};
   auto res = post("/v3/kv/range", body.dump());
@@ -386,7 +361,7 @@ etcd_gateway::range_prefix(const std::string& prefix) {
   auto j = json::parse(*res, nullptr, false);
   if (!j.is_object())
     return make_error(errc::unavailable, "etcd: malformed range answer");
-  range_result out;
+  store_snapshot out;
   out.revision = as_int(j.value("header", json::object()), "revision");
   // A store that answers has a revision (1 when empty): without one this is
   // not a read of the prefix, and "no keys" must not be concluded from it.
@@ -442,7 +417,7 @@ caf::error etcd_gateway::put(const std::string& key, const std::string& value, i
 
 caf::expected<int64_t>
 etcd_gateway::watch(const std::string& prefix, int64_t start_revision, uint32_t idle_ms,
-                    const std::function<void(std::vector<etcd_event>&)>& on_events) {
+                    const std::function<void(std::vector<store_event>&)>& on_events) {
   sigpipe_guard guard;
   if (opts_.endpoints.empty())
     return make_error(errc::invalid_config, "no etcd endpoint");
@@ -506,10 +481,10 @@ etcd_gateway::watch(const std::string& prefix, int64_t start_revision, uint32_t 
         return false;
       }
       auto rev = as_int(r.value("header", json::object()), "revision");
-      std::vector<etcd_event> events;
+      std::vector<store_event> events;
       if (r.contains("events"))
         for (auto& e : r["events"]) {
-          etcd_event ev;
+          store_event ev;
           ev.deleted = e.value("type", std::string{"PUT"}) == "DELETE";
           ev.kv = read_kv(e.value("kv", json::object()));
           if (e.contains("prev_kv"))

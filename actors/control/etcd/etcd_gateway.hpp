@@ -16,6 +16,8 @@
 #include "caf/error.hpp"
 #include "caf/expected.hpp"
 
+#include "kvroom/actors/control/directory/store_client.hpp"
+
 namespace httplib {
 class Client;
 } // namespace httplib
@@ -71,24 +73,9 @@ caf::expected<etcd_options> etcd_options_of(const std::string& url, std::string 
                                             std::string cert, std::string key,
                                             std::string user, std::string password);
 
-struct etcd_kv {
-  std::string key;
-  std::string value;
-  int64_t create_revision = 0;
-  int64_t mod_revision = 0;
-  int64_t lease = 0;
-};
-
-struct etcd_event {
-  bool deleted = false;
-  etcd_kv kv;
-  /// What the key held before (watches ask for it).
-  std::optional<etcd_kv> prev;
-};
-
 /// One client of one etcd cluster. Not thread-safe except `cancel`: give each
 /// thread its own.
-class etcd_gateway {
+class etcd_gateway final : public store_client {
 public:
   explicit etcd_gateway(etcd_options opts);
   ~etcd_gateway();
@@ -97,30 +84,24 @@ public:
   etcd_gateway& operator=(const etcd_gateway&) = delete;
 
   /// A new lease of `ttl_s` seconds; its id.
-  caf::expected<int64_t> grant(int64_t ttl_s);
+  caf::expected<int64_t> grant(int64_t ttl_s) override;
 
   /// Renews `lease`; the seconds it has left, 0 when it is gone (expired or
   /// revoked: whatever was attached to it is deleted). Only etcd's own
   /// answer says 0: a call that failed is an error, never "gone".
   /// `timeout_ms` bounds each member's answer (0: the options' timeout).
-  caf::expected<int64_t> keep_alive(int64_t lease, uint32_t timeout_ms = 0);
+  caf::expected<int64_t> keep_alive(int64_t lease, uint32_t timeout_ms = 0) override;
 
   /// The seconds `lease` has left as etcd reports it (LeaseTimeToLive), -1
   /// when it does not exist (expired or revoked).
-  caf::expected<int64_t> time_to_live(int64_t lease, uint32_t timeout_ms = 0);
+  caf::expected<int64_t> time_to_live(int64_t lease, uint32_t timeout_ms = 0) override;
 
-  caf::error revoke(int64_t lease);
-
-  struct range_result {
-    std::vector<etcd_kv> kvs;
-    /// The store's revision the read saw.
-    int64_t revision = 0;
-  };
+  caf::error revoke(int64_t lease) override;
 
   /// Every key under `prefix`, read linearizably (through the leader: a
   /// member cut off from the cluster refuses rather than answer stale). An
   /// answer without the store's revision is an error, never "empty".
-  caf::expected<range_result> range_prefix(const std::string& prefix);
+  caf::expected<store_snapshot> range_prefix(const std::string& prefix) override;
 
   /// One transaction: puts `key` = `value` on `lease` only if no key under
   /// `prefix` was created or changed after `revision` (what the caller
@@ -131,7 +112,7 @@ public:
 
   /// Deletes `key` if it is still attached to `lease` (ours, not a
   /// replacement's).
-  caf::error delete_if_lease(const std::string& key, int64_t lease);
+  caf::error delete_if_lease(const std::string& key, int64_t lease) override;
 
   /// Writes `key` = `value` unconditionally (tests, tools).
   caf::error put(const std::string& key, const std::string& value, int64_t lease = 0);
@@ -143,14 +124,14 @@ public:
   /// "compacted" in its text: list again.
   caf::expected<int64_t> watch(const std::string& prefix, int64_t start_revision,
                                uint32_t idle_ms,
-                               const std::function<void(std::vector<etcd_event>&)>& on_events);
+                               const std::function<void(std::vector<store_event>&)>& on_events) override;
 
   /// Ends a `watch` running on another thread, for good. Call it until the
   /// watch returned: a watch between two requests has no socket to shut.
-  void cancel();
+  void cancel() override;
 
   /// The member calls go to ("host:port").
-  const std::string& current_endpoint() const;
+  const std::string& current_endpoint() const override;
 
 private:
   caf::expected<std::string> post(const std::string& path, const std::string& body,
@@ -167,10 +148,6 @@ private:
   /// (std::atomic_load/store: it outlives whichever thread drops it last).
   std::shared_ptr<httplib::Client> watching_;
 };
-
-/// Base64 as etcd's gateway writes it (standard alphabet, padded).
-std::string base64_encode(const std::string& bytes);
-std::optional<std::string> base64_decode(const std::string& text);
 
 /// The first key after every key that starts with `prefix` (etcd's
 /// range_end for a prefix).

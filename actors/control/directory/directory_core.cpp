@@ -1,4 +1,4 @@
-#include "kvroom/actors/control/etcd/etcd_directory.hpp"
+#include "kvroom/actors/control/directory/directory_core.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -10,8 +10,8 @@
 #include "caf/all.hpp"
 
 #include "kvroom/actors/control/directory_rules.hpp"
-#include "kvroom/actors/control/etcd/lease_keeper.hpp"
-#include "kvroom/actors/control/etcd/signed_entry.hpp"
+#include "kvroom/actors/control/directory/lease_keeper.hpp"
+#include "kvroom/actors/control/directory/signed_entry.hpp"
 #include "kvroom/actors/control/registration_door.hpp"
 #include "kvroom/api/logging.hpp"
 #include "kvroom/actors/room/room_timing.hpp"
@@ -21,27 +21,27 @@
 namespace kvroom::detail {
 
 /// Watch thread -> directory: what changed under the prefix.
-struct etcd_changes {
-  std::vector<etcd_event> events;
+struct store_changes {
+  std::vector<store_event> events;
 };
 
 /// Watch thread -> directory: the whole prefix, read again (the watch's
 /// start revision was compacted away).
-struct etcd_snapshot {
-  etcd_gateway::range_result all;
+struct store_reread {
+  store_snapshot all;
 };
 
 } // namespace kvroom::detail
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::detail::etcd_changes)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::detail::etcd_snapshot)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::detail::store_changes)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::detail::store_reread)
 
 namespace kvroom {
 
 namespace {
 
-using detail::etcd_changes;
-using detail::etcd_snapshot;
+using detail::store_changes;
+using detail::store_reread;
 
 using retry_atom = caf::atom_constant<caf::atom("retry")>;
 using again_atom = caf::atom_constant<caf::atom("again")>;
@@ -55,8 +55,9 @@ constexpr uint32_t watch_idle_ms = 10'000;
 /// resuming where it stopped on another member when one goes away.
 class prefix_watch {
 public:
-  prefix_watch(etcd_options opts, std::string prefix, int64_t from, caf::actor target)
-    : client_(std::move(opts)), prefix_(std::move(prefix)), next_(from),
+  prefix_watch(const store_connector& connect, std::string name, std::string prefix, int64_t from,
+               caf::actor target)
+    : client_(connect(0)), name_(std::move(name)), prefix_(std::move(prefix)), next_(from),
       target_(std::move(target)) {
     thread_ = std::thread([this] {
       run();
@@ -73,7 +74,7 @@ public:
     // A watch between two requests has no socket to shut yet: cancel until
     // the thread saw it.
     while (!finished_) {
-      client_.cancel();
+      client_->cancel();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (thread_.joinable())
@@ -86,8 +87,8 @@ private:
     uint32_t backoff_ms = 50;
     std::minstd_rand rng{std::random_device{}()};
     while (!stopping_) {
-      auto next = client_.watch(prefix_, next_, watch_idle_ms, [&](std::vector<etcd_event>& xs) {
-        caf::anon_send(target_, etcd_changes{std::move(xs)});
+      auto next = client_->watch(prefix_, next_, watch_idle_ms, [&](std::vector<store_event>& xs) {
+        caf::anon_send(target_, store_changes{std::move(xs)});
       });
       if (stopping_)
         return;
@@ -98,14 +99,14 @@ private:
       }
       auto why = describe(next.error());
       if (why.find("compacted") != std::string::npos) {
-        if (auto all = client_.range_prefix(prefix_)) {
+        if (auto all = client_->range_prefix(prefix_)) {
           next_ = all->revision + 1;
-          caf::anon_send(target_, etcd_snapshot{std::move(*all)});
+          caf::anon_send(target_, store_reread{std::move(*all)});
           continue;
         }
       }
-      logger()->debug("etcd directory: watch of {} interrupted ({}); again in {} ms", prefix_,
-                      why, backoff_ms);
+      logger()->debug("{}: watch of {} interrupted ({}); again in {} ms", name_, prefix_, why,
+                      backoff_ms);
       // Jittered (every rank of a deployment sees the same member go), in
       // slices that notice a stop.
       auto pause = backoff_ms / 2 + rng() % backoff_ms;
@@ -115,7 +116,8 @@ private:
     }
   }
 
-  etcd_gateway client_;
+  std::unique_ptr<store_client> client_;
+  std::string name_;
   std::string prefix_;
   int64_t next_;
   caf::actor target_;
@@ -136,22 +138,23 @@ struct waiting_registration {
   caf::response_promise promise;
   /// Until when a held id or place may still clear (a lease expiring).
   uint64_t deadline_ms = 0;
-  /// Until when an unreachable or overloaded etcd is tried again.
+  /// Until when an unreachable or overloaded store is tried again.
   uint64_t give_up_ms = 0;
-  /// The lease of the rank holding the id or place, once etcd said how
-  /// long it has left (the deadline then follows etcd's word).
+  /// The lease of the rank holding the id or place, once the store said how
+  /// long it has left (the deadline then follows the store's word).
   int64_t holder_lease = 0;
 };
 
-struct etcd_directory_state {
-  etcd_directory_options opts;
+struct directory_state {
+  directory_core_options opts;
+  store_connector connect;
   std::shared_ptr<const membership> members;
-  std::unique_ptr<etcd_gateway> client;
+  std::unique_ptr<store_client> client;
   std::unique_ptr<signed_entry_codec> codec;
   std::optional<registration_door> door;
   int64_t lease = 0;
   int64_t ttl_s = 0;
-  /// Verified entries as etcd holds them, by rank id.
+  /// Verified entries as the store holds them, by rank id.
   std::map<rank_id, rank_entry> table;
   std::map<rank_id, local_rank> locals;
   std::map<rank_id, waiting_registration> waiting;
@@ -164,10 +167,10 @@ struct etcd_directory_state {
   uint64_t last_unverified_log_ms = 0;
   std::minstd_rand rng{std::random_device{}()};
 
-  static inline const char* name = "kvroom.etcd_directory";
+  static inline const char* name = "kvroom.directory";
 };
 
-using self_ptr = caf::stateful_actor<etcd_directory_state>*;
+using self_ptr = caf::stateful_actor<directory_state>*;
 
 directory_update view(self_ptr self) {
   directory_update out;
@@ -188,12 +191,12 @@ void note_unverified(self_ptr self, const caf::error& why) {
   auto now = monotonic_ms();
   if (now - st.last_unverified_log_ms >= 1000) {
     st.last_unverified_log_ms = now;
-    logger()->warn("etcd directory: ignored {} ({} such entries so far)", describe(why),
+    logger()->warn("{}: ignored {} ({} such entries so far)", st.opts.name, describe(why),
                    st.unverified);
   }
 }
 
-std::vector<rank_entry> verified(self_ptr self, const std::vector<etcd_kv>& kvs) {
+std::vector<rank_entry> verified(self_ptr self, const std::vector<store_kv>& kvs) {
   std::vector<rank_entry> out;
   for (auto& kv : kvs) {
     if (auto e = self->state.codec->decode(kv))
@@ -211,12 +214,12 @@ struct admission {
   caf::error error;
   /// Refused for an id or place a live rank holds (may clear with its lease).
   bool held = false;
-  /// That rank's lease, as etcd listed it.
+  /// That rank's lease, as the store listed it.
   int64_t holder_lease = 0;
 };
 
-/// The lease of rank `holder`'s entry as etcd listed it in `all`.
-int64_t lease_of(self_ptr self, const std::vector<etcd_kv>& all, rank_id holder) {
+/// The lease of rank `holder`'s entry as the store listed it in `all`.
+int64_t lease_of(self_ptr self, const std::vector<store_kv>& all, rank_id holder) {
   auto key = self->state.codec->key_of(holder);
   for (auto& kv : all)
     if (kv.key == key)
@@ -224,7 +227,7 @@ int64_t lease_of(self_ptr self, const std::vector<etcd_kv>& all, rank_id holder)
   return 0;
 }
 
-/// One admission: the rules over what etcd holds now, then a put that only
+/// One admission: the rules over what the store holds now, then a put that only
 /// lands if nothing under the prefix changed since that read.
 admission admit(self_ptr self, const rank_entry& entry) {
   auto& st = self->state;
@@ -282,8 +285,8 @@ void try_waiting(self_ptr self, rank_id id) {
   auto res = admit(self, w.entry);
   if (res.error && res.held && res.holder_lease != 0 && res.holder_lease != w.holder_lease) {
     // The holder may be a process that died: its id and place are free
-    // when etcd expires its lease, which etcd says when. Wait that long
-    // (and a second for etcd's expiry sweep), not a guess of ours; a holder
+    // when the store expires its lease, which the store says when. Wait that long
+    // (and a second for its expiry sweep), not a guess of ours; a holder
     // that renews is still there then, and the registration is refused.
     // Not knowing (the call failed) never shortens the wait.
     auto left = st.client->time_to_live(res.holder_lease);
@@ -305,12 +308,12 @@ void try_waiting(self_ptr self, rank_id id) {
   auto entry = std::move(w.entry);
   st.waiting.erase(i);
   if (res.error) {
-    logger()->warn("etcd directory: registration refused: {}", describe(res.error));
+    logger()->warn("{}: registration refused: {}", st.opts.name, describe(res.error));
     promise.deliver(make_error(static_cast<errc>(res.error.code()),
                                "registration refused: " + describe(res.error)));
     return;
   }
-  logger()->debug("etcd directory: {} registered under {}", to_string(entry.rank),
+  logger()->debug("{}: {} registered under {}", st.opts.name, to_string(entry.rank),
                   st.codec->key_of(id));
   auto manager = entry.manager;
   self->monitor(manager);
@@ -330,16 +333,16 @@ bool forget(self_ptr self, const rank_entry& gone) {
   if (i == st.table.end() || i->second.incarnation != gone.incarnation)
     return false;
   st.table.erase(i);
-  rank_down note{gone.rank, "its entry in the etcd directory is gone (lease expired, or it left)",
+  rank_down note{gone.rank, "its entry in the " + st.opts.name + " is gone (lease expired, or it left)",
                  false, true, gone.incarnation};
-  logger()->debug("etcd directory: {} left the directory", to_string(gone.rank));
+  logger()->debug("{}: {} left the directory", st.opts.name, to_string(gone.rank));
   for (auto& kvp : st.locals)
     if (kvp.first != gone.rank.id)
       self->send(kvp.second.manager, note);
   return true;
 }
 
-void apply(self_ptr self, std::vector<etcd_event>& events) {
+void apply(self_ptr self, std::vector<store_event>& events) {
   auto& st = self->state;
   bool changed = false;
   for (auto& ev : events) {
@@ -369,7 +372,7 @@ void apply(self_ptr self, std::vector<etcd_event>& events) {
     broadcast(self);
 }
 
-/// A local rank's entry vanished from etcd while the rank lives. When its
+/// A local rank's entry vanished from the store while the rank lives. When its
 /// lease is gone, the lease keeper replaces it and every rank registers
 /// again then; when the lease lives (the key was deleted by hand, or by a
 /// tool), the rank registers again at once. Logged once per vanishing.
@@ -385,15 +388,15 @@ void restore(self_ptr self, rank_id id, int64_t lease) {
   }
   auto left = st.client->time_to_live(lease);
   if (left && *left <= 0) {
-    logger()->debug("etcd directory: {}'s entry went with lease {:x}; it registers again on "
-                    "the next lease",
+    logger()->debug("{}: {}'s entry went with lease {:x}; it registers again on "
+                    "the next lease", st.opts.name,
                     to_string(rank), lease);
     return;
   }
   bool first = st.restoring.insert(id).second;
   if (first)
-    logger()->warn("etcd directory: {}'s entry vanished from etcd while it lives (lease {:x} "
-                   "{}); registering it again",
+    logger()->warn("{}: {}'s entry vanished from the store while it lives (lease {:x} "
+                   "{}); registering it again", st.opts.name,
                    to_string(rank), lease,
                    left ? "alive, " + std::to_string(*left) + " s left" : "not answered");
   auto res = admit(self, i->second.entry);
@@ -408,11 +411,11 @@ void restore(self_ptr self, rank_id id, int64_t lease) {
     return;
   }
   st.restoring.erase(id);
-  logger()->error("etcd directory: {} cannot register again: {}", to_string(rank),
+  logger()->error("{}: {} cannot register again: {}", st.opts.name, to_string(rank),
                   describe(res.error));
 }
 
-void reset(self_ptr self, etcd_gateway::range_result& all) {
+void reset(self_ptr self, store_snapshot& all) {
   auto& st = self->state;
   std::map<rank_id, rank_entry> fresh;
   for (auto& e : verified(self, all.kvs))
@@ -431,13 +434,13 @@ void reset(self_ptr self, etcd_gateway::range_result& all) {
   broadcast(self);
 }
 
-/// The lease keeper says etcd lost lease `old` and `fresh` replaces it.
+/// The lease keeper says the store lost lease `old` and `fresh` replaces it.
 void lease_replaced(self_ptr self, int64_t old, int64_t fresh) {
   auto& st = self->state;
-  // Cut off from etcd longer than the TTL: every peer has counted this
+  // Cut off from the store longer than the TTL: every peer has counted this
   // process's ranks gone. Each rank registers again on the new lease.
-  logger()->error("etcd directory: lease {:x} expired; peers count this process's {} ranks "
-                  "lost; registering them again on lease {:x}",
+  logger()->error("{}: lease {:x} expired; peers count this process's {} ranks "
+                  "lost; registering them again on lease {:x}", st.opts.name,
                   old, st.locals.size(), fresh);
   st.lease = fresh;
   for (auto& kvp : st.locals) {
@@ -445,7 +448,7 @@ void lease_replaced(self_ptr self, int64_t old, int64_t fresh) {
     if (!res.error)
       merge(self, res.live);
     else
-      logger()->error("etcd directory: {} cannot register again: {}",
+      logger()->error("{}: {} cannot register again: {}", st.opts.name,
                       to_string(kvp.second.entry.rank), describe(res.error));
   }
   // While this process was cut off, its managers counted their peers lost
@@ -454,26 +457,28 @@ void lease_replaced(self_ptr self, int64_t old, int64_t fresh) {
   broadcast(self);
 }
 
-caf::behavior etcd_directory(caf::stateful_actor<etcd_directory_state>* self,
-                             etcd_directory_options opts,
+caf::behavior directory_core(caf::stateful_actor<directory_state>* self,
+                             directory_core_options opts, store_connector connect,
                              std::shared_ptr<const membership> members, int64_t lease,
-                             etcd_gateway::range_result initial) {
+                             store_snapshot initial) {
   auto& st = self->state;
   st.opts = std::move(opts);
+  st.connect = std::move(connect);
   st.members = std::move(members);
-  st.client = std::make_unique<etcd_gateway>(st.opts.etcd);
+  st.client = st.connect(0);
   st.codec = std::make_unique<signed_entry_codec>(self->system(), st.opts.prefix, st.members);
   st.door.emplace(st.members, 64);
   st.lease = lease;
-  lease_timing timing{st.opts.lease_ttl_ms, st.opts.etcd.request_timeout_ms};
+  lease_timing timing{st.opts.lease_ttl_ms, st.opts.request_timeout_ms};
   st.ttl_s = timing.ttl_s();
   for (auto& e : verified(self, initial.kvs))
     st.table[e.rank.id] = std::move(e);
-  st.watch = std::make_shared<prefix_watch>(st.opts.etcd, st.codec->ranks_prefix(),
+  st.watch = std::make_shared<prefix_watch>(st.connect, st.opts.name, st.codec->ranks_prefix(),
                                             initial.revision + 1, caf::actor{self});
   // On the way out (the runtime ends): the watch stops, the lease goes and
   // every entry on it with it, so peers learn at once instead of a TTL later.
-  st.keeper = std::make_shared<lease_keeper>(st.opts.etcd, timing, lease, caf::actor{self});
+  st.keeper = std::make_shared<lease_keeper>(st.connect, st.opts.name, timing, lease,
+                                            caf::actor{self});
   auto watch = st.watch;
   auto keeper = st.keeper;
   self->attach_functor([watch, keeper] {
@@ -487,9 +492,8 @@ caf::behavior etcd_directory(caf::stateful_actor<etcd_directory_state>* self,
     auto& st = self->state;
     st.watch->stop();
     st.keeper->stop();
-    etcd_options quick = st.opts.etcd;
-    quick.request_timeout_ms = std::min<uint32_t>(quick.request_timeout_ms, 1000);
-    etcd_gateway{quick}.revoke(st.keeper->lease());
+    auto quick = st.connect(std::min<uint32_t>(st.opts.request_timeout_ms, 1000));
+    quick->revoke(st.keeper->lease());
     self->quit(msg.reason);
   });
   self->set_down_handler([=](caf::down_msg& msg) {
@@ -500,7 +504,7 @@ caf::behavior etcd_directory(caf::stateful_actor<etcd_directory_state>* self,
       // The rank closed (or its manager died): its entry goes; peers hear
       // of it through the watch like everyone else.
       if (auto err = st.client->delete_if_lease(st.codec->key_of(i->first), st.keeper->lease()))
-        logger()->warn("etcd directory: cannot remove {}: {}", to_string(i->second.entry.rank),
+        logger()->warn("{}: cannot remove {}: {}", st.opts.name, to_string(i->second.entry.rank),
                        describe(err));
       st.locals.erase(i);
       return;
@@ -527,8 +531,8 @@ caf::behavior etcd_directory(caf::stateful_actor<etcd_directory_state>* self,
       auto& entry = msg.entry;
       if (entry.control_port == 0)
         return make_error(errc::invalid_config,
-                          to_string(entry.rank) + " has no control endpoint: the etcd "
-                          "directory needs ranks on the network (runtime_options.network)");
+                          to_string(entry.rank) + " has no control endpoint: the "
+                          + st.opts.name + " needs ranks on the network (runtime_options.network)");
       entry.manager = caf::actor_cast<caf::actor>(sender);
       auto id = entry.rank.id;
       if (st.waiting.count(id) > 0)
@@ -546,12 +550,12 @@ caf::behavior etcd_directory(caf::stateful_actor<etcd_directory_state>* self,
       return promise;
     },
     [=](retry_atom, rank_id id) { try_waiting(self, id); },
-    [=](etcd_changes& msg) {
+    [=](store_changes& msg) {
       if (self->current_sender() && self->current_sender()->node() != self->node())
         return;
       apply(self, msg.events);
     },
-    [=](etcd_snapshot& msg) {
+    [=](store_reread& msg) {
       if (self->current_sender() && self->current_sender()->node() != self->node())
         return;
       reset(self, msg.all);
@@ -571,29 +575,29 @@ caf::behavior etcd_directory(caf::stateful_actor<etcd_directory_state>* self,
 
 } // namespace
 
-caf::expected<caf::actor> spawn_etcd_directory(caf::actor_system& sys,
-                                               etcd_directory_options opts,
-                                               std::shared_ptr<const membership> members,
-                                               uint32_t timeout_ms) {
-  if (opts.etcd.endpoints.empty())
-    return make_error(errc::invalid_config, "the etcd directory needs at least one member");
+store_client::~store_client() = default;
+
+caf::expected<caf::actor> spawn_directory(caf::actor_system& sys, directory_core_options opts,
+                                          store_connector connect,
+                                          std::shared_ptr<const membership> members,
+                                          uint32_t timeout_ms) {
   if (opts.prefix.empty() || opts.prefix.back() == '/')
     return make_error(errc::invalid_argument,
                       "directory prefix '" + opts.prefix + "' must be non-empty without a "
                       "trailing '/'");
-  etcd_gateway client{opts.etcd};
+  auto client = connect(0);
   signed_entry_codec codec{sys, opts.prefix, members};
   auto ttl_s = std::max<int64_t>(2, (opts.lease_ttl_ms + 999) / 1000);
   auto deadline = monotonic_ms() + timeout_ms;
   uint32_t backoff = 50;
   for (;;) {
     caf::error err;
-    if (auto lease = client.grant(ttl_s)) {
-      if (auto all = client.range_prefix(codec.ranks_prefix())) {
-        logger()->info("etcd directory: {} at {} (lease {:x}, {} s)", opts.prefix,
-                       client.current_endpoint(), *lease, ttl_s);
-        return sys.spawn<caf::detached>(etcd_directory, std::move(opts), std::move(members),
-                                        *lease, std::move(*all));
+    if (auto lease = client->grant(ttl_s)) {
+      if (auto all = client->range_prefix(codec.ranks_prefix())) {
+        logger()->info("{}: {} at {} (lease {:x}, {} s)", opts.name, opts.prefix,
+                       client->current_endpoint(), *lease, ttl_s);
+        return sys.spawn<caf::detached>(directory_core, std::move(opts), std::move(connect),
+                                        std::move(members), *lease, std::move(*all));
       } else {
         err = std::move(all.error());
       }
@@ -603,35 +607,10 @@ caf::expected<caf::actor> spawn_etcd_directory(caf::actor_system& sys,
     if (is(err, errc::unauthorized) || is(err, errc::invalid_argument)
         || is(err, errc::invalid_config) || monotonic_ms() + backoff > deadline)
       return make_error(static_cast<errc>(err.code()),
-                        "etcd directory: " + describe(err));
+                        opts.name + ": " + describe(err));
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff));
     backoff = std::min<uint32_t>(backoff * 2, 1000);
   }
-}
-
-directory_store etcd_directory_store() {
-  directory_store row;
-  row.schemes = {"etcd", "etcds"};
-  row.spawn = [](caf::actor_system& sys, const directory_options& opts,
-                 std::shared_ptr<const membership> members, uint32_t max_ranks,
-                 uint32_t timeout_ms) -> caf::expected<caf::actor> {
-    auto etcd = etcd_options_of(opts.url, opts.cacert, opts.cert, opts.key, opts.user,
-                                opts.password);
-    if (!etcd)
-      return etcd.error();
-    etcd_directory_options eo;
-    eo.etcd = std::move(*etcd);
-    eo.prefix = opts.prefix;
-    eo.lease_ttl_ms = opts.lease_ttl_ms;
-    eo.max_ranks = max_ranks;
-    eo.registration_timeout_ms = opts.registration_timeout_ms;
-    return spawn_etcd_directory(sys, std::move(eo), std::move(members), timeout_ms);
-  };
-  // A replacement waits out its predecessor's lease, then registers.
-  row.registration_wait_ms = [](const directory_options& opts) {
-    return opts.lease_ttl_ms + opts.registration_timeout_ms + 1000;
-  };
-  return row;
 }
 
 } // namespace kvroom

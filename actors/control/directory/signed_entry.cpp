@@ -1,4 +1,5 @@
-#include "kvroom/actors/control/etcd/signed_entry.hpp"
+#include "kvroom/actors/control/directory/signed_entry.hpp"
+#include "kvroom/actors/control/directory/base64.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -55,7 +56,7 @@ std::string signed_entry_codec::encode(const rank_entry& entry, int64_t lease) c
   return doc.dump();
 }
 
-caf::expected<rank_entry> signed_entry_codec::decode(const etcd_kv& kv) const {
+caf::expected<rank_entry> signed_entry_codec::decode(const store_kv& kv) const {
   if (kv.key.compare(0, ranks_prefix_.size(), ranks_prefix_) != 0)
     return malformed(kv.key, "not under " + ranks_prefix_);
   auto id_text = kv.key.substr(ranks_prefix_.size());

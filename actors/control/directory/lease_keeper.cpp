@@ -1,4 +1,4 @@
-#include "kvroom/actors/control/etcd/lease_keeper.hpp"
+#include "kvroom/actors/control/directory/lease_keeper.hpp"
 
 #include <chrono>
 
@@ -10,9 +10,10 @@
 
 namespace kvroom {
 
-lease_keeper::lease_keeper(etcd_options opts, lease_timing timing, int64_t lease,
-                           caf::actor target)
-  : client_(std::move(opts)), timing_(timing), lease_(lease), target_(std::move(target)) {
+lease_keeper::lease_keeper(const store_connector& connect, std::string name, lease_timing timing,
+                           int64_t lease, caf::actor target)
+  : client_(connect(0)), name_(std::move(name)), timing_(timing), lease_(lease),
+    target_(std::move(target)) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -37,27 +38,27 @@ void lease_keeper::run() {
     if (stopping_)
       return;
     auto lease = lease_.load();
-    auto left = client_.keep_alive(lease, timing_.call_timeout_ms());
+    auto left = client_->keep_alive(lease, timing_.call_timeout_ms());
     auto now = monotonic_ms();
     if (!left) {
-      // Never read as a loss: only etcd's answer says the lease is gone.
+      // Never read as a loss: only the store's answer says the lease is gone.
       if (renewal.failed(now))
-        logger()->warn("etcd directory: cannot renew lease {:x} ({}); etcd confirmed it {} ms "
-                       "ago, TTL {} s; asking every member again",
-                       lease, describe(left.error()), now - renewal.confirmed_ms(),
+        logger()->warn("{}: cannot renew lease {:x} ({}); the store confirmed it {} ms "
+                       "ago, TTL {} s; asking again",
+                       name_, lease, describe(left.error()), now - renewal.confirmed_ms(),
                        timing_.ttl_s());
       continue;
     }
     if (renewal.answered(*left, now) == lease_renewal::outcome::renewed)
       continue;
-    // etcd says the lease is gone (this process was cut off from it longer
+    // The store says the lease is gone (this process was cut off from it longer
     // than the TTL): every entry on it is gone too. A new lease, and the
     // directory registers its ranks again on it.
-    auto fresh = client_.grant(timing_.ttl_s());
+    auto fresh = client_->grant(timing_.ttl_s());
     if (!fresh) {
-      logger()->warn("etcd directory: lease {:x} is gone and a new one cannot be granted "
-                     "yet ({}); trying again",
-                     lease, describe(fresh.error()));
+      logger()->warn("{}: lease {:x} is gone and a new one cannot be granted yet ({}); "
+                     "trying again",
+                     name_, lease, describe(fresh.error()));
       continue;
     }
     lease_ = *fresh;

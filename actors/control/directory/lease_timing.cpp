@@ -1,4 +1,4 @@
-#include "kvroom/actors/control/etcd/lease_timing.hpp"
+#include "kvroom/actors/control/directory/lease_timing.hpp"
 
 #include <algorithm>
 

@@ -1,10 +1,10 @@
 #pragma once
 
-// A rank's directory entry as etcd keeps it: under `<prefix>/ranks/<id>`, a
-// small JSON document with the entry (CAF's binary form, base64), the lease
-// it lives on and an HMAC of the deployment secret over key, lease and
-// entry. Readers verify before they parse: a client that can write to etcd
-// but lacks the secret cannot route a room anywhere (sglang #39400), and a
+// A rank's directory entry as a store keeps it: under `<prefix>/ranks/<id>`,
+// a small JSON document with the entry (CAF's binary form, base64), the
+// lease it lives on and an HMAC of the deployment secret over key, lease and
+// entry. Readers verify before they parse: a client that can write to the
+// store but lacks the secret cannot route a room anywhere (sglang #39400), and a
 // copy of a signed entry is void once its lease is gone.
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include "caf/actor_system.hpp"
 #include "caf/expected.hpp"
 
-#include "kvroom/actors/control/etcd/etcd_gateway.hpp"
+#include "kvroom/actors/control/directory/store_client.hpp"
 #include "kvroom/actors/control/membership.hpp"
 #include "kvroom/messages/room_messages.hpp"
 
@@ -42,7 +42,7 @@ public:
   /// The entry `kv` holds, or why it is none of this deployment's: not a
   /// rank key, malformed, a lease other than the one signed, a proof that
   /// fails (another secret, or none), an id other than its key's.
-  caf::expected<rank_entry> decode(const etcd_kv& kv) const;
+  caf::expected<rank_entry> decode(const store_kv& kv) const;
 
 private:
   caf::actor_system& sys_;
