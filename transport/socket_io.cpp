@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <chrono>
 #include <cstring>
 
@@ -111,6 +112,43 @@ bool stream_reader::read_by(void* dst, size_t len, uint64_t deadline_ms) {
     if (!fill_by(deadline_ms))
       return false;
   }
+}
+
+bool stream_reader::read_into_by(iovec* parts, size_t n, uint64_t deadline_ms) {
+  // Moves `parts` on by `got` bytes, dropping the parts filled.
+  auto advance = [&](size_t got) {
+    while (got > 0 && n > 0) {
+      auto take = std::min(got, parts->iov_len);
+      parts->iov_base = static_cast<char*>(parts->iov_base) + take;
+      parts->iov_len -= take;
+      got -= take;
+      if (parts->iov_len == 0)
+        ++parts, --n;
+    }
+    while (n > 0 && parts->iov_len == 0)
+      ++parts, --n;
+  };
+  advance(0);
+  while (n > 0 && end_ > begin_) {
+    auto take = std::min(parts->iov_len, end_ - begin_);
+    std::memcpy(parts->iov_base, buf_.data() + begin_, take);
+    begin_ += take;
+    advance(take);
+  }
+  while (n > 0) {
+    msghdr msg{};
+    msg.msg_iov = parts;
+    msg.msg_iovlen = std::min<size_t>(n, IOV_MAX);
+    auto got = ::recvmsg(fd_, &msg, MSG_DONTWAIT);
+    if (got > 0) {
+      advance(static_cast<size_t>(got));
+      continue;
+    }
+    bool wait = false;
+    if (!transient(got, wait) || (wait && !wait_by(fd_, false, deadline_ms)))
+      return false;
+  }
+  return true;
 }
 
 namespace {

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include <sys/uio.h>
+
 #include "kvroom/messages/clock.hpp"
 
 namespace kvroom::detail {
@@ -35,6 +37,17 @@ public:
   /// Exactly `len` bytes into `dst` by `deadline_ms` (monotonic_ms), as
   /// `recv_by`.
   bool read_by(void* dst, size_t len, uint64_t deadline_ms);
+
+  /// Exactly the bytes of `parts` into their places by `deadline_ms`: what
+  /// is buffered first, then the rest straight into the places, up to
+  /// IOV_MAX of them in one system call (pages scattered over a cache each
+  /// cost a copy through the buffer and a call per buffer-full otherwise).
+  /// Reads nothing beyond the last part. `parts` is consumed (advanced).
+  bool read_into_by(iovec* parts, size_t n, uint64_t deadline_ms);
+
+  size_t capacity() const noexcept {
+    return buf_.size();
+  }
 
 private:
   /// At least one more byte into the (empty) buffer by the deadline.
