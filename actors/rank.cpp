@@ -40,12 +40,6 @@ const rank_config& rank::config() const noexcept {
   return self_->cfg;
 }
 
-void rank::pump() {
-  auto& s = *self_;
-  if (!(*s.inbox)->mailbox().empty())
-    drain();
-}
-
 size_t rank::open_rooms() const noexcept {
   return self_->rooms.size();
 }
@@ -94,6 +88,7 @@ caf::error rank::start() {
                           to_string(s.ref) + ": cannot register memory: "
                             + describe(id.error()));
   s.inbox = std::make_unique<caf::scoped_actor>(sys);
+  inbox_ = s.inbox->ptr();
   auto inbox = caf::actor_cast<caf::actor>(*s.inbox);
   auto endpoints = s.data_plane->endpoints();
   // The worker first: the manager hands it peers' connection messages.
@@ -205,6 +200,7 @@ rank::~rank() {
       self->wait_for(s.manager, s.worker);
     --s.rt.live_ranks_;
   }
+  inbox_ = nullptr;
   s.inbox.reset();
   s.data_plane.reset();
 }
@@ -219,6 +215,7 @@ void rank::abandon() {
   tmp->wait_for(s.manager, s.worker);
   s.manager = nullptr;
   s.worker = nullptr;
+  inbox_ = nullptr;
   s.inbox.reset();
 }
 

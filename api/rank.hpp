@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "caf/actor.hpp"
+#include "caf/blocking_actor.hpp"
 #include "caf/expected.hpp"
 
 #include "kvroom/api/config.hpp"
@@ -56,7 +57,10 @@ public:
   void drain();
 
   /// Drains only when the inbox holds anything: one atomic load otherwise.
-  void pump();
+  void pump() {
+    if (!inbox_->mailbox().empty())
+      drain();
+  }
 
   /// Rooms open on this rank (not yet cleared).
   size_t open_rooms() const noexcept;
@@ -117,6 +121,9 @@ private:
   void count_call_after_conclusion() noexcept;
 
   std::unique_ptr<state> self_;
+  /// The inbox's actor (`self_` owns it), read inline by `pump()`: the one
+  /// thing of the state on poll()'s path.
+  caf::blocking_actor* inbox_ = nullptr;
 };
 
 inline kv_poll room_handle::poll() {
