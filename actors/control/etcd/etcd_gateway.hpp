@@ -83,55 +83,33 @@ public:
   etcd_gateway(const etcd_gateway&) = delete;
   etcd_gateway& operator=(const etcd_gateway&) = delete;
 
-  /// A new lease of `ttl_s` seconds; its id.
+  // -- store_client (its contract: store_client.hpp) ---------------------------
+  // etcd's own terms: a call that gets no answer from one member (no
+  // leader, an election, a timeout) goes to the next; reads are
+  // linearizable (through the leader: a member cut off from the cluster
+  // refuses rather than answer stale); `time_to_live` is LeaseTimeToLive;
+  // a watch is the gateway's stream, `idle_ms` without a byte ending it.
+
   caf::expected<int64_t> grant(int64_t ttl_s) override;
-
-  /// Renews `lease`; the seconds it has left, 0 when it is gone (expired or
-  /// revoked: whatever was attached to it is deleted). Only etcd's own
-  /// answer says 0: a call that failed is an error, never "gone".
-  /// `timeout_ms` bounds each member's answer (0: the options' timeout).
   caf::expected<int64_t> keep_alive(int64_t lease, uint32_t timeout_ms = 0) override;
-
-  /// The seconds `lease` has left as etcd reports it (LeaseTimeToLive), -1
-  /// when it does not exist (expired or revoked).
   caf::expected<int64_t> time_to_live(int64_t lease, uint32_t timeout_ms = 0) override;
-
   caf::error revoke(int64_t lease) override;
-
-  /// Every key under `prefix`, read linearizably (through the leader: a
-  /// member cut off from the cluster refuses rather than answer stale). An
-  /// answer without the store's revision is an error, never "empty".
   caf::expected<store_snapshot> range_prefix(const std::string& prefix) override;
-
-  /// One transaction: puts `key` = `value` on `lease` only if no key under
-  /// `prefix` was created or changed after `revision` (what the caller
-  /// decided from). True when it was put; false when something changed.
   caf::expected<bool> put_if_unchanged(const std::string& prefix, int64_t revision,
                                        const std::string& key, const std::string& value,
-                                       int64_t lease);
-
-  /// Deletes `key` if it is still attached to `lease` (ours, not a
-  /// replacement's).
+                                       int64_t lease) override;
   caf::error delete_if_lease(const std::string& key, int64_t lease) override;
+  caf::expected<int64_t>
+  watch(const std::string& prefix, int64_t start_revision, uint32_t idle_ms,
+        const std::function<void(std::vector<store_event>&)>& on_events) override;
+  void cancel() override;
+  /// The member calls go to ("host:port").
+  const std::string& current_endpoint() const override;
+
+  // -- etcd's alone --------------------------------------------------------------
 
   /// Writes `key` = `value` unconditionally (tests, tools).
   caf::error put(const std::string& key, const std::string& value, int64_t lease = 0);
-
-  /// Streams changes under `prefix` from `start_revision` (with each key's
-  /// previous value) into `on_events` until `cancel()`, an error or
-  /// `idle_ms` without a byte. Returns the revision to resume from. A
-  /// compacted start revision is an error with code `errc::unavailable` and
-  /// "compacted" in its text: list again.
-  caf::expected<int64_t> watch(const std::string& prefix, int64_t start_revision,
-                               uint32_t idle_ms,
-                               const std::function<void(std::vector<store_event>&)>& on_events) override;
-
-  /// Ends a `watch` running on another thread, for good. Call it until the
-  /// watch returned: a watch between two requests has no socket to shut.
-  void cancel() override;
-
-  /// The member calls go to ("host:port").
-  const std::string& current_endpoint() const override;
 
 private:
   caf::expected<std::string> post(const std::string& path, const std::string& body,
