@@ -1,6 +1,8 @@
 #include "kvroom/transport/region_table.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <mutex>
 
 #include "kvroom/api/errors.hpp"
@@ -22,7 +24,9 @@ caf::expected<region_id> region_table::add(const mem_desc& mem) {
       return make_error(errc::invalid_argument,
                         "range overlaps memory this rank registered already");
   auto id = next_++;
-  regions_.push_back(entry{id, mem});
+  auto at = std::upper_bound(regions_.begin(), regions_.end(), mem.addr,
+                             [](uint64_t a, const entry& e) { return a < e.mem.addr; });
+  regions_.insert(at, entry{id, mem});
   return id;
 }
 
@@ -37,10 +41,11 @@ caf::error region_table::remove(region_id id) {
 }
 
 bool region_table::covers(uint64_t addr, uint64_t len) const {
-  for (auto& e : regions_)
-    if (e.mem.covers(addr, len, -1))
-      return true;
-  return false;
+  // The last region starting at or below `addr` is the only one that can
+  // hold the range (regions never overlap).
+  auto after = std::upper_bound(regions_.begin(), regions_.end(), addr,
+                                [](uint64_t a, const entry& e) { return a < e.mem.addr; });
+  return after != regions_.begin() && std::prev(after)->mem.covers(addr, len, -1);
 }
 
 std::string region_table::range(uint64_t addr, uint64_t len) {

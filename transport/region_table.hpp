@@ -41,6 +41,8 @@ private:
     mem_desc mem;
   };
   mutable std::shared_mutex mtx_;
+  /// By address (they never overlap): `covers` is a binary search, not a
+  /// scan of a rank's 64 and more buffers per write.
   std::vector<entry> regions_;
   region_id next_ = 1;
 };

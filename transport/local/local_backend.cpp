@@ -115,15 +115,16 @@ private:
       return make_error(errc::not_registered,
                         who(src == regions_.end())
                           + " has no registered memory on local endpoint " + peer.address);
+    size_t src_hint = 0, dst_hint = 0;
     for (size_t i = 0; i < ops.size(); ++i) {
       auto [from, to] = ends(ops[i]);
       auto len = ops[i].size_bytes;
-      if (!covered(src->second, from, len))
+      if (!covered(src->second, from, len, src_hint))
         return make_error(errc::not_registered,
                           std::string{what} + " " + std::to_string(i) + ": source range "
                             + range(from, len) + " is outside " + who(true)
                             + "'s registered memory");
-      if (!covered(dst->second, to, len))
+      if (!covered(dst->second, to, len, dst_hint))
         return make_error(errc::out_of_range,
                           std::string{what} + " " + std::to_string(i) + ": destination range "
                             + range(to, len) + " is outside " + who(false)
@@ -137,11 +138,20 @@ private:
     return caf::none;
   }
 
-  static bool covered(const std::vector<entry>& xs, uint64_t addr,
-                      uint64_t len) {
-    for (auto& e : xs)
-      if (e.mem.covers(addr, len, -1))
+  /// Whether [addr, addr + len) lies in one of `xs`, asking `hint` (the
+  /// region the last write fell in) first: a batch's writes run through
+  /// one buffer after another, and a rank registers a buffer per layer and
+  /// K/V (64 and more), so a scan per write cost more than a small page's
+  /// copy.
+  static bool covered(const std::vector<entry>& xs, uint64_t addr, uint64_t len,
+                      size_t& hint) {
+    if (hint < xs.size() && xs[hint].mem.covers(addr, len, -1))
+      return true;
+    for (size_t i = 0; i < xs.size(); ++i)
+      if (xs[i].mem.covers(addr, len, -1)) {
+        hint = i;
         return true;
+      }
     return false;
   }
 
