@@ -182,15 +182,9 @@ caf::error shm_backend::copy(const write_batch& batch) {
                       "peer rank " + std::to_string(batch.peer.owner) + " is on another host");
   if (batch.src_device_id >= 0 || batch.dst_device_id >= 0)
     return make_error(errc::unsupported, "shm backend moves host memory only");
-  // Resolve and check every write before the first byte moves. A small
-  // batch's targets stay on the stack: a heap allocation per post was a
-  // fair part of a 4 KiB write's cost.
-  constexpr size_t on_stack = 16;
-  uint8_t* small[on_stack];
-  std::vector<uint8_t*> large;
-  if (batch.ops.size() > on_stack)
-    large.resize(batch.ops.size());
-  uint8_t** targets = batch.ops.size() > on_stack ? large.data() : small;
+  // Resolve and check every write before the first byte moves.
+  std::vector<uint8_t*> targets;
+  targets.reserve(batch.ops.size());
   {
     auto guard = regions_.lock();
     std::unique_lock<std::mutex> maps{mapped_mtx_};
@@ -230,7 +224,7 @@ caf::error shm_backend::copy(const write_batch& batch) {
         return make_error(errc::out_of_range,
                           "write " + std::to_string(i) + " runs past the end of shm segment "
                             + r->segment);
-      targets[i] = m.base + at;
+      targets.push_back(m.base + at);
     }
     maps.unlock(); // mappings are never removed while the backend lives
     for (size_t i = 0; i < batch.ops.size(); ++i)
