@@ -41,6 +41,7 @@ public:
 
   // -- the manager writes -----------------------------------------------------
 
+  /// Written by the rank's control actor, at its registration.
   void set_ready(bool x) noexcept {
     ready_.store(x, std::memory_order_relaxed);
   }
@@ -53,11 +54,17 @@ public:
                  double latency_s, uint64_t bytes, int transport) noexcept;
   void set_peers(uint64_t usable, uint64_t listed, uint64_t lost) noexcept;
   void set_parked(uint64_t parked, uint64_t tombstones) noexcept;
+  /// A stranger's control message dropped. Also written by the rank's
+  /// control actor (registration and links): an atomic add, not a store.
   void stranger() noexcept {
     refused_messages_.fetch_add(1, std::memory_order_relaxed);
   }
 
   // -- anyone reads -------------------------------------------------------------
+
+  uint64_t strangers() const noexcept {
+    return refused_messages_.load(std::memory_order_relaxed);
+  }
 
   metrics_snapshot snapshot() const;
 

@@ -117,8 +117,8 @@ caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
       if (auto err = st.door->check(sender ? sender->address() : caf::actor_addr{}, msg,
                                     monotonic_ms()))
         return refuse(self, errc::unauthorized, describe(err));
-      // The registrant is whoever answered the challenge, not what it claims.
-      entry.manager = caf::actor_cast<caf::actor>(sender);
+      // Whoever answered the challenge, or its process's manager it names.
+      entry.manager = registration_door::listed_actor(sender, entry);
       auto& xs = st.ranks;
       if (auto no = admission_refusal(xs, entry, st.max_ranks))
         return refuse(self, no->code, no->why);

@@ -1,5 +1,7 @@
 #include "kvroom/actors/control/registration_door.hpp"
 
+#include "caf/actor_cast.hpp"
+
 #include "kvroom/api/errors.hpp"
 
 namespace kvroom {
@@ -29,6 +31,15 @@ caf::error registration_door::check(const caf::actor_addr& from, const register_
     return make_error(errc::unauthorized,
                       who + " failed to prove membership (a different deployment secret?)");
   return caf::none;
+}
+
+caf::actor registration_door::listed_actor(const caf::strong_actor_ptr& registrant,
+                                           const rank_entry& entry) {
+  if (!registrant)
+    return nullptr;
+  if (entry.manager && entry.manager.node() == registrant->node())
+    return entry.manager;
+  return caf::actor_cast<caf::actor>(registrant);
 }
 
 } // namespace kvroom

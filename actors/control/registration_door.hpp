@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "caf/actor.hpp"
 #include "caf/actor_addr.hpp"
 #include "caf/error.hpp"
 #include "caf/expected.hpp"
@@ -32,6 +33,12 @@ public:
   /// None when `msg` answers this door's challenge to `from` with a valid
   /// proof; otherwise why not (errc::unauthorized).
   caf::error check(const caf::actor_addr& from, const register_rank& msg, uint64_t now_ms);
+
+  /// Whom a checked registration lists, monitors and pushes to: the manager
+  /// its entry names when that lives in the registrant's process (a rank's
+  /// control actor registers for its manager), else the registrant itself.
+  /// Never what a registrant claims of another process.
+  static caf::actor listed_actor(const caf::strong_actor_ptr& registrant, const rank_entry& entry);
 
 private:
   struct challenge {

@@ -5,6 +5,7 @@
 #include "caf/all.hpp"
 
 #include "kvroom/api/logging.hpp"
+#include "kvroom/actors/control/rank_control.hpp"
 #include "kvroom/actors/manager/manager_links.hpp"
 #include "kvroom/actors/manager/manager_peers.hpp"
 #include "kvroom/actors/manager/manager_rooms.hpp"
@@ -36,8 +37,7 @@ void sweep(self_ptr self) {
                         st.peers->lost().size());
   sweep_rooms(self, now);
   // Parked proposals are decided by their own timer (decide_atom).
-  retry_links(self, now);
-  close_idle_links(self, now);
+  sweep_links(self);
   st.peers->expire(now);
 }
 
@@ -48,6 +48,20 @@ auto members_only(self_ptr self, const char* what, Fn fn) {
   return [=](T& msg) {
     if (from_member(self, what))
       fn(self, msg);
+  };
+}
+
+/// A handler that hands `T` on to the rank's control actor with its sender
+/// kept: the link handshake is the control's, but peers know the manager.
+/// With `members`, only from members (an idle close is between linked
+/// peers; a handshake is how a stranger becomes one).
+template <class T>
+auto to_control(self_ptr self, const char* what, bool members) {
+  return [=](T& msg) {
+    auto& sender = self->current_sender();
+    if (!sender || (members && !from_member(self, what)))
+      return;
+    caf::send_as(caf::actor_cast<caf::actor>(sender), self->state.control, std::move(msg));
   };
 }
 
@@ -76,17 +90,9 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
   st.inbox = std::move(params.inbox);
   st.chaos = params.chaos;
   st.worker = params.worker;
-  st.members = params.members ? params.members : std::make_shared<const membership>();
   st.trust = params.trust ? params.trust : std::make_shared<trust_table>();
   st.registry = params.registry;
   st.data_plane = params.data_plane;
-  st.registry_host = params.registry_host;
-  st.registry_port = params.registry_port;
-  st.registration_wait_ms = params.registration_wait_ms;
-  st.link_keeper = params.link_keeper;
-  st.links.emplace(params.self.id, st.members,
-                   link_timing{st.limits.query_timeout_ms, st.limits.idle_link_ms},
-                   std::random_device{}());
   st.peers.emplace(params.self.id, st.timing.lost_window_ms());
   st.rooms.emplace(st.limits.max_tombstones);
   st.failures.emplace(params.self);
@@ -94,6 +100,17 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
   if (st.worker)
     self->send(st.worker, attach_atom::value, caf::actor_cast<caf::actor>(self));
   st.chaos_rng.seed(params.chaos.seed ^ static_cast<uint64_t>(params.self.id));
+  // Registration and links are carried out beside the manager, by an actor
+  // of their own; it ends with the manager, and the manager with it.
+  st.control = self->spawn(
+    rank_control,
+    rank_control_params{st.self_entry, caf::actor_cast<caf::actor>(self), st.metrics,
+                        params.members ? params.members : std::make_shared<const membership>(),
+                        st.trust, params.registry, params.registry_host, params.registry_port,
+                        params.registration_wait_ms,
+                        link_timing{st.limits.query_timeout_ms, st.limits.idle_link_ms},
+                        params.link_keeper});
+  self->monitor(st.control);
   auto sweep_interval = st.timing.tick();
   self->delayed_send(self, sweep_interval, sweep_atom::value);
   // CAF's own replies from peers' middlemen land here too: not ours to print.
@@ -111,6 +128,7 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
     self->state.rooms->for_each([&](room_id, const room_directory::entry& e) {
       self->send_exit(e.actor, msg.reason);
     });
+    self->send_exit(self->state.control, msg.reason);
     self->quit(msg.reason);
   });
   self->set_down_handler([=](caf::down_msg& msg) {
@@ -122,8 +140,11 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
         return;
       }
     }
-    if (st.registry && msg.source == st.registry.address()) {
-      on_registry_down(self, msg.reason);
+    if (msg.source == st.control.address()) {
+      // Without its control plane the rank can neither link nor register.
+      logger()->error("{}: control actor exited: {}", to_string(me(self)),
+                      caf::to_string(msg.reason));
+      self->quit(msg.reason);
       return;
     }
     if (auto peer = st.peers->take_peer(msg.source))
@@ -204,6 +225,7 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
         return make_error(errc::unauthorized, "not a member");
       auto& st = self->state;
       auto out = st.counters;
+      out.stranger_messages = st.metrics->strangers();
       out.live_rooms = st.rooms->size();
       out.failure_records = st.failures->size();
       out.successes = st.failures->successes();
@@ -217,32 +239,41 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
       return out;
     },
     [=](join_atom, std::string& host, uint16_t port) -> caf::result<caf::ok_atom> {
-      // The rank's own start: where its manager is published, then register.
-      if (self->current_sender() && self->current_sender()->node() != self->node())
+      // The rank's own start: where its manager is published, then register
+      // (the control actor answers the rank).
+      if (!from_here(self))
         return make_error(errc::unauthorized, "not a member");
-      auto& st = self->state;
-      auto e = std::make_shared<rank_entry>(*st.self_entry);
-      e->control_host = std::move(host);
-      e->control_port = port;
-      st.self_entry = std::move(e);
-      st.joining_rank = self->make_response_promise();
-      st.join_deadline_ms = room_timing::now() + st.registration_wait_ms;
-      start_registration(self);
-      return *st.joining_rank;
+      auto rp = self->make_response_promise();
+      rp.delegate(self->state.control, join_atom::value, std::move(host), port);
+      return rp;
     },
-    [=](reconnect_atom) { reconnect_registry(self); },
-    [=](rejoin_atom) {
-      if (self->state.joining_rank)
-        start_registration(self);
+    // From the control actor: what became of links and the registry.
+    [=](link_made& msg) {
+      if (from_here(self))
+        on_link_made(self, msg);
     },
-    [=](link_hello& msg) { on_link_hello(self, msg); },
-    [=](link_reply& msg) { on_link_reply(self, msg); },
-    [=](link_finish& msg) { on_link_finish(self, msg); },
-    [=](link_ack& msg) { on_link_ack(self, msg); },
-    members_only<link_close>(self, "link_close", on_link_close),
-    members_only<link_closed>(self, "link_closed", on_link_closed),
+    [=](const release_link& msg) -> caf::result<bool> {
+      if (!from_here(self))
+        return make_error(errc::unauthorized, "not a member");
+      return on_release_link(self, msg);
+    },
+    [=](idle_atom, const std::vector<caf::node_id>& nodes)
+      -> caf::result<std::vector<caf::node_id>> {
+      if (!from_here(self))
+        return make_error(errc::unauthorized, "not a member");
+      return unused_nodes(self, nodes);
+    },
+    [=](registry_atom, caf::actor& registry) {
+      if (from_here(self))
+        self->state.registry = std::move(registry);
+    },
+    to_control<link_hello>(self, "link_hello", false),
+    to_control<link_reply>(self, "link_reply", false),
+    to_control<link_finish>(self, "link_finish", false),
+    to_control<link_ack>(self, "link_ack", false),
+    to_control<link_close>(self, "link_close", true),
+    to_control<link_closed>(self, "link_closed", true),
     [=](decide_atom) { decide_unopened(self); },
-    [=](links_atom) { on_link_timer(self); },
     [=](sweep_atom) {
       sweep(self);
       self->delayed_send(self, sweep_interval, sweep_atom::value);

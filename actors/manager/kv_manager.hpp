@@ -4,6 +4,7 @@
 #include <optional>
 #include <random>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "caf/response_promise.hpp"
@@ -14,7 +15,7 @@
 #include "kvroom/actors/counted_actor.hpp"
 #include "kvroom/actors/local_messages.hpp"
 #include "kvroom/actors/rank_metrics.hpp"
-#include "kvroom/actors/control/link_table.hpp"
+#include "kvroom/actors/control/stranger_log.hpp"
 #include "kvroom/actors/control/membership.hpp"
 #include "kvroom/actors/manager/parking.hpp"
 #include "kvroom/actors/manager/peer_directory.hpp"
@@ -55,32 +56,20 @@ struct kv_manager_state {
   std::mt19937_64 chaos_rng;
 
   // -- the control plane (manager_links.cpp) --
-  std::shared_ptr<const membership> members;
-  /// Nodes whose ranks proved membership; shared with this rank's rooms.
+  /// Nodes whose ranks proved membership: the rank's control actor writes
+  /// it; the manager and the rooms read it.
   std::shared_ptr<trust_table> trust;
-  std::shared_ptr<backend> data_plane;
+  /// The rank's control actor: registration and links (rank_control.hpp).
+  caf::actor control;
+  /// Directory messages come from this registry's process (the control
+  /// actor says which).
   caf::actor registry;
-  /// Where to reach the registry again (port 0: in this process, no retry).
-  std::string registry_host;
-  uint16_t registry_port = 0;
-  uint32_t registration_wait_ms = 0;
-  /// Until when rank::start's registration may be tried again after a
-  /// registry that did not answer in time (many ranks starting at once).
-  uint64_t join_deadline_ms = 0;
-  /// Set while rank::start waits for the first registration.
-  std::optional<caf::response_promise> joining_rank;
-  bool registered = false;
-  uint32_t reconnect_ms = 0;
-  /// Links to peers: those this rank dials, the handshakes others started,
-  /// idle links (decided there; carried out in manager_links.cpp).
-  std::optional<link_table> links;
-  /// When the pending link timer fires (0: none pending).
-  uint64_t link_timer_ms = 0;
-  /// Counts this process's links per peer process and closes a connection
-  /// with the last (null: links are never closed).
-  caf::actor link_keeper;
-  uint64_t last_stranger_log_ms = 0;
-  uint64_t strangers_unlogged = 0;
+  /// Peer processes a control message went to or came from since the last
+  /// sweep: their links are in use (the control actor's idle check).
+  std::unordered_set<caf::node_id> busy_nodes;
+  stranger_log strangers;
+  /// Decode: revokes the grants of rooms whose actor died.
+  std::shared_ptr<backend> data_plane;
 
   static inline const char* name = "kvroom.kv_manager";
 };
@@ -104,7 +93,8 @@ struct kv_manager_params {
   /// Decode: revokes the grants of rooms whose actor died (see run_dead).
   std::shared_ptr<backend> data_plane;
   std::optional<parallel_layout> parallel;
-  /// What the rank counts for operators (this manager is its only writer).
+  /// What the rank counts for operators (the manager writes it; its control
+  /// actor the readiness and the strangers it refused).
   std::shared_ptr<rank_metrics> metrics;
   /// The rank's integrity check ("off", "xxh3"), as its entry says.
   std::string integrity = "off";
@@ -122,7 +112,8 @@ struct kv_manager_params {
 /// decided failure out to every other rank of the room as
 /// `room_failed{propagated=true}`, fences a failed sender's worker, carries
 /// on rooms whose actor died, and fails the rooms that depend on a rank that
-/// went down.
+/// went down. Its control actor (registration and links, rank_control.hpp)
+/// is spawned with it and learns from it what the rooms need.
 caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
                          kv_manager_params params);
 

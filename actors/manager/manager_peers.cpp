@@ -2,7 +2,6 @@
 
 #include "caf/all.hpp"
 
-#include "kvroom/actors/control/link_keeper.hpp"
 #include "kvroom/api/logging.hpp"
 #include "kvroom/actors/manager/manager_links.hpp"
 #include "kvroom/actors/manager/manager_rooms.hpp"
@@ -35,30 +34,17 @@ void peers_changed(manager_ptr self) {
 } // namespace
 
 void distrust(manager_ptr self, const rank_entry& gone) {
-  auto& st = self->state;
   if (!gone.manager || gone.manager.node() == self->node())
     return;
-  auto node = gone.manager.node();
-  if (st.link_keeper)
-    self->send(st.link_keeper, link_gone_atom::value, node, false);
-  bool shared = st.registry && st.registry.node() == node;
-  for (auto& e : st.peers->all())
-    shared = shared || (e->rank.id != gone.rank.id && e->manager && e->manager.node() == node);
-  if (!shared) {
-    st.trust->remove(node);
-    st.links->forget(node);
-  }
+  self->send(self->state.control, link_dropped{gone.rank.id, gone.manager});
+}
+
+void unwant(manager_ptr self, rank_id id) {
+  self->send(self->state.control, unwant_atom::value, id);
 }
 
 void on_peer_usable(manager_ptr self, const std::shared_ptr<const rank_entry>& peer) {
-  auto& st = self->state;
-  st.links->stop(peer->rank.id);
   self->monitor(peer->manager);
-  if (peer->manager && peer->manager.node() != self->node()) {
-    if (st.link_keeper)
-      self->send(st.link_keeper, link_up_atom::value, peer->manager.node());
-    note_traffic(self, peer->manager.node());
-  }
   logger()->debug("{}: linked to {} at {}:{}", to_string(me(self)), to_string(peer->rank),
                   peer->control_host, peer->control_port);
   peers_changed(self);
@@ -89,7 +75,7 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
     bool listed_same = listed && (msg.incarnation == 0 || listed->incarnation == msg.incarnation);
     if (listed_same) {
       st.peers->unlist(msg.rank.id);
-      st.links->stop(msg.rank.id);
+      unwant(self, msg.rank.id);
     }
     if (same) {
       if (auto peer = st.peers->take_peer(msg.rank.id))
@@ -121,7 +107,7 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
   bool listed_gone = listed && (msg.incarnation == 0 || listed->incarnation == msg.incarnation);
   if (listed_gone || !listed) {
     st.peers->unlist(msg.rank.id);
-    st.links->stop(msg.rank.id);
+    unwant(self, msg.rank.id);
   }
   // In this process: handled once, whichever of this and our own monitor's
   // down message comes first.

@@ -17,10 +17,13 @@ void on_directory(manager_ptr self, directory_update& msg);
 /// The registry says a rank is down.
 void on_rank_down(manager_ptr self, rank_down& msg);
 
-/// `gone` (lost, or unlinked) is no longer linked here: its process stops
-/// counting as a member unless another linked rank (or the registry) lives
-/// there, and the process's link count to it drops.
+/// `gone` (lost) is no longer linked here: the control actor drops its
+/// link, and its process stops counting as a member unless another linked
+/// rank (or the registry) lives there.
 void distrust(manager_ptr self, const rank_entry& gone);
+
+/// No link to rank `id` is wanted any more (it left the directory).
+void unwant(manager_ptr self, rank_id id);
 
 /// A monitored peer manager is down (`orderly`: it shut down in order).
 void on_peer_down(manager_ptr self, const rank_entry& lost, const std::string& reason,

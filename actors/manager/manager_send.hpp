@@ -22,12 +22,12 @@ inline const rank_ref& me(manager_ptr self) {
   return self->state.self_entry->rank;
 }
 
-/// Sends a control message to another rank's manager, delayed when the
-/// rank's control chaos says so.
 /// Defined by manager_links.cpp: a control message to or from another
 /// process (its link is in use).
 void note_traffic(manager_ptr self, const caf::node_id& node);
 
+/// Sends a control message to another rank's manager, delayed when the
+/// rank's control chaos says so.
 template <class T>
 void send_ctrl(manager_ptr self, const caf::actor& dest, T&& msg) {
   auto& st = self->state;

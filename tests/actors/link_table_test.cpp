@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "kvroom/actors/control/link_table.hpp"
+#include "kvroom/actors/control/stranger_log.hpp"
 #include "ranks.hpp"
 
 using namespace kvroom;
@@ -311,4 +312,23 @@ TEST_CASE("link table: idle processes are asked to close once, not while in use"
   table keep{1, members(), link_timing{query_ms, 0}, 1};
   keep.traffic(5, 0);
   CHECK(keep.idle(100 * idle_ms, [](int) { return false; }).empty());
+}
+
+TEST_CASE("stranger log: one line a second, the rest counted into the next") {
+  stranger_log log;
+  auto step = link_timing::stranger_log_ms;
+  // The first is written, with nothing before it.
+  CHECK(log.note(10) == std::optional<uint64_t>{0});
+  CHECK(stranger_log::more(0).empty());
+  // A flood within the second: counted, not written.
+  for (uint64_t t = 11; t < 10 + step; ++t)
+    CHECK_FALSE(log.note(t));
+  // The next second's first line says how many went unwritten.
+  auto unlogged = log.note(10 + step);
+  REQUIRE(unlogged);
+  CHECK(*unlogged == step - 1);
+  CHECK(stranger_log::more(*unlogged) == " (and " + std::to_string(step - 1)
+                                           + " more since the last such line)");
+  // And the count starts again.
+  CHECK(log.note(10 + 3 * step) == std::optional<uint64_t>{0});
 }

@@ -533,7 +533,8 @@ caf::behavior directory_core(caf::stateful_actor<directory_state>* self,
         return make_error(errc::invalid_config,
                           to_string(entry.rank) + " has no control endpoint: the "
                           + st.opts.name + " needs ranks on the network (runtime_options.network)");
-      entry.manager = caf::actor_cast<caf::actor>(sender);
+      // Whoever answered the challenge, or its process's manager it names.
+      entry.manager = registration_door::listed_actor(sender, entry);
       auto id = entry.rank.id;
       if (st.waiting.count(id) > 0)
         return make_error(errc::invalid_config,
