@@ -25,12 +25,12 @@ using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using attach_atom = caf::atom_constant<caf::atom("attach")>;
 
 /// rank -> its manager at start (`join_atom`, control host, control port):
-/// where the manager is published; it registers and answers `ok_atom` or
-/// an error.
+/// where the manager is published; the manager hands it to its control
+/// actor, which registers and answers `ok_atom` or an error.
 using join_atom = caf::atom_constant<caf::atom("join")>;
-/// manager -> itself: reconnect to the registry / retry links.
+/// control actor -> itself: reconnect to the registry.
 using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
-/// manager -> itself: try the rank's first registration again.
+/// control actor -> itself: try the rank's first registration again.
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
 
 /// Manager -> prefill room: a decode destination together with the decode

@@ -90,11 +90,17 @@ void begin_link(control_ptr self, rank_id id) {
 
 /// A link is made (either side's handshake): it counts for its process's
 /// connection, and the manager counts the peer usable.
+///
+/// The manager's answers below are awaited without a deadline: it is in
+/// this process, and if it ends, this actor ends with it. A deadline could
+/// only leave the two disagreeing about a link the manager did release.
 void made(control_ptr self, rank_id id, uint64_t incarnation, const caf::actor& peer) {
   auto& st = self->state;
   st.links->stop(id);
-  st.linked[id] = peer;
-  if (peer.node() != self->node()) {
+  auto& slot = st.linked[id];
+  bool again = slot == peer; // made again over a link this side still counts
+  slot = peer;
+  if (peer.node() != self->node() && !again) {
     if (st.link_keeper)
       self->send(st.link_keeper, link_up_atom::value, peer.node());
     st.links->traffic(peer.node(), monotonic_ms());
@@ -132,7 +138,7 @@ void close_idle_links(control_ptr self, uint64_t now) {
   });
   if (quiet.empty())
     return;
-  self->request(st.manager, attempt_timeout(self), idle_atom::value, quiet)
+  self->request(st.manager, caf::infinite, idle_atom::value, quiet)
     .then(
       [=](std::vector<caf::node_id>& unused) {
         auto& st = self->state;
@@ -295,7 +301,7 @@ void on_link_close(control_ptr self, link_close& msg) {
     return;
   }
   auto id = msg.from;
-  self->request(st.manager, attempt_timeout(self), release_link{id, peer, false})
+  self->request(st.manager, caf::infinite, release_link{id, peer, false})
     .then(
       [=](bool released) {
         // Unlinked (by the manager too) before the answer goes: nothing
@@ -326,7 +332,7 @@ void on_link_closed(control_ptr self, link_closed& msg) {
   // that opened meanwhile links again), and the connection goes once no
   // rank of this process links there and no room here needs it.
   auto id = msg.from;
-  self->request(st.manager, attempt_timeout(self), release_link{id, peer, true})
+  self->request(st.manager, caf::infinite, release_link{id, peer, true})
     .then([=](bool unused) { unlinked(self, id, peer, unused); },
           [](caf::error&) {
             // The manager is gone: so is this actor, next.

@@ -2,7 +2,7 @@
 
 // One per process: how many links its ranks hold to each peer process. One
 // CAF connection carries them all, so it may close only once the last of
-// them went. The managers tell the keeper; it owns the counts.
+// them went. The ranks' control actors tell the keeper; it owns the counts.
 
 #include <unordered_map>
 
@@ -12,10 +12,10 @@
 
 namespace kvroom {
 
-/// manager -> keeper: a link to a rank of process `node` is up.
+/// control -> keeper: a link to a rank of process `node` is up.
 using link_up_atom = caf::atom_constant<caf::atom("linkup")>;
 
-/// manager -> keeper: a link to a rank of process `node` went (lost, or
+/// control -> keeper: a link to a rank of process `node` went (lost, or
 /// closed as idle); with `close` the connection goes with the last one.
 using link_gone_atom = caf::atom_constant<caf::atom("linkgone")>;
 

@@ -18,8 +18,9 @@ namespace kvroom {
 /// A rank's direct links to its peers as one plain class: the links it
 /// dials (want, connect, reply, ack), the handshakes others started with it
 /// (hello, finish), and which peer processes' links went idle. Time and the
-/// membership proofs are all it needs; the manager carries out what it
-/// decides (connects, sends, trust, monitors) and tells it what came back.
+/// membership proofs are all it needs; the rank's control actor
+/// (rank_control.hpp) carries out what it decides (connects, sends, trust)
+/// and tells it what came back.
 ///
 /// The handshake (see `membership`): A dials B, sends `link_hello`; B
 /// answers `link_reply` with its proof; A checks it and sends `link_finish`
@@ -139,7 +140,7 @@ public:
   }
 
   /// The earliest time a paused link is to be attempted again (a yield, a
-  /// backoff, an endpoint not published yet), if any: the manager wakes for
+  /// backoff, an endpoint not published yet), if any: the control wakes for
   /// it instead of waiting for its sweep, so the first room with a peer
   /// waits the pause and no more. Attempts in progress are not in it: their
   /// stall and deadline are failures, which the sweep finds.
@@ -349,7 +350,7 @@ private:
   std::unordered_map<Node, uint64_t> closing_;
 };
 
-/// A rank's links, as its manager holds them.
+/// A rank's links, as its control actor holds them.
 using link_table = basic_link_table<caf::actor, caf::node_id>;
 
 } // namespace kvroom

@@ -6,9 +6,9 @@
 namespace kvroom {
 
 /// Every time rule of the control plane's links and registration in one
-/// place, as `room_timing` is for rooms. The link table and the manager's
-/// registration take time and jitter as arguments (tests pass them in); only
-/// the manager reads the clock and draws the jitter.
+/// place, as `room_timing` is for rooms. The link table and the control
+/// actor's registration take time and jitter as arguments (tests pass them
+/// in); only the control actor reads the clock and draws the jitter.
 class link_timing {
 public:
   link_timing() = default;

@@ -138,10 +138,11 @@ private:
 };
 
 /// The nodes (processes) whose ranks proved membership to this rank. Only
-/// the manager writes it (rarely: once per peer process); its rooms read it
-/// on every message from another node. Copy on write: a reader takes the
-/// current immutable set, a write publishes a new one, so neither side
-/// waits for the other and the manager stays the table's one owner.
+/// the rank's control actor writes it (rarely: once per peer process); the
+/// manager and the rooms read it on every message from another node. Copy
+/// on write: a reader takes the current immutable set, a write publishes a
+/// new one, so neither side waits for the other and the control actor stays
+/// the table's one owner.
 /// Messages from this process need no lookup.
 class trust_table {
 public:
@@ -151,7 +152,7 @@ public:
     // nop
   }
 
-  /// Manager only.
+  /// The control actor only.
   void add(const caf::node_id& node) {
     auto cur = std::atomic_load(&nodes_);
     if (cur->count(node) > 0)
@@ -161,7 +162,7 @@ public:
     std::atomic_store(&nodes_, std::shared_ptr<const node_set>{std::move(next)});
   }
 
-  /// Manager only.
+  /// The control actor only.
   void remove(const caf::node_id& node) {
     auto cur = std::atomic_load(&nodes_);
     if (cur->count(node) == 0)
