@@ -28,9 +28,10 @@ class KVPoll(enum.IntEnum):
     Success = 4
 
 
-# By number: indexing a tuple costs a fraction of KVPoll(n)'s lookup, and
-# poll() runs for every request every scheduler iteration.
+# By number; the engine's poll() returns these members themselves (poll()
+# runs for every request every scheduler iteration: no lookup on the way).
 _POLL = tuple(sorted(KVPoll, key=int))
+_core._set_poll_values(_POLL)
 
 
 class KVTransferError(Exception):
@@ -103,17 +104,17 @@ class SharedBuffer:
 
 
 class _Handle:
-    __slots__ = ("_impl",)
+    __slots__ = ("_impl", "poll")
 
     def __init__(self, impl):
         self._impl = impl
+        # poll() is the engine's method itself, bound once: no Python frame
+        # between a scheduler and the read (KVPoll, see _POLL).
+        self.poll = impl.poll
 
     @property
     def room(self):
         return self._impl.room
-
-    def poll(self):
-        return _POLL[self._impl.poll()]
 
     def failure(self):
         """The room's KVTransferError once ``poll()`` returned Failed, else None."""
