@@ -88,12 +88,18 @@ void begin_link(control_ptr self, rank_id id) {
       });
 }
 
+/// Asks the manager what only its rooms can say; `fn` takes the answer.
+/// No deadline: the manager is in this process, and if it ends, this actor
+/// ends with it (the error handler has nothing to do). A deadline could
+/// only leave the two disagreeing about a link the manager did release.
+template <class Fn, class... Ts>
+void ask_manager(control_ptr self, Fn fn, Ts&&... xs) {
+  self->request(self->state.manager, caf::infinite, std::forward<Ts>(xs)...)
+    .then(std::move(fn), [](caf::error&) {});
+}
+
 /// A link is made (either side's handshake): it counts for its process's
 /// connection, and the manager counts the peer usable.
-///
-/// The manager's answers below are awaited without a deadline: it is in
-/// this process, and if it ends, this actor ends with it. A deadline could
-/// only leave the two disagreeing about a link the manager did release.
 void made(control_ptr self, rank_id id, uint64_t incarnation, const caf::actor& peer) {
   auto& st = self->state;
   st.links->stop(id);
@@ -138,22 +144,20 @@ void close_idle_links(control_ptr self, uint64_t now) {
   });
   if (quiet.empty())
     return;
-  self->request(st.manager, caf::infinite, idle_atom::value, quiet)
-    .then(
-      [=](std::vector<caf::node_id>& unused) {
-        auto& st = self->state;
-        auto now = monotonic_ms();
-        for (auto& node : quiet)
-          if (std::find(unused.begin(), unused.end(), node) == unused.end())
-            st.links->close_answered(node, false, now); // in use: traffic
-        for (auto& node : unused)
-          for (auto& [id, peer] : st.linked)
-            if (peer.node() == node)
-              send_peer(self, peer, link_close{me(self).id});
-      },
-      [](caf::error&) {
-        // The manager is gone: so is this actor, next.
-      });
+  ask_manager(
+    self,
+    [=](std::vector<caf::node_id>& unused) {
+      auto& st = self->state;
+      auto now = monotonic_ms();
+      for (auto& node : quiet)
+        if (std::find(unused.begin(), unused.end(), node) == unused.end())
+          st.links->close_answered(node, false, now); // in use: traffic
+      for (auto& node : unused)
+        for (auto& [id, peer] : st.linked)
+          if (peer.node() == node)
+            send_peer(self, peer, link_close{me(self).id});
+    },
+    idle_atom::value, quiet);
 }
 
 } // namespace
@@ -301,19 +305,17 @@ void on_link_close(control_ptr self, link_close& msg) {
     return;
   }
   auto id = msg.from;
-  self->request(st.manager, caf::infinite, release_link{id, peer, false})
-    .then(
-      [=](bool released) {
-        // Unlinked (by the manager too) before the answer goes: nothing
-        // here counts on the connection from now, so its close (the
-        // asker's) is no loss.
-        if (released)
-          unlinked(self, id, peer, false);
-        send_peer(self, peer, link_closed{me(self).id, released});
-      },
-      [](caf::error&) {
-        // The manager is gone: so is this actor, next.
-      });
+  ask_manager(
+    self,
+    [=](bool released) {
+      // Unlinked (by the manager too) before the answer goes: nothing here
+      // counts on the connection from now, so its close (the asker's) is
+      // no loss.
+      if (released)
+        unlinked(self, id, peer, false);
+      send_peer(self, peer, link_closed{me(self).id, released});
+    },
+    release_link{id, peer, false});
 }
 
 void on_link_closed(control_ptr self, link_closed& msg) {
@@ -332,11 +334,8 @@ void on_link_closed(control_ptr self, link_closed& msg) {
   // that opened meanwhile links again), and the connection goes once no
   // rank of this process links there and no room here needs it.
   auto id = msg.from;
-  self->request(st.manager, caf::infinite, release_link{id, peer, true})
-    .then([=](bool unused) { unlinked(self, id, peer, unused); },
-          [](caf::error&) {
-            // The manager is gone: so is this actor, next.
-          });
+  ask_manager(
+    self, [=](bool unused) { unlinked(self, id, peer, unused); }, release_link{id, peer, true});
 }
 
 } // namespace kvroom::detail

@@ -20,17 +20,8 @@ using namespace detail;
 caf::behavior rank_control(caf::stateful_actor<rank_control_state>* self,
                            rank_control_params params) {
   auto& st = self->state;
-  st.self_entry = std::move(params.self_entry);
-  st.manager = std::move(params.manager);
-  st.metrics = std::move(params.metrics);
-  st.members = std::move(params.members);
-  st.trust = std::move(params.trust);
-  st.registry = std::move(params.registry);
-  st.registry_host = std::move(params.registry_host);
-  st.registry_port = params.registry_port;
-  st.registration_wait_ms = params.registration_wait_ms;
-  st.link_keeper = std::move(params.link_keeper);
-  st.links.emplace(st.self_entry->rank.id, st.members, params.timing, std::random_device{}());
+  static_cast<rank_control_params&>(st) = std::move(params);
+  st.links.emplace(st.self_entry->rank.id, st.members, st.timing, std::random_device{}());
   // The manager's end is this actor's: it sends no exit of its own first.
   self->monitor(st.manager);
   // CAF's own replies from peers' middlemen land here too: not ours to print.

@@ -115,18 +115,11 @@ struct rank_control_params {
   caf::actor link_keeper;
 };
 
-struct rank_control_state {
-  std::shared_ptr<const rank_entry> self_entry;
-  caf::actor manager;
-  std::shared_ptr<rank_metrics> metrics;
-  std::shared_ptr<const membership> members;
-  std::shared_ptr<trust_table> trust;
-
+/// What it was spawned with, kept current (the entry gains its control
+/// endpoint at `join_atom`; the registry follows reconnects), and what it
+/// keeps of registration and links.
+struct rank_control_state : rank_control_params {
   // -- registration (control_registration.cpp) --
-  caf::actor registry;
-  std::string registry_host;
-  uint16_t registry_port = 0;
-  uint32_t registration_wait_ms = 0;
   /// Until when the rank's first registration may be tried again after a
   /// registry that did not answer in time (many ranks starting at once).
   uint64_t join_deadline_ms = 0;
@@ -142,7 +135,6 @@ struct rank_control_state {
   std::unordered_map<rank_id, caf::actor> linked;
   /// When the pending link timer fires (0: none pending).
   uint64_t link_timer_ms = 0;
-  caf::actor link_keeper;
   stranger_log strangers;
 
   static inline const char* name = "kvroom.rank_control";
