@@ -1,5 +1,6 @@
 #include "shapes.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace kvroom::bench {
@@ -34,14 +35,24 @@ kv_shape tiny_shape(int64_t slots, int64_t layers) {
 
 /// Mean seconds of one single-thread memcpy of `ops`' bytes, repeated for
 /// `seconds` (the same method the transport is measured with).
+uint64_t clock_stride(uint64_t bytes) {
+  constexpr uint64_t between_reads = 1 << 20;
+  return bytes == 0 ? 1 : std::max<uint64_t>(1, between_reads / bytes);
+}
+
 double memcpy_seconds(const std::vector<write_op>& ops, double seconds) {
+  uint64_t bytes = 0;
+  for (auto& op : ops)
+    bytes += op.size_bytes;
+  auto stride = clock_stride(bytes);
   uint64_t reps = 0;
   auto t0 = clock_type::now();
   do {
-    for (auto& op : ops)
-      std::memcpy(reinterpret_cast<void*>(op.dst_addr),
-                  reinterpret_cast<const void*>(op.src_addr), op.size_bytes);
-    ++reps;
+    for (uint64_t i = 0; i < stride; ++i)
+      for (auto& op : ops)
+        std::memcpy(reinterpret_cast<void*>(op.dst_addr),
+                    reinterpret_cast<const void*>(op.src_addr), op.size_bytes);
+    reps += stride;
   } while (since(t0) < seconds);
   return since(t0) / static_cast<double>(reps);
 }
