@@ -51,6 +51,16 @@ auto members_only(self_ptr self, const char* what, Fn fn) {
   };
 }
 
+/// Ends the manager and what follows it: its rooms (they do not monitor it)
+/// and its control actor.
+void end(self_ptr self, const caf::error& reason) {
+  self->state.rooms->for_each([&](room_id, const room_directory::entry& e) {
+    self->send_exit(e.actor, reason);
+  });
+  self->send_exit(self->state.control, reason);
+  self->quit(reason);
+}
+
 /// A handler that hands `T` on to the rank's control actor with its sender
 /// kept: the link handshake is the control's, but peers know the manager.
 /// With `members`, only from members (an idle close is between linked
@@ -125,11 +135,7 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
       from_member(self, "an exit message");
       return;
     }
-    self->state.rooms->for_each([&](room_id, const room_directory::entry& e) {
-      self->send_exit(e.actor, msg.reason);
-    });
-    self->send_exit(self->state.control, msg.reason);
-    self->quit(msg.reason);
+    end(self, msg.reason);
   });
   self->set_down_handler([=](caf::down_msg& msg) {
     auto& st = self->state;
@@ -144,7 +150,7 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
       // Without its control plane the rank can neither link nor register.
       logger()->error("{}: control actor exited: {}", to_string(me(self)),
                       caf::to_string(msg.reason));
-      self->quit(msg.reason);
+      end(self, msg.reason);
       return;
     }
     if (auto peer = st.peers->take_peer(msg.source))
