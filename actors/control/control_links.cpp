@@ -104,8 +104,8 @@ void made(control_ptr self, rank_id id, uint64_t incarnation, const caf::actor& 
   auto& st = self->state;
   st.links->stop(id);
   auto& slot = st.linked[id];
-  bool again = slot == peer; // made again over a link this side still counts
-  slot = peer;
+  bool again = slot.peer == peer; // made again over a link this side still counts
+  slot = {peer, incarnation};
   if (peer.node() != self->node() && !again) {
     if (st.link_keeper)
       self->send(st.link_keeper, link_up_atom::value, peer.node());
@@ -120,7 +120,7 @@ void made(control_ptr self, rank_id id, uint64_t incarnation, const caf::actor& 
 void unlinked(control_ptr self, rank_id id, const caf::actor& peer, bool close) {
   auto& st = self->state;
   auto i = st.linked.find(id);
-  if (i == st.linked.end() || i->second != peer)
+  if (i == st.linked.end() || i->second.peer != peer)
     return;
   st.linked.erase(i);
   auto node = peer.node();
@@ -129,7 +129,7 @@ void unlinked(control_ptr self, rank_id id, const caf::actor& peer, bool close) 
   // The process still proved membership: what it sends before the link is
   // made again (a room that opened meanwhile) is parked, not dropped.
   bool more = std::any_of(st.linked.begin(), st.linked.end(),
-                          [&](auto& kvp) { return kvp.second.node() == node; });
+                          [&](auto& kvp) { return kvp.second.peer.node() == node; });
   if (!more)
     st.links->forget(node);
 }
@@ -153,9 +153,9 @@ void close_idle_links(control_ptr self, uint64_t now) {
         if (std::find(unused.begin(), unused.end(), node) == unused.end())
           st.links->close_answered(node, false, now); // in use: traffic
       for (auto& node : unused)
-        for (auto& [id, peer] : st.linked)
-          if (peer.node() == node)
-            send_peer(self, peer, link_close{me(self).id});
+        for (auto& kvp : st.linked)
+          if (kvp.second.peer.node() == node)
+            send_peer(self, kvp.second.peer, link_close{me(self).id});
     },
     idle_atom::value, quiet);
 }
@@ -178,11 +178,19 @@ bool node_holds_ours(control_ptr self, const caf::node_id& node) {
   if (st.registry && st.registry.node() == node)
     return true;
   return std::any_of(st.linked.begin(), st.linked.end(),
-                     [&](auto& kvp) { return kvp.second.node() == node; });
+                     [&](auto& kvp) { return kvp.second.peer.node() == node; });
 }
 
 void want_link(control_ptr self, const std::shared_ptr<const rank_entry>& e) {
   if (!e || !self->home_system().has_middleman() || e->rank.id == me(self).id)
+    return;
+  // Stale: the manager asked while the link was being made (the peer's own
+  // dial can finish first). Dialling again would open a second connection
+  // between the two processes, which CAF 0.17 closes as a duplicate, and
+  // the links on it read as lost (measured: `kvroom stress --processes`, a
+  // restarted rank "lost" again 50 s later, with rooms in flight).
+  if (auto i = self->state.linked.find(e->rank.id);
+      i != self->state.linked.end() && i->second.incarnation == e->incarnation)
     return;
   using want = link_table::want_result;
   switch (self->state.links->want(e, monotonic_ms())) {
@@ -221,7 +229,7 @@ void on_link_dropped(control_ptr self, const link_dropped& msg) {
   if (!msg.peer || msg.peer.node() == self->node())
     return;
   auto node = msg.peer.node();
-  if (auto i = st.linked.find(msg.id); i != st.linked.end() && i->second == msg.peer) {
+  if (auto i = st.linked.find(msg.id); i != st.linked.end() && i->second.peer == msg.peer) {
     st.linked.erase(i);
     if (st.link_keeper)
       self->send(st.link_keeper, link_gone_atom::value, node, false);
@@ -293,7 +301,7 @@ void on_link_close(control_ptr self, link_close& msg) {
   if (!peer)
     return;
   auto i = st.linked.find(msg.from);
-  if (i == st.linked.end() || i->second != peer) {
+  if (i == st.linked.end() || i->second.peer != peer) {
     // Not linked here (any more): nothing to keep.
     send_peer(self, peer, link_closed{me(self).id, true});
     return;
@@ -324,7 +332,7 @@ void on_link_closed(control_ptr self, link_closed& msg) {
   if (!peer)
     return;
   auto i = st.linked.find(msg.from);
-  if (i == st.linked.end() || i->second != peer)
+  if (i == st.linked.end() || i->second.peer != peer)
     return;
   // Not agreed: the peer still uses it, which counts as traffic.
   st.links->close_answered(peer.node(), msg.agreed, monotonic_ms());

@@ -130,9 +130,15 @@ struct rank_control_state : rank_control_params {
   // -- links (control_links.cpp) --
   /// Links this rank dials, handshakes others started, idle processes.
   std::optional<link_table> links;
+  /// A link made: the peer's manager and the incarnation it was made with.
+  struct link_end {
+    caf::actor peer;
+    uint64_t incarnation = 0;
+  };
   /// The peers linked through this actor, by rank: whom an idle close asks,
-  /// and whether a process still holds a link of ours.
-  std::unordered_map<rank_id, caf::actor> linked;
+  /// whether a process still holds a link of ours, and which wants are
+  /// stale (the manager's want can arrive after the link it asked for).
+  std::unordered_map<rank_id, link_end> linked;
   /// When the pending link timer fires (0: none pending).
   uint64_t link_timer_ms = 0;
   stranger_log strangers;

@@ -88,7 +88,7 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
       logger()->debug("{}: rank {} left the directory: {}", to_string(me(self)),
                       to_string(msg.rank), msg.reason);
       st.peers->lose(peer_lost{msg.rank, "rank " + to_string(msg.rank) + " lost: " + msg.reason},
-                     room_timing::now());
+                     room_timing::now(), msg.incarnation);
       count_peers(self);
     }
     return;
@@ -130,7 +130,7 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
                     to_string(msg.rank), msg.reason);
     peer_lost why{msg.rank, "rank " + to_string(msg.rank) + " lost: " + msg.reason
                               + " (seen by the bootstrap registry)"};
-    st.peers->lose(why, room_timing::now());
+    st.peers->lose(why, room_timing::now(), msg.incarnation);
     count_peers(self);
     rooms_lost(self, why);
   }
@@ -159,7 +159,7 @@ void on_peer_down(manager_ptr self, const rank_entry& lost, const std::string& r
   else
     logger()->warn("{}: {} ({} rooms in flight checked)", to_string(me(self)), text, open);
   peer_lost why{peer, text};
-  st.peers->lose(why, room_timing::now());
+  st.peers->lose(why, room_timing::now(), lost.incarnation);
   count_peers(self);
   rooms_lost(self, why);
 }

@@ -61,6 +61,15 @@ peer_directory::entry_ptr peer_directory::link(rank_id id, uint64_t incarnation,
                                                const caf::actor& manager) {
   if (auto known = find(id); known && known->incarnation == incarnation)
     return nullptr; // linked already (both sides linked at once)
+  // A link proves a live incarnation (its handshake is bound to it). One
+  // other than the incarnation lost is the rank back: rooms that open now
+  // wait for its listing instead of failing on the old one's loss. The new
+  // rank can reach us before the registry's push does (measured: `kvroom
+  // stress --processes --seed=10`, a restarted prefill rank's first rooms
+  // failed on its predecessor's loss on every survivor).
+  if (auto x = lost_.find(id);
+      x != lost_.end() && x->second.incarnation != 0 && x->second.incarnation != incarnation)
+    lost_.erase(x);
   auto l = listed_.find(id);
   if (l == listed_.end() || l->second->incarnation != incarnation) {
     // Bounded by the directory's own size: one per rank id.
@@ -192,13 +201,13 @@ peer_directory::entry_ptr peer_directory::take_peer(rank_id id) {
   return nullptr;
 }
 
-void peer_directory::lose(peer_lost why, uint64_t now_ms) {
+void peer_directory::lose(peer_lost why, uint64_t now_ms, uint64_t incarnation) {
   auto id = why.rank.id;
   directory_.erase(std::remove_if(directory_.begin(), directory_.end(),
                                   [&](const auto& e) { return e->rank.id == id; }),
                    directory_.end());
   // A listed newer incarnation stays listed: it replaces the lost one.
-  lost_[id] = lost_rank{std::move(why), now_ms};
+  lost_[id] = lost_rank{std::move(why), now_ms, incarnation};
 }
 
 void peer_directory::expire(uint64_t now_ms) {

@@ -30,6 +30,8 @@ public:
   struct lost_rank {
     peer_lost why;
     uint64_t since_ms = 0;
+    /// The incarnation that went (0: not known).
+    uint64_t incarnation = 0;
   };
 
   peer_directory(rank_id self, uint64_t lost_window_ms)
@@ -46,7 +48,9 @@ public:
   changes update(const std::vector<rank_entry>& ranks);
 
   /// The listed rank `id` of `incarnation`, linked through `manager`: usable
-  /// from now, no longer lost, and replacing an older incarnation. Null when
+  /// from now, no longer lost, and replacing an older incarnation. A link of
+  /// an incarnation other than the one lost ends the loss even before the
+  /// listing comes. Null when
   /// the directory lists no such rank (yet): then kept, and made usable when
   /// the listing arrives (a peer that linked to us first).
   entry_ptr link(rank_id id, uint64_t incarnation, const caf::actor& manager);
@@ -119,8 +123,9 @@ public:
   /// The monitored peer with this rank id; no longer monitored.
   entry_ptr take_peer(rank_id id);
 
-  /// The rank is gone: out of the directory, remembered as lost.
-  void lose(peer_lost why, uint64_t now_ms);
+  /// The rank is gone: out of the directory, remembered as lost (with the
+  /// incarnation that went, when known).
+  void lose(peer_lost why, uint64_t now_ms, uint64_t incarnation = 0);
 
   const std::unordered_map<rank_id, lost_rank>& lost() const noexcept {
     return lost_;

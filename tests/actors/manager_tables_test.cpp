@@ -244,6 +244,31 @@ TEST_CASE("peer directory: ranks with a control endpoint are usable only once li
   CHECK(dir.find(101));
 }
 
+TEST_CASE("peer directory: a link of another incarnation ends a loss before the listing does") {
+  peer_directory dir{0, 500};
+  rank_entry remote{make_rank(role::prefill, 0, 1, 1), {}, {}, {}, "127.0.0.1", 4000, 7};
+  dir.update({remote});
+  REQUIRE(dir.link(1, 7, {}));
+  // Incarnation 7 lost.
+  dir.lose(peer_lost{remote.rank, "gone"}, 1000, 7);
+  REQUIRE(dir.lost().count(1) == 1);
+  // A late handshake of the incarnation that went proves nothing new.
+  CHECK_FALSE(dir.link(1, 7, {}));
+  CHECK(dir.lost().count(1) == 1);
+  // Its replacement linked before the registry's push listed it: the rank
+  // is back, so rooms that open now wait for the listing, not fail.
+  CHECK_FALSE(dir.link(1, 8, {}));
+  CHECK(dir.lost().empty());
+  // And the listing makes the early link usable.
+  remote.incarnation = 8;
+  CHECK(dir.update({remote}).usable.size() == 1);
+  CHECK(dir.find(1));
+  // A loss whose incarnation is not known stays until the listing.
+  dir.lose(peer_lost{remote.rank, "gone"}, 2000);
+  CHECK_FALSE(dir.link(1, 9, {}));
+  CHECK(dir.lost().count(1) == 1);
+}
+
 TEST_CASE("membership: proofs bind both nonces, both ids and the roles") {
   membership m{deployment_secret{"a deployment secret of some length"}};
   membership other{deployment_secret{"another deployment's secret here"}};
