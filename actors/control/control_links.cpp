@@ -88,6 +88,13 @@ void begin_link(control_ptr self, rank_id id) {
       });
 }
 
+/// Whether rank `id` is linked here through `peer` (not an older or newer
+/// link under the same id).
+bool linked_through(control_ptr self, rank_id id, const caf::actor& peer) {
+  auto i = self->state.linked.find(id);
+  return i != self->state.linked.end() && i->second.peer == peer;
+}
+
 /// Asks the manager what only its rooms can say; `fn` takes the answer.
 /// No deadline: the manager is in this process, and if it ends, this actor
 /// ends with it (the error handler has nothing to do). A deadline could
@@ -119,10 +126,9 @@ void made(control_ptr self, rank_id id, uint64_t incarnation, const caf::actor& 
 /// there.
 void unlinked(control_ptr self, rank_id id, const caf::actor& peer, bool close) {
   auto& st = self->state;
-  auto i = st.linked.find(id);
-  if (i == st.linked.end() || i->second.peer != peer)
+  if (!linked_through(self, id, peer))
     return;
-  st.linked.erase(i);
+  st.linked.erase(id);
   auto node = peer.node();
   if (st.link_keeper)
     self->send(st.link_keeper, link_gone_atom::value, node, close);
@@ -229,8 +235,8 @@ void on_link_dropped(control_ptr self, const link_dropped& msg) {
   if (!msg.peer || msg.peer.node() == self->node())
     return;
   auto node = msg.peer.node();
-  if (auto i = st.linked.find(msg.id); i != st.linked.end() && i->second.peer == msg.peer) {
-    st.linked.erase(i);
+  if (linked_through(self, msg.id, msg.peer)) {
+    st.linked.erase(msg.id);
     if (st.link_keeper)
       self->send(st.link_keeper, link_gone_atom::value, node, false);
   }
@@ -300,8 +306,7 @@ void on_link_close(control_ptr self, link_close& msg) {
   auto peer = peer_of(self);
   if (!peer)
     return;
-  auto i = st.linked.find(msg.from);
-  if (i == st.linked.end() || i->second.peer != peer) {
+  if (!linked_through(self, msg.from, peer)) {
     // Not linked here (any more): nothing to keep.
     send_peer(self, peer, link_closed{me(self).id, true});
     return;
@@ -331,8 +336,7 @@ void on_link_closed(control_ptr self, link_closed& msg) {
   auto peer = peer_of(self);
   if (!peer)
     return;
-  auto i = st.linked.find(msg.from);
-  if (i == st.linked.end() || i->second.peer != peer)
+  if (!linked_through(self, msg.from, peer))
     return;
   // Not agreed: the peer still uses it, which counts as traffic.
   st.links->close_answered(peer.node(), msg.agreed, monotonic_ms());
