@@ -190,6 +190,7 @@ int bench_rooms(int argc, char** argv) {
               tp, tp, static_cast<long long>(cfg.layers), cfg.seconds);
   caf::actor_system sys{cfg};
   std::vector<std::string> rows;
+  std::vector<goal> goals;
   double spawn_rate = 0, msg_rate = 0;
   {
     runtime rt{sys};
@@ -253,6 +254,9 @@ int bench_rooms(int argc, char** argv) {
                     "CAF's cost, not a ceiling\n",
                     rate, bound);
       std::fflush(stdout);
+      // Issue #33's goal for rooms in one process, at the point it names.
+      if (c == 256 && tp == 1)
+        goals.push_back({"1P x 1D rooms/s at 256 in flight / CAF bound", rate, bound, 0.7});
       bool holds = bound <= 0 || rate <= bound;
       auto row = json_object{}
                    .num("concurrency", static_cast<double>(c))
@@ -269,6 +273,7 @@ int bench_rooms(int argc, char** argv) {
       rows.push_back(row.dump(6));
     }
   }
+  auto goals_json = report_goals(goals);
   auto out = json_object{}
                .str("bench", "rooms")
                .str("mode", "in-process")
@@ -279,6 +284,7 @@ int bench_rooms(int argc, char** argv) {
                .num("caf_spawn_per_s", spawn_rate)
                .num("caf_messages_per_s", msg_rate)
                .raw("points", json_array(rows))
+               .raw("goals", goals_json)
                .dump();
   std::printf("%s\n", out.c_str());
   if (!cfg.json.empty() && !write_file(cfg.json, out))

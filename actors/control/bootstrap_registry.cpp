@@ -56,6 +56,56 @@ void push(self_ptr self) {
   push_to(self, false);
 }
 
+/// Remembers that `id`'s rank went down, forgetting the oldest id beyond
+/// `max_ranks` (one per rank id a member may hold; a forgotten one only
+/// means its replacement is pushed in a batch).
+void remember_gone(self_ptr self, rank_id id) {
+  auto& gone = self->state.gone;
+  gone.erase(std::remove(gone.begin(), gone.end(), id), gone.end());
+  if (gone.size() >= std::max<size_t>(1, self->state.max_ranks))
+    gone.erase(gone.begin());
+  gone.push_back(id);
+}
+
+/// Takes `id` off the gone list; true if it was there.
+bool replaces(self_ptr self, rank_id id) {
+  auto& gone = self->state.gone;
+  auto i = std::find(gone.begin(), gone.end(), id);
+  if (i == gone.end())
+    return false;
+  gone.erase(i);
+  return true;
+}
+
+/// Pushes the directory to every rank but `registrant` as a request, and
+/// answers the registrant once all acknowledged it or timed out. A manager
+/// answers the push after applying it: the replacement is listed there (and
+/// its predecessor's loss forgotten) before anyone hears it is ready.
+caf::result<directory_update> acked_push(self_ptr self, rank_id registrant) {
+  struct pending {
+    caf::response_promise answer;
+    size_t left = 0;
+  };
+  auto p = std::make_shared<pending>();
+  p->answer = self->make_response_promise();
+  auto msg = view(self);
+  auto one_done = [self, p] {
+    if (--p->left == 0)
+      p->answer.deliver(view(self));
+  };
+  for (auto& e : self->state.ranks) {
+    if (e.rank.id == registrant)
+      continue;
+    ++p->left;
+    self->request(e.manager,
+                  std::chrono::milliseconds(bootstrap_registry_state::replacement_ack_ms), msg)
+      .then([one_done] { one_done(); }, [one_done](caf::error&) { one_done(); });
+  }
+  if (p->left == 0)
+    return view(self);
+  return p->answer;
+}
+
 caf::error refuse(self_ptr self, errc code, std::string why) {
   ++self->state.refusals;
   logger()->warn("registry: registration refused: {}", why);
@@ -94,6 +144,7 @@ caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
     // Which incarnation went: a replacement listed by the time this lands
     // is not the one lost.
     note.incarnation = i->incarnation;
+    remember_gone(self, i->rank.id);
     xs.erase(i);
     // The loss first, then the directory without the rank.
     for (auto& e : xs)
@@ -134,6 +185,8 @@ caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
         xs.push_back(entry);
       }
       self->monitor(entry.manager);
+      if (replaces(self, entry.rank.id))
+        return acked_push(self, entry.rank.id);
       // The registrant has the directory now; everyone else with the next push.
       schedule_push(self);
       return view(self);

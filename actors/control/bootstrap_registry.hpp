@@ -26,6 +26,15 @@ struct bootstrap_registry_state {
   uint64_t refusals = 0;
   /// A push of the directory to every rank is scheduled.
   bool push_pending = false;
+  /// Ids whose rank went down, oldest first (at most `max_ranks`): a rank
+  /// registering with one of them is a replacement, and the survivors
+  /// remember its predecessor as lost (see the registration handler).
+  std::vector<rank_id> gone;
+
+  /// How long a replacement's answer waits for the other ranks'
+  /// acknowledgements: under the registrant's shortest try (500 ms, see
+  /// link_timing), so a frozen survivor delays it and fails nothing.
+  static constexpr uint64_t replacement_ack_ms = 250;
 
   static inline const char* name = "kvroom.bootstrap_registry";
 };
@@ -41,6 +50,13 @@ struct bootstrap_registry_state {
 /// its reply); a rank whose manager goes down is removed. A restarted
 /// registry rebuilds its table from the ranks registering again. At most
 /// `max_ranks` ranks register.
+///
+/// A replacement (an id whose rank went down) is answered only once every
+/// other listed rank acknowledged the directory that lists it, or did not
+/// within `replacement_ack_ms`: a replacement that reports ready is known
+/// everywhere, so no survivor fails its first rooms on the loss of the one
+/// it replaced. First registrations are pushed in batches (see
+/// schedule_push), as many ranks start at once.
 caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
                                  uint32_t max_ranks,
                                  std::shared_ptr<const membership> members);
