@@ -43,13 +43,25 @@ public:
   /// skipped, with the reason).
   std::string transports;
   bool skip_realistic = false;
+  /// Which parts run (all by default): points (the blocks x batches table),
+  /// realistic, sliced, scattered, paths, integrity. One part alone is what
+  /// a profile of it wants.
+  std::string parts = "points,realistic,sliced,scattered,paths,integrity";
+  bool runs(const std::string& part) const {
+    if (skip_realistic && (part == "realistic" || part == "sliced" || part == "scattered"))
+      return false;
+    return ("," + parts + ",").find("," + part + ",") != std::string::npos;
+  }
   bandwidth_config() {
     opt_group{custom_options_, "global"}
       .add(blocks, "blocks", "block sizes in bytes, comma-separated")
       .add(batches, "batches", "writes per batch, comma-separated")
       .add(transports, "transports",
            "comma-separated, of the transport table (default: all; those present run)")
-      .add(skip_realistic, "skip-realistic", "skip the realistic KV layout through rooms");
+      .add(skip_realistic, "skip-realistic",
+           "skip the realistic KV layout through rooms (realistic, sliced, scattered)")
+      .add(parts, "parts",
+           "parts to run, comma-separated: points,realistic,sliced,scattered,paths,integrity");
   }
 };
 
@@ -511,7 +523,7 @@ int bench_bandwidth(int argc, char** argv) {
   std::vector<std::string> rows;
   std::vector<goal> goals;
   for (auto& name : names) {
-    bool skip = false;
+    bool skip = !cfg.runs("points");
     for (auto block : blocks) {
       for (auto batch : batches) {
         auto bytes = static_cast<uint64_t>(block) * static_cast<uint64_t>(batch);
@@ -555,7 +567,7 @@ int bench_bandwidth(int argc, char** argv) {
   }
   // The realistic layout, end to end through rooms (local transport).
   double kv_gbps = 0, kv_base = 0;
-  if (!cfg.skip_realistic) {
+  if (cfg.runs("realistic")) {
     caf::actor_system sys{cfg};
     runtime rt{sys};
     constexpr int64_t ppr = 16, conc = 4;
@@ -586,7 +598,7 @@ int bench_bandwidth(int argc, char** argv) {
   // (each decode rank takes half of one prefill rank's heads) against
   // 2P -> 2D, HND and NHD, alternated and the best of two each (noise).
   std::vector<std::string> mapped;
-  if (!cfg.skip_realistic) {
+  if (cfg.runs("sliced")) {
     caf::actor_system sys{cfg};
     auto each = std::max(0.2, cfg.seconds / 2);
     for (auto order : {page_order::hnd, page_order::nhd}) {
@@ -614,7 +626,7 @@ int bench_bandwidth(int argc, char** argv) {
   // Scattered pages against contiguous ones, through rooms: what a
   // scheduler's fragmented free list costs (issue #33: >= 80 %).
   std::vector<std::string> scatter;
-  if (!cfg.skip_realistic) {
+  if (cfg.runs("scattered")) {
     caf::actor_system sys{cfg};
     auto each = std::max(0.3, cfg.seconds / 2);
     for (auto& name : names) {
@@ -645,7 +657,7 @@ int bench_bandwidth(int argc, char** argv) {
   // tcp over one path and over two (two loopback addresses), through the
   // path layer both times, alternated, the best of two each (noise).
   std::vector<std::string> multi;
-  if (std::find(names.begin(), names.end(), "tcp") != names.end()) {
+  if (cfg.runs("paths") && std::find(names.begin(), names.end(), "tcp") != names.end()) {
     for (int64_t block : {int64_t{1} << 20, int64_t{4} << 20}) {
       double one = 0, two = 0;
       for (int rep = 0; rep < 2; ++rep) {
@@ -669,6 +681,8 @@ int bench_bandwidth(int argc, char** argv) {
   // against a memcpy of the same writes, at 64 KiB and 1 MiB blocks.
   std::vector<std::string> hashed;
   for (uint64_t block : {uint64_t{64} << 10, uint64_t{1} << 20}) {
+    if (!cfg.runs("integrity"))
+      break;
     constexpr uint64_t count = 16;
     std::vector<uint8_t> src(block * count, 1), dst(block * count, 0);
     std::vector<write_op> ops;
