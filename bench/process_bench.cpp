@@ -285,10 +285,17 @@ int bench_processes(int argc, char** argv) {
       }
       int64_t first = INT64_MAX, last = 0;
       uint64_t ok = 0, failed = 0;
+      // Open to conclusion on each side's TP rank 0: with the rooms in
+      // flight, what throughput is made of (rooms/s = in flight / latency).
+      std::vector<double> prefill_us, decode_us;
       for (auto& p : d.procs) {
         for (auto& [room, r] : harness::read_report(d.report_of(p))) {
           first = std::min(first, r.opened_ms);
           last = std::max(last, r.at_ms);
+          if (p.name == "p0")
+            prefill_us.push_back(static_cast<double>(r.latency_us));
+          if (p.name == "d0")
+            decode_us.push_back(static_cast<double>(r.latency_us));
           // A room counts once: on decode tp0, which verified its bytes.
           if (p.name == "d0")
             (r.state == kv_poll::success && r.data_error.empty() ? ok : failed) += 1;
@@ -300,8 +307,10 @@ int bench_processes(int argc, char** argv) {
       std::snprintf(groups, sizeof(groups), "%lldPx%lldD", static_cast<long long>(tp),
                     static_cast<long long>(tp));
       across.push_back({tp, c, rate});
-      std::printf("%-8s %12lld %10.0f %10llu %8llu\n", groups, static_cast<long long>(c), rate,
-                  static_cast<unsigned long long>(ok), static_cast<unsigned long long>(failed));
+      std::printf("%-8s %12lld %10.0f %10llu %8llu   room p50 prefill %.0f us, decode %.0f us\n",
+                  groups, static_cast<long long>(c), rate, static_cast<unsigned long long>(ok),
+                  static_cast<unsigned long long>(failed), percentile(prefill_us, 50),
+                  percentile(decode_us, 50));
       std::fflush(stdout);
       rows.push_back(json_object{}
                        .num("tp", static_cast<double>(tp))
@@ -309,6 +318,8 @@ int bench_processes(int argc, char** argv) {
                        .num("rooms_per_s", rate)
                        .num("succeeded", static_cast<double>(ok))
                        .num("failed", static_cast<double>(failed))
+                       .num("prefill_latency_us_p50", percentile(prefill_us, 50))
+                       .num("decode_latency_us_p50", percentile(decode_us, 50))
                        .dump(6));
       std::filesystem::remove_all(d.dir);
     }

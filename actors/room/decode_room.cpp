@@ -64,7 +64,7 @@ void maybe_send_dst(self_ptr self) {
     // Straight to the prefill rank's manager; this rank's manager hears
     // where the pages went, in case this actor dies before the fence.
     self->send(core.params().manager, dst_sent{info.room, s->rank.id});
-    self->send(s->manager, std::move(info));
+    core.send_to_peer(s->manager, std::move(info));
   }
 }
 
@@ -232,7 +232,7 @@ void report_part(self_ptr self, const room_effect& fx) {
   if (st.decider && fx.source == st.decider->rank.id && sender)
     self->send(sender, std::move(part));
   else if (st.decider)
-    self->send(st.decider->manager, std::move(part));
+    core.send_to_peer(st.decider->manager, std::move(part));
   else
     core.to_decider(fx.decider, caf::make_message(std::move(part)));
 }
@@ -417,7 +417,7 @@ void on_read(self_ptr self, const transfer_result& res) {
   if (r.source_room)
     self->send(r.source_room, std::move(done));
   else if (src)
-    self->send(src->manager, std::move(done));
+    st.core.send_to_peer(src->manager, std::move(done));
   if (st.reads.empty())
     core.reading(false);
 }

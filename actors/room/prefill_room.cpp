@@ -25,7 +25,7 @@ void to_decode(self_ptr self, const prefill_target& t, T msg) {
   if (t.dst.decode_room)
     self->send(t.dst.decode_room, std::move(msg));
   else if (t.peer)
-    self->send(t.peer->manager, std::move(msg));
+    self->state.core.send_to_peer(t.peer->manager, std::move(msg));
 }
 
 bool ready(const prefill_room_state& st) {
@@ -406,7 +406,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
     // it now, with the original root cause.
     // (Its manager fences the destination: this room posts nothing more.)
     if (core.protocol().state() == kv_poll::failed && msg.peer)
-      self->send(msg.peer->manager,
+      core.send_to_peer(msg.peer->manager,
                  room_failed{core.params().room, core.protocol().failure(), true,
                              me.id});
     return;

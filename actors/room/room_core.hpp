@@ -12,6 +12,7 @@
 #include "caf/actor.hpp"
 #include "caf/event_based_actor.hpp"
 #include "caf/behavior.hpp"
+#include "caf/send.hpp"
 
 #include "kvroom/actors/inline_path.hpp"
 #include "kvroom/actors/local_messages.hpp"
@@ -78,6 +79,21 @@ public:
 
   void set_counterparts(std::vector<rank_ref> xs) {
     protocol_->set_counterparts(std::move(xs));
+  }
+
+  /// Sends `msg` to `dest`, a rank's manager (or a room of this process):
+  /// from this room when `dest` is in this process, else as this rank's
+  /// manager. A room named as the sender of a message to another node makes
+  /// CAF 0.17 create a proxy for it there, announce it back and kill it
+  /// when the room ends: two more frames on the wire per room and peer
+  /// (measured: 12 `recvfrom` per tiny room across processes). The
+  /// receiving side checks only the sender's node, which is the same.
+  template <class T>
+  void send_to_peer(const caf::actor& dest, T&& msg) {
+    if (local(dest))
+      self_->send(dest, std::forward<T>(msg));
+    else
+      caf::send_as(params_.manager, dest, std::forward<T>(msg));
   }
 
   /// The message being handled comes from this process or from a node that
