@@ -32,6 +32,9 @@ using join_atom = caf::atom_constant<caf::atom("join")>;
 using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
 /// control actor -> itself: try the rank's first registration again.
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
+/// manager -> itself, behind the messages in its mailbox: send the
+/// control messages held for other processes (control_outbox.hpp).
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
 
 /// Manager -> prefill room: a decode destination together with the decode
 /// rank's registry entry (layout and data-plane endpoint).

@@ -66,7 +66,8 @@ void add_message_types(caf::actor_system_config& cfg) {
     .add_message_type<read_batch>("kvroom.read_batch")
     .add_message_type<transfer_result>("kvroom.transfer_result")
     .add_message_type<part_done>("kvroom.part_done")
-    .add_message_type<room_committed>("kvroom.room_committed");
+    .add_message_type<room_committed>("kvroom.room_committed")
+    .add_message_type<control_bundle>("kvroom.control_bundle");
 }
 
 } // namespace kvroom

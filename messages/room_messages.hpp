@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "caf/actor.hpp"
+#include "caf/message.hpp"
 #include "caf/meta/type_name.hpp"
 
 #include "kvroom/api/descriptors.hpp"
@@ -291,6 +292,19 @@ struct room_committed {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, room_committed& x) {
   return f(caf::meta::type_name("kvroom.room_committed"), x.room);
+}
+
+/// Manager -> another process's manager: the control messages for it that
+/// one drain of the sender's mailbox produced, in order (see
+/// control_outbox.hpp). Each is handled as if it came alone, with the
+/// same sender; a bundle inside a bundle is dropped.
+struct control_bundle {
+  std::vector<caf::message> messages;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, control_bundle& x) {
+  return f(caf::meta::type_name("kvroom.control_bundle"), x.messages);
 }
 
 // -- failure fan-out -----------------------------------------------------------

@@ -54,6 +54,8 @@ auto members_only(self_ptr self, const char* what, Fn fn) {
 /// Ends the manager and what follows it: its rooms (they do not monitor it)
 /// and its control actor.
 void end(self_ptr self, const caf::error& reason) {
+  // What this drain decided still leaves (a failure's fan-out above all).
+  flush_outbox(self);
   self->state.rooms->for_each([&](room_id, const room_directory::entry& e) {
     self->send_exit(e.actor, reason);
   });
@@ -280,6 +282,11 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
     to_control<link_close>(self, "link_close", true),
     to_control<link_closed>(self, "link_closed", true),
     [=](decide_atom) { decide_unopened(self); },
+    [=](flush_atom) {
+      if (self->current_sender() == self->ctrl())
+        flush_outbox(self);
+    },
+    members_only<control_bundle>(self, "a bundle of control messages", on_bundle),
     [=](sweep_atom) {
       sweep(self);
       self->delayed_send(self, sweep_interval, sweep_atom::value);

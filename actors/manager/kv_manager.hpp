@@ -11,6 +11,7 @@
 #include "caf/stateful_actor.hpp"
 
 #include "kvroom/api/config.hpp"
+#include "kvroom/actors/manager/control_outbox.hpp"
 #include "kvroom/actors/manager/failure_log.hpp"
 #include "kvroom/actors/counted_actor.hpp"
 #include "kvroom/actors/local_messages.hpp"
@@ -67,6 +68,10 @@ struct kv_manager_state {
   /// Peer processes a control message went to or came from since the last
   /// sweep: their links are in use (the control actor's idle check).
   std::unordered_set<caf::node_id> busy_nodes;
+  /// Control messages for other processes until this drain ends
+  /// (manager_outbox.cpp), and whether the flush is queued.
+  detail::control_outbox outbox;
+  bool flush_queued = false;
   stranger_log strangers;
   /// Decode: revokes the grants of rooms whose actor died.
   std::shared_ptr<backend> data_plane;

@@ -26,12 +26,25 @@ inline const rank_ref& me(manager_ptr self) {
 /// process (its link is in use).
 void note_traffic(manager_ptr self, const caf::node_id& node);
 
+/// Defined by manager_outbox.cpp: holds `msg` for `dest`, a manager in
+/// another process, until this drain of the mailbox ends (control_outbox).
+void hold_for(manager_ptr self, const caf::actor& dest, caf::message msg);
+
+/// Defined by manager_outbox.cpp: sends what the outbox holds.
+void flush_outbox(manager_ptr self);
+
+/// Defined by manager_outbox.cpp: handles each message of a peer's bundle
+/// as if it had come alone.
+void on_bundle(manager_ptr self, control_bundle& msg);
+
 /// Sends a control message to another rank's manager, delayed when the
-/// rank's control chaos says so.
+/// rank's control chaos says so; to another process with the rest of this
+/// drain's messages for it (hold_for).
 template <class T>
 void send_ctrl(manager_ptr self, const caf::actor& dest, T&& msg) {
   auto& st = self->state;
-  if (dest && dest.node() != self->node())
+  bool remote = dest && dest.node() != self->node();
+  if (remote)
     note_traffic(self, dest.node());
   if (st.chaos.delay_probability > 0.0 && st.chaos.max_delay_ms > 0) {
     std::uniform_real_distribution<double> coin{0.0, 1.0};
@@ -41,6 +54,13 @@ void send_ctrl(manager_ptr self, const caf::actor& dest, T&& msg) {
                          std::forward<T>(msg));
       return;
     }
+  }
+  if (remote) {
+    if constexpr (std::is_same_v<std::decay_t<T>, caf::message>)
+      hold_for(self, dest, std::forward<T>(msg));
+    else
+      hold_for(self, dest, caf::make_message(std::forward<T>(msg)));
+    return;
   }
   self->send(dest, std::forward<T>(msg));
 }

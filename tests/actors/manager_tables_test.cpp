@@ -3,6 +3,9 @@
 
 #include "kvroom/actors/control/bootstrap_registry.hpp"
 #include "kvroom/actors/control/membership.hpp"
+#include "caf/all.hpp"
+
+#include "kvroom/actors/manager/control_outbox.hpp"
 #include "kvroom/actors/manager/parking.hpp"
 #include "kvroom/actors/manager/peer_directory.hpp"
 #include "kvroom/actors/manager/room_directory.hpp"
@@ -380,4 +383,34 @@ TEST_CASE("layout check: ranks that declare a parallel layout are checked by wha
   auto staged = entry(2, role::prefill, 128, 2);
   staged.parallel.layers = 1;
   CHECK(layout_conflict(ranks, staged).find("TP x PP 1 x 2 against 1 x 1") != std::string::npos);
+}
+
+TEST_CASE("control outbox: messages per peer in order, a full peer's bundle leaves at once") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto peer = [&] { return sys.spawn([] { return caf::behavior{[](int) {}}; }); };
+  auto a = peer(), b = peer();
+  detail::control_outbox out;
+  CHECK_FALSE(out.add(a, caf::make_message(1)));
+  CHECK_FALSE(out.add(b, caf::make_message(10)));
+  CHECK_FALSE(out.add(a, caf::make_message(2)));
+  CHECK(out.held() == 3);
+  auto for_a = out.take(a);
+  REQUIRE(for_a.size() == 2);
+  CHECK(for_a[0].get_as<int>(0) == 1);
+  CHECK(for_a[1].get_as<int>(0) == 2);
+  CHECK(out.held() == 1);
+  CHECK(out.take(a).empty());
+  // The bound: the peer's max_bundle-th message asks for it to leave.
+  for (size_t i = 1; i < detail::control_outbox::max_bundle; ++i)
+    CHECK_FALSE(out.add(a, caf::make_message(static_cast<int>(i))));
+  CHECK(out.add(a, caf::make_message(0)));
+  CHECK(out.take(a).size() == detail::control_outbox::max_bundle);
+  auto all = out.take_all();
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].first == b);
+  CHECK(all[0].second.size() == 1);
+  CHECK(out.held() == 0);
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(b, caf::exit_reason::user_shutdown);
 }
