@@ -88,6 +88,13 @@ struct to_rank {
   caf::message payload;
 };
 
+/// Room -> its manager: deliver `payload` to `dest`, a manager in another
+/// process, with the manager's other messages for it (control_outbox.hpp).
+struct to_peer {
+  caf::actor dest;
+  caf::message payload;
+};
+
 /// Rank -> its manager: what the directory lists of side `side` (answered
 /// with a `side_shape`).
 struct get_side_shape {
@@ -110,5 +117,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::peer_lost)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::to_decider)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::fence_room)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::to_rank)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::to_peer)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::get_side_shape)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(kvroom::side_shape)

@@ -287,6 +287,11 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
         flush_outbox(self);
     },
     members_only<control_bundle>(self, "a bundle of control messages", on_bundle),
+    [=](to_peer& msg) {
+      // Only a room of this rank has the manager send for it.
+      if (from_here(self) && msg.dest && msg.dest.node() != self->node())
+        send_ctrl(self, msg.dest, std::move(msg.payload));
+    },
     [=](sweep_atom) {
       sweep(self);
       self->delayed_send(self, sweep_interval, sweep_atom::value);

@@ -82,18 +82,19 @@ public:
   }
 
   /// Sends `msg` to `dest`, a rank's manager (or a room of this process):
-  /// from this room when `dest` is in this process, else as this rank's
-  /// manager. A room named as the sender of a message to another node makes
-  /// CAF 0.17 create a proxy for it there, announce it back and kill it
-  /// when the room ends: two more frames on the wire per room and peer
-  /// (measured: 12 `recvfrom` per tiny room across processes). The
-  /// receiving side checks only the sender's node, which is the same.
+  /// from this room when `dest` is in this process, else through this
+  /// rank's manager, which sends it with its other messages for that peer
+  /// (control_outbox.hpp). A room named as the sender of a message to
+  /// another node made CAF 0.17 create a proxy for it there, announce it
+  /// back and kill it when the room ended: two more frames on the wire per
+  /// room and peer (measured: 12 `recvfrom` per tiny room across
+  /// processes). The receiving side checks only the sender's node.
   template <class T>
   void send_to_peer(const caf::actor& dest, T&& msg) {
     if (local(dest))
       self_->send(dest, std::forward<T>(msg));
     else
-      caf::send_as(params_.manager, dest, std::forward<T>(msg));
+      self_->send(params_.manager, kvroom::to_peer{dest, caf::make_message(std::forward<T>(msg))});
   }
 
   /// The message being handled comes from this process or from a node that
