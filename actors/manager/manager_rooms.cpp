@@ -31,6 +31,10 @@ void fan_out(manager_ptr self, const kv_transfer_error& err,
     }
     send_ctrl(self, e->manager, room_failed{err.bootstrap_room, err, true, me(self).id});
   }
+  // Listed, not linked yet: parked for them, and their links wanted.
+  if (!st.chaos.drop_fan_out)
+    for (auto id : st.peers->fan_out_unlinked(me(self), counterparts))
+      send_to_rank(self, id, room_failed{err.bootstrap_room, err, true, me(self).id});
 }
 
 /// Tells decode rank `decode` that this prefill rank writes nothing more of

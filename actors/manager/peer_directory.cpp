@@ -131,24 +131,40 @@ peer_directory::entry_ptr peer_directory::decider(const decider_ref& group) cons
   return nullptr;
 }
 
+namespace {
+
+/// Whether `r` is a target of a failure fan-out from `self` (see
+/// fan_out_targets).
+bool fan_out_target(const rank_ref& r, const rank_ref& self,
+                    const std::vector<rank_ref>& counterparts) {
+  auto in_group = [&](role side, int32_t dp) { return r.side == side && r.dp_rank == dp; };
+  if (r.id == self.id)
+    return false;
+  bool target = in_group(self.side, self.dp_rank) || (counterparts.empty() && r.side != self.side);
+  for (auto& c : counterparts)
+    target = target || in_group(c.side, c.dp_rank);
+  return target;
+}
+
+} // namespace
+
 std::vector<peer_directory::entry_ptr>
 peer_directory::fan_out_targets(const rank_ref& self,
                                 const std::vector<rank_ref>& counterparts) const {
-  auto in_group = [](const rank_ref& x, role side, int32_t dp) {
-    return x.side == side && x.dp_rank == dp;
-  };
   std::vector<entry_ptr> out;
-  for (auto& e : directory_) {
-    auto& r = e->rank;
-    if (r.id == self.id)
-      continue;
-    bool target = in_group(r, self.side, self.dp_rank)
-                  || (counterparts.empty() && r.side != self.side);
-    for (auto& c : counterparts)
-      target = target || in_group(r, c.side, c.dp_rank);
-    if (target)
+  for (auto& e : directory_)
+    if (fan_out_target(e->rank, self, counterparts))
       out.push_back(e);
-  }
+  return out;
+}
+
+std::vector<rank_id> peer_directory::fan_out_unlinked(const rank_ref& self,
+                                                      const std::vector<rank_ref>& counterparts) const {
+  std::vector<rank_id> out;
+  for (auto& [id, e] : listed_)
+    if (!find(id) && fan_out_target(e->rank, self, counterparts))
+      out.push_back(id);
+  std::sort(out.begin(), out.end());
   return out;
 }
 

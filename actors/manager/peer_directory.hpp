@@ -93,6 +93,14 @@ public:
   std::vector<entry_ptr> fan_out_targets(const rank_ref& self,
                                          const std::vector<rank_ref>& counterparts) const;
 
+  /// The ranks of the same groups that are listed but not linked yet (lazy
+  /// links): the failure reaches them once their link is up. Without them
+  /// a replacement that had not linked to the decider when a room of its
+  /// failed never heard of it (`kvroom stress --processes --seed=36`: the
+  /// restarted decode rank's room waited until the prefill ranks exited).
+  std::vector<rank_id> fan_out_unlinked(const rank_ref& self,
+                                        const std::vector<rank_ref>& counterparts) const;
+
   /// The decode side's TP size (every decode rank has the same; the registry
   /// refuses another), or 0 while no decode rank is known.
   int32_t decode_tp() const;

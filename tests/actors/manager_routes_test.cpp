@@ -133,6 +133,28 @@ TEST_CASE("peer directory: a failure fans out to the rank's group and its counte
         == std::vector<rank_id>{1, 100, 101});
   // No counterpart known yet: the whole other side too.
   CHECK(ids(dir.fan_out_targets(self, {})) == std::vector<rank_id>{1, 100, 101, 102});
+  CHECK(dir.fan_out_unlinked(self, {}).empty());
+}
+
+TEST_CASE("peer directory: a failure fans out to listed ranks not linked yet, through their link") {
+  peer_directory dir{0, 500};
+  std::vector<rank_entry> ranks;
+  for (auto r : {make_rank(role::prefill, 0, 0, 0), make_rank(role::decode, 0, 0, 100),
+                 make_rank(role::decode, 0, 1, 101), make_rank(role::decode, 1, 0, 102)})
+    ranks.push_back(rank_entry{r, {}, {}, {}});
+  // Rank 101 is in another process (a control endpoint): listed, linked
+  // only when something needs it (here: a replacement that just registered).
+  ranks[2].control_host = "127.0.0.1";
+  ranks[2].control_port = 4101;
+  ranks[2].incarnation = 2;
+  auto changes = dir.update(ranks);
+  REQUIRE(changes.to_link.size() == 1);
+  auto self = make_rank(role::prefill, 0, 0, 0);
+  auto counterpart = std::vector<rank_ref>{make_rank(role::decode, 0, 0, 100)};
+  CHECK(ids(dir.fan_out_targets(self, counterpart)) == std::vector<rank_id>{100});
+  CHECK(dir.fan_out_unlinked(self, counterpart) == std::vector<rank_id>{101});
+  // Another group's unlinked rank is no target.
+  CHECK(dir.fan_out_unlinked(self, {make_rank(role::decode, 1, 0, 102)}).empty());
 }
 
 TEST_CASE("peer directory: the decode TP size, declared or not") {
