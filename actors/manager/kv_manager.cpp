@@ -281,7 +281,12 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
     to_control<link_ack>(self, "link_ack", false),
     to_control<link_close>(self, "link_close", true),
     to_control<link_closed>(self, "link_closed", true),
-    [=](decide_atom) { decide_unopened(self); },
+    // Its own timers only: the manager is published, and a timer a peer
+    // could start would start another each time it fires.
+    [=](decide_atom) {
+      if (self->current_sender() == self->ctrl())
+        decide_unopened(self);
+    },
     [=](flush_atom) {
       if (self->current_sender() == self->ctrl())
         flush_outbox(self);
@@ -293,6 +298,8 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
         send_ctrl(self, msg.dest, std::move(msg.payload));
     },
     [=](sweep_atom) {
+      if (self->current_sender() != self->ctrl())
+        return;
       sweep(self);
       self->delayed_send(self, sweep_interval, sweep_atom::value);
     },
