@@ -82,27 +82,30 @@ bool replaces(self_ptr self, rank_id id) {
 /// answers the push after applying it: the replacement is listed there (and
 /// its predecessor's loss forgotten) before anyone hears it is ready.
 caf::result<directory_update> acked_push(self_ptr self, rank_id registrant) {
+  std::vector<caf::actor> others;
+  for (auto& e : self->state.ranks)
+    if (e.rank.id != registrant && e.manager)
+      others.push_back(e.manager);
+  // No promise without someone to wait for: CAF 0.17 answers a request
+  // through the promise once one is made, and drops the handler's value.
+  if (others.empty())
+    return view(self);
   struct pending {
     caf::response_promise answer;
     size_t left = 0;
   };
   auto p = std::make_shared<pending>();
   p->answer = self->make_response_promise();
-  auto msg = view(self);
+  p->left = others.size();
   auto one_done = [self, p] {
     if (--p->left == 0)
       p->answer.deliver(view(self));
   };
-  for (auto& e : self->state.ranks) {
-    if (e.rank.id == registrant)
-      continue;
-    ++p->left;
-    self->request(e.manager,
-                  std::chrono::milliseconds(bootstrap_registry_state::replacement_ack_ms), msg)
+  auto msg = view(self);
+  for (auto& dest : others)
+    self->request(dest, std::chrono::milliseconds(bootstrap_registry_state::replacement_ack_ms),
+                  msg)
       .then([one_done] { one_done(); }, [one_done](caf::error&) { one_done(); });
-  }
-  if (p->left == 0)
-    return view(self);
   return p->answer;
 }
 

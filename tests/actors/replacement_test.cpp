@@ -85,3 +85,28 @@ TEST_CASE("a replacement is listed on every survivor once it is added: its first
   INFO(why);
   CHECK(reaches(*sender, kv_poll::success));
 }
+
+// The registry answers a replacement once the others acknowledged it; with
+// no other rank listed there is no one to wait for, and the answer is the
+// directory at once (it once made a promise for nobody, and the rank's
+// registration timed out: every benchmark point after the first).
+TEST_CASE("a replacement alone in the directory registers at once") {
+  runtime rt{networked()};
+  host_kv_cache cache{small_shape()};
+  auto cfg = rank_on(role::prefill, 0, cache);
+  cfg.network = false;
+  cfg.transport = "auto";
+  {
+    auto first = rt.add_rank(cfg);
+    REQUIRE(first);
+  }
+  // The registry may not have seen the first go yet: then the id is held,
+  // said at once; never a timeout.
+  caf::expected<std::unique_ptr<rank>> again = make_error(errc::unavailable, "not tried");
+  REQUIRE(eventually([&] {
+    again = rt.add_rank(cfg);
+    if (!again)
+      CHECK(describe(again.error()).find("is held by the live") != std::string::npos);
+    return static_cast<bool>(again);
+  }));
+}
