@@ -134,13 +134,15 @@ peer_directory::entry_ptr peer_directory::decider(const decider_ref& group) cons
 namespace {
 
 /// Whether `r` is a target of a failure fan-out from `self` (see
-/// fan_out_targets).
+/// fan_out_targets); with `whole_side`, every rank of the other side when
+/// no counterpart is known.
 bool fan_out_target(const rank_ref& r, const rank_ref& self,
-                    const std::vector<rank_ref>& counterparts) {
+                    const std::vector<rank_ref>& counterparts, bool whole_side) {
   auto in_group = [&](role side, int32_t dp) { return r.side == side && r.dp_rank == dp; };
   if (r.id == self.id)
     return false;
-  bool target = in_group(self.side, self.dp_rank) || (counterparts.empty() && r.side != self.side);
+  bool target = in_group(self.side, self.dp_rank)
+                || (whole_side && counterparts.empty() && r.side != self.side);
   for (auto& c : counterparts)
     target = target || in_group(c.side, c.dp_rank);
   return target;
@@ -153,16 +155,20 @@ peer_directory::fan_out_targets(const rank_ref& self,
                                 const std::vector<rank_ref>& counterparts) const {
   std::vector<entry_ptr> out;
   for (auto& e : directory_)
-    if (fan_out_target(e->rank, self, counterparts))
+    if (fan_out_target(e->rank, self, counterparts, true))
       out.push_back(e);
   return out;
 }
 
 std::vector<rank_id> peer_directory::fan_out_unlinked(const rank_ref& self,
                                                       const std::vector<rank_ref>& counterparts) const {
+  // Never the whole other side: a link to every rank of it for one room
+  // would be a storm of dials. A rank of it that opens the room later sends
+  // its destination to a prefill rank that has the failure, and hears it
+  // then (prefill_room's on_dst).
   std::vector<rank_id> out;
   for (auto& [id, e] : listed_)
-    if (!find(id) && fan_out_target(e->rank, self, counterparts))
+    if (!find(id) && fan_out_target(e->rank, self, counterparts, false))
       out.push_back(id);
   std::sort(out.begin(), out.end());
   return out;

@@ -94,7 +94,8 @@ public:
                                          const std::vector<rank_ref>& counterparts) const;
 
   /// The ranks of the same groups that are listed but not linked yet (lazy
-  /// links): the failure reaches them once their link is up. Without them
+  /// links; its own group and its counterparts', never the whole other
+  /// side): the failure reaches them once their link is up. Without them
   /// a replacement that had not linked to the decider when a room of its
   /// failed never heard of it (`kvroom stress --processes --seed=36`: the
   /// restarted decode rank's room waited until the prefill ranks exited).

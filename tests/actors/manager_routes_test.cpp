@@ -153,8 +153,10 @@ TEST_CASE("peer directory: a failure fans out to listed ranks not linked yet, th
   auto counterpart = std::vector<rank_ref>{make_rank(role::decode, 0, 0, 100)};
   CHECK(ids(dir.fan_out_targets(self, counterpart)) == std::vector<rank_id>{100});
   CHECK(dir.fan_out_unlinked(self, counterpart) == std::vector<rank_id>{101});
-  // Another group's unlinked rank is no target.
+  // Another group's unlinked rank is no target, nor the other side when no
+  // counterpart is known (a dial to each of its ranks for one room).
   CHECK(dir.fan_out_unlinked(self, {make_rank(role::decode, 1, 0, 102)}).empty());
+  CHECK(dir.fan_out_unlinked(self, {}).empty());
 }
 
 TEST_CASE("peer directory: the decode TP size, declared or not") {
