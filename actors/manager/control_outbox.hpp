@@ -22,6 +22,7 @@ namespace kvroom::detail {
 class control_outbox {
 public:
   static constexpr size_t max_bundle = 64;
+  static_assert(max_bundle > 1);
 
   /// Holds `msg` for `dest`; true when `dest` holds `max_bundle` messages
   /// now (the caller sends them at once, with `take(dest)`).
@@ -29,14 +30,12 @@ public:
     for (auto& e : peers_)
       if (e.first == dest) {
         e.second.push_back(std::move(msg));
-        ++held_;
         return e.second.size() >= max_bundle;
       }
     peers_.emplace_back(dest, std::vector<caf::message>{});
     peers_.back().second.reserve(8);
     peers_.back().second.push_back(std::move(msg));
-    ++held_;
-    return max_bundle <= 1;
+    return false; // one message: max_bundle > 1
   }
 
   /// The messages held for `dest`, in order; none are held for it after.
@@ -44,7 +43,6 @@ public:
     for (auto i = peers_.begin(); i != peers_.end(); ++i)
       if (i->first == dest) {
         auto out = std::move(i->second);
-        held_ -= out.size();
         peers_.erase(i);
         return out;
       }
@@ -53,17 +51,19 @@ public:
 
   /// Every peer's messages, in order per peer; none are held after.
   std::vector<std::pair<caf::actor, std::vector<caf::message>>> take_all() {
-    held_ = 0;
     return std::exchange(peers_, {});
   }
 
+  /// Messages held for all peers (a few peers: counted, not kept).
   size_t held() const noexcept {
-    return held_;
+    size_t n = 0;
+    for (auto& e : peers_)
+      n += e.second.size();
+    return n;
   }
 
 private:
   std::vector<std::pair<caf::actor, std::vector<caf::message>>> peers_;
-  size_t held_ = 0;
 };
 
 } // namespace kvroom::detail
