@@ -6,15 +6,6 @@ std::string to_string(mem_kind x) {
   return x == mem_kind::host ? "host" : "device";
 }
 
-bool mem_desc::covers(uint64_t other_addr, uint64_t len,
-                      int32_t other_device_id) const noexcept {
-  if (other_device_id != device_id)
-    return false;
-  // Written so that no sum can wrap: a huge `len` is simply not covered.
-  return other_addr >= addr && len <= size_bytes
-         && other_addr - addr <= size_bytes - len;
-}
-
 bool mem_desc::overlaps(const mem_desc& other) const noexcept {
   if (other.device_id != device_id || size_bytes == 0
       || other.size_bytes == 0)

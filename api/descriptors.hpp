@@ -38,8 +38,14 @@ struct mem_desc {
 
   /// True when `[addr, addr + len)` lies wholly inside this range (and on
   /// the same device). Overflow-safe: a wrapping range is never covered.
-  bool covers(uint64_t other_addr, uint64_t len,
-              int32_t other_device_id) const noexcept;
+  /// Inline: every op of every post asks it (a call was 1-2 % of a 4 KiB
+  /// post's samples).
+  bool covers(uint64_t other_addr, uint64_t len, int32_t other_device_id) const noexcept {
+    if (other_device_id != device_id)
+      return false;
+    // Written so that no sum can wrap: a huge `len` is simply not covered.
+    return other_addr >= addr && len <= size_bytes && other_addr - addr <= size_bytes - len;
+  }
 
   /// True when the two ranges share at least one byte on the same device.
   bool overlaps(const mem_desc& other) const noexcept;

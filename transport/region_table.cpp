@@ -18,34 +18,31 @@ caf::expected<region_id> region_table::add(const mem_desc& mem) {
                       "cannot register an empty or null range");
   if (mem.addr + mem.size_bytes < mem.addr)
     return make_error(errc::invalid_argument, "range wraps the address space");
-  std::unique_lock<std::shared_mutex> guard{mtx_};
-  for (auto& e : regions_)
+  std::lock_guard<std::mutex> guard{write_mtx_};
+  auto next = regions_.latest();
+  for (auto& e : next)
     if (e.mem.overlaps(mem))
       return make_error(errc::invalid_argument,
                         "range overlaps memory this rank registered already");
   auto id = next_++;
-  auto at = std::upper_bound(regions_.begin(), regions_.end(), mem.addr,
+  auto at = std::upper_bound(next.begin(), next.end(), mem.addr,
                              [](uint64_t a, const entry& e) { return a < e.mem.addr; });
-  regions_.insert(at, entry{id, mem});
+  next.insert(at, entry{id, mem});
+  regions_.replace(std::move(next));
   return id;
 }
 
 caf::error region_table::remove(region_id id) {
-  std::unique_lock<std::shared_mutex> guard{mtx_};
-  for (auto i = regions_.begin(); i != regions_.end(); ++i)
+  std::lock_guard<std::mutex> guard{write_mtx_};
+  auto next = regions_.latest();
+  for (auto i = next.begin(); i != next.end(); ++i)
     if (i->id == id) {
-      regions_.erase(i);
+      next.erase(i);
+      // Returns once every copy that could write into the region is done.
+      regions_.replace(std::move(next));
       return caf::none;
     }
   return make_error(errc::not_registered, "no registration " + std::to_string(id));
-}
-
-bool region_table::covers(uint64_t addr, uint64_t len) const {
-  // The last region starting at or below `addr` is the only one that can
-  // hold the range (regions never overlap).
-  auto after = std::upper_bound(regions_.begin(), regions_.end(), addr,
-                                [](uint64_t a, const entry& e) { return a < e.mem.addr; });
-  return after != regions_.begin() && std::prev(after)->mem.covers(addr, len, -1);
 }
 
 std::string region_table::range(uint64_t addr, uint64_t len) {

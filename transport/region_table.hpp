@@ -1,7 +1,9 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
-#include <shared_mutex>
+#include <iterator>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -10,40 +12,85 @@
 
 #include "kvroom/api/descriptors.hpp"
 #include "kvroom/api/backend.hpp"
+#include "kvroom/transport/grace_period.hpp"
 
 namespace kvroom::detail {
 
 /// The memory one backend registered, shared between the thread that
-/// registers and the threads that validate writes (a TCP receiver thread).
-/// Readers hold the shared lock while they write into a region, so memory
-/// cannot be deregistered under a running copy.
+/// registers and the threads that validate and copy (rooms posting inline,
+/// the transfer worker, a TCP receiver thread). Copies read it through a
+/// `view`, with no lock; `remove` returns only once no view that could see
+/// the removed region is open, so memory is never deregistered under a
+/// running copy.
 class region_table {
+  struct entry {
+    region_id id;
+    mem_desc mem;
+  };
+  /// By address (they never overlap): `covers` is a binary search, not a
+  /// scan of a rank's 64 and more buffers per write.
+  using list = std::vector<entry>;
+
 public:
+  /// The registrations as they were when it was taken, read inside a
+  /// section the caller holds (`section` is the proof) and valid until it
+  /// ends: for a copy that reads several tables under one section.
+  class snapshot {
+  public:
+    snapshot(const region_table& table, const grace_period::reader&) noexcept
+      : list_(&table.regions_.read()) {
+      // nop
+    }
+
+    /// True when `[addr, addr + len)` lies inside one registered region.
+    bool covers(uint64_t addr, uint64_t len) const noexcept {
+      // The last region starting at or below `addr` is the only one that
+      // can hold the range (regions never overlap).
+      auto after = std::upper_bound(list_->begin(), list_->end(), addr,
+                                    [](uint64_t a, const entry& e) { return a < e.mem.addr; });
+      return after != list_->begin() && std::prev(after)->mem.covers(addr, len, -1);
+    }
+
+  private:
+    const list* list_;
+  };
+
+  /// A snapshot with its own section: keep it open for as long as a range
+  /// it covered is used. Never register or deregister while one is open on
+  /// the same thread (the call would wait for it).
+  class view {
+  public:
+    explicit view(const region_table& table) : snapshot_(table, section_) {
+      // nop
+    }
+
+    /// True when `[addr, addr + len)` lies inside one registered region.
+    bool covers(uint64_t addr, uint64_t len) const noexcept {
+      return snapshot_.covers(addr, len);
+    }
+
+  private:
+    grace_period::reader section_;
+    snapshot snapshot_;
+  };
+
   /// Adds a host range; refuses empty, wrapping and overlapping ones.
   caf::expected<region_id> add(const mem_desc& mem);
 
+  /// Removes a registration, once no copy can be writing into it.
   caf::error remove(region_id id);
 
-  /// True when `[addr, addr + len)` lies inside one registered region.
-  /// Call with `lock()` held for as long as the range is used.
-  bool covers(uint64_t addr, uint64_t len) const;
-
-  std::shared_lock<std::shared_mutex> lock() const {
-    return std::shared_lock<std::shared_mutex>{mtx_};
+  view read() const {
+    return view{*this};
   }
 
   /// "[0x..., +N)" for reasons.
   static std::string range(uint64_t addr, uint64_t len);
 
 private:
-  struct entry {
-    region_id id;
-    mem_desc mem;
-  };
-  mutable std::shared_mutex mtx_;
-  /// By address (they never overlap): `covers` is a binary search, not a
-  /// scan of a rank's 64 and more buffers per write.
-  std::vector<entry> regions_;
+  /// Serialises writers; readers never take it.
+  std::mutex write_mtx_;
+  published<list> regions_;
   region_id next_ = 1;
 };
 

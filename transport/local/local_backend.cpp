@@ -1,26 +1,32 @@
 #include "kvroom/transport/local/local_backend.hpp"
 
 #include <atomic>
+#include <charconv>
+#include <cstdio>
 #include <cstring>
-#include <random>
 #include <mutex>
-#include <shared_mutex>
+#include <random>
 #include <utility>
 #include <vector>
 
 #include <unistd.h>
 
 #include "kvroom/api/errors.hpp"
+#include "kvroom/transport/grace_period.hpp"
 
 namespace kvroom::detail {
 
 namespace {
 
-/// Every local backend's registrations in this process. Writers (register,
-/// deregister) are rare; copies hold the shared lock so memory cannot be
-/// deregistered under a running memcpy.
+/// Every local backend of this process, by instance: where a post finds its
+/// peer's registrations. Backends join when made and leave when destroyed
+/// (rare); posts read it with no lock, under `grace_period`, so a backend
+/// leaves only once no copy can be using its table.
 class local_domain {
 public:
+  /// Instance -> its table, sorted by instance (a process holds a few).
+  using directory = std::vector<std::pair<uint64_t, const region_table*>>;
+
   static local_domain& get() {
     static local_domain instance;
     return instance;
@@ -30,50 +36,28 @@ public:
     return token_;
   }
 
-  uint64_t new_instance() {
-    return next_instance_.fetch_add(1);
-  }
-
-  region_id add(uint64_t instance, const mem_desc& mem) {
-    std::unique_lock<std::shared_mutex> guard{mtx_};
-    auto id = next_region_++;
-    regions_[instance].push_back(entry{id, mem});
+  uint64_t join(const region_table* table) {
+    std::lock_guard<std::mutex> guard{write_mtx_};
+    auto id = next_instance_++;
+    auto next = backends_.latest();
+    next.emplace_back(id, table); // ids only grow: stays sorted
+    backends_.replace(std::move(next));
     return id;
   }
 
-  bool remove(uint64_t instance, region_id id) {
-    std::unique_lock<std::shared_mutex> guard{mtx_};
-    auto i = regions_.find(instance);
-    if (i == regions_.end())
-      return false;
-    auto& xs = i->second;
-    for (auto j = xs.begin(); j != xs.end(); ++j) {
-      if (j->id == id) {
-        xs.erase(j);
-        return true;
+  void leave(uint64_t instance) {
+    std::lock_guard<std::mutex> guard{write_mtx_};
+    auto next = backends_.latest();
+    for (auto i = next.begin(); i != next.end(); ++i)
+      if (i->first == instance) {
+        next.erase(i);
+        break;
       }
-    }
-    return false;
-  }
-
-  void drop(uint64_t instance) {
-    std::unique_lock<std::shared_mutex> guard{mtx_};
-    regions_.erase(instance);
-  }
-
-  bool overlaps_any(uint64_t instance, const mem_desc& mem) {
-    std::shared_lock<std::shared_mutex> guard{mtx_};
-    auto i = regions_.find(instance);
-    if (i == regions_.end())
-      return false;
-    for (auto& e : i->second)
-      if (e.mem.overlaps(mem))
-        return true;
-    return false;
+    backends_.replace(std::move(next));
   }
 
   /// Validates every op against both instances' registrations, then copies.
-  caf::error copy(uint64_t src_instance, uint64_t dst_instance, const write_batch& batch) {
+  post_result copy(uint64_t src_instance, uint64_t dst_instance, const write_batch& batch) {
     // Names are made only for an error: posts are the hot path.
     auto owner = batch.peer.owner;
     return checked_copy(
@@ -83,7 +67,7 @@ public:
   }
 
   /// The same for a pull: from the peer's memory into `local_instance`'s.
-  caf::error read(uint64_t local_instance, uint64_t peer_instance, const read_batch& batch) {
+  post_result read(uint64_t local_instance, uint64_t peer_instance, const read_batch& batch) {
     auto owner = batch.peer.owner;
     return checked_copy(
       peer_instance, local_instance, batch.peer, batch.ops, "read",
@@ -92,93 +76,77 @@ public:
   }
 
 private:
-  struct entry {
-    region_id id;
-    mem_desc mem;
-  };
-
   local_domain() {
     std::random_device rd;
     token_ = (static_cast<uint64_t>(::getpid()) << 32) ^ rd();
+  }
+
+  static const region_table* find(const directory& dir, uint64_t instance) {
+    for (auto& [id, table] : dir)
+      if (id == instance)
+        return table;
+    return nullptr;
   }
 
   /// Copies every op (`ends(op)`: its source and destination addresses)
   /// once all of them lie in registered memory: sources in `src_instance`'s,
   /// destinations in `dst_instance`'s (`who(true)`, `who(false)` name them).
   template <class Op, class Ends, class Who>
-  caf::error checked_copy(uint64_t src_instance, uint64_t dst_instance, const endpoint_desc& peer,
+  post_result checked_copy(uint64_t src_instance, uint64_t dst_instance, const endpoint_desc& peer,
                           const std::vector<Op>& ops, const char* what, Ends ends, Who who) {
-    std::shared_lock<std::shared_mutex> guard{mtx_};
-    auto src = regions_.find(src_instance);
-    auto dst = regions_.find(dst_instance);
-    if (src == regions_.end() || dst == regions_.end())
-      return make_error(errc::not_registered,
-                        who(src == regions_.end())
-                          + " has no registered memory on local endpoint " + peer.address);
-    size_t src_hint = 0, dst_hint = 0;
+    // One section over the look-up, the checks and the copies: neither
+    // backend leaves, nor is a range deregistered, until they are done.
+    grace_period::reader section;
+    auto& dir = backends_.read();
+    auto* src_table = find(dir, src_instance);
+    auto* dst_table = find(dir, dst_instance);
+    if (!src_table || !dst_table)
+      return post_result::failed(
+        make_error(errc::not_registered, who(!src_table) + " has no local backend at endpoint "
+                                           + peer.address + " (destroyed, or never made)"));
+    region_table::snapshot src{*src_table, section};
+    region_table::snapshot dst{*dst_table, section};
     for (size_t i = 0; i < ops.size(); ++i) {
       auto [from, to] = ends(ops[i]);
       auto len = ops[i].size_bytes;
-      if (!covered(src->second, from, len, src_hint))
-        return make_error(errc::not_registered,
-                          std::string{what} + " " + std::to_string(i) + ": source range "
-                            + range(from, len) + " is outside " + who(true)
-                            + "'s registered memory");
-      if (!covered(dst->second, to, len, dst_hint))
-        return make_error(errc::out_of_range,
-                          std::string{what} + " " + std::to_string(i) + ": destination range "
-                            + range(to, len) + " is outside " + who(false)
-                            + "'s registered memory");
+      if (!src.covers(from, len))
+        return post_result::failed(
+          make_error(errc::not_registered,
+                     std::string{what} + " " + std::to_string(i) + ": source range "
+                       + region_table::range(from, len) + " is outside " + who(true)
+                       + "'s registered memory"));
+      if (!dst.covers(to, len))
+        return post_result::failed(
+          make_error(errc::out_of_range,
+                     std::string{what} + " " + std::to_string(i) + ": destination range "
+                       + region_table::range(to, len) + " is outside " + who(false)
+                       + "'s registered memory"));
     }
     for (auto& op : ops) {
       auto [from, to] = ends(op);
       std::memcpy(reinterpret_cast<void*>(to), reinterpret_cast<const void*>(from),
                   op.size_bytes);
     }
-    return caf::none;
+    return post_result::done();
   }
 
-  /// Whether [addr, addr + len) lies in one of `xs`, asking `hint` (the
-  /// region the last write fell in) first: a batch's writes run through
-  /// one buffer after another, and a rank registers a buffer per layer and
-  /// K/V (64 and more), so a scan per write cost more than a small page's
-  /// copy.
-  static bool covered(const std::vector<entry>& xs, uint64_t addr, uint64_t len,
-                      size_t& hint) {
-    if (hint < xs.size() && xs[hint].mem.covers(addr, len, -1))
-      return true;
-    for (size_t i = 0; i < xs.size(); ++i)
-      if (xs[i].mem.covers(addr, len, -1)) {
-        hint = i;
-        return true;
-      }
-    return false;
-  }
-
-  static std::string range(uint64_t addr, uint64_t len) {
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "[0x%llx, +%llu)",
-                  static_cast<unsigned long long>(addr),
-                  static_cast<unsigned long long>(len));
-    return buf;
-  }
-
-  std::shared_mutex mtx_;
-  std::unordered_map<uint64_t, std::vector<entry>> regions_;
-  std::atomic<uint64_t> next_instance_{1};
-  region_id next_region_ = 1;
+  /// Serialises joins and leaves; posts never take it.
+  std::mutex write_mtx_;
+  published<directory> backends_;
+  uint64_t next_instance_ = 1;
   uint64_t token_ = 0;
 };
 
 } // namespace
 
 local_backend::local_backend(rank_id owner)
-  : owner_(owner), instance_(local_domain::get().new_instance()) {
+  : owner_(owner), instance_(local_domain::get().join(&regions_)) {
   // nop
 }
 
 local_backend::~local_backend() {
-  local_domain::get().drop(instance_);
+  // Before `regions_` goes: returns once no copy can be reading it.
+  local_domain::get().leave(instance_);
 }
 
 std::string local_backend::name() const {
@@ -202,22 +170,11 @@ caf::expected<region_id> local_backend::register_memory(const mem_desc& mem) {
     return make_error(errc::unsupported,
                       "local backend moves host memory only (device "
                         + std::to_string(mem.device_id) + ")");
-  if (mem.addr == 0 || mem.size_bytes == 0)
-    return make_error(errc::invalid_argument,
-                      "cannot register an empty or null range");
-  if (mem.addr + mem.size_bytes < mem.addr)
-    return make_error(errc::invalid_argument, "range wraps the address space");
-  if (local_domain::get().overlaps_any(instance_, mem))
-    return make_error(errc::invalid_argument,
-                      "range overlaps memory this rank registered already");
-  return local_domain::get().add(instance_, mem);
+  return regions_.add(mem);
 }
 
 caf::error local_backend::deregister_memory(region_id id) {
-  if (!local_domain::get().remove(instance_, id))
-    return make_error(errc::not_registered,
-                      "no registration " + std::to_string(id));
-  return caf::none;
+  return regions_.remove(id);
 }
 
 namespace {
@@ -225,7 +182,9 @@ namespace {
 /// The peer's instance in this process, or why it cannot be reached.
 caf::expected<uint64_t> peer_instance(const endpoint_desc& peer, int32_t device_a,
                                       int32_t device_b) {
-  if (peer.transport != "local")
+  // Compared without building a string: posts are the hot path.
+  constexpr std::string_view local{"local"};
+  if (std::string_view{peer.transport} != local)
     return make_error(errc::invalid_argument,
                       "local backend cannot reach a '" + peer.transport + "' endpoint");
   if (peer.domain != local_domain::get().token())
@@ -233,34 +192,32 @@ caf::expected<uint64_t> peer_instance(const endpoint_desc& peer, int32_t device_
                       "peer rank " + std::to_string(peer.owner) + " is not in this process");
   if (device_a >= 0 || device_b >= 0)
     return make_error(errc::unsupported, "local backend moves host memory only");
-  try {
-    return std::stoull(peer.address);
-  } catch (...) {
+  uint64_t instance = 0;
+  auto* first = peer.address.data();
+  auto* last = first + peer.address.size();
+  auto [end, ec] = std::from_chars(first, last, instance);
+  if (ec != std::errc{} || end != last || first == last)
     return make_error(errc::invalid_argument,
                       "malformed local endpoint address '" + peer.address + "'");
-  }
+  return instance;
 }
 
 } // namespace
 
 // Thread-safe: reads only this instance's immutable fields and the domain,
-// which locks its own table.
+// whose tables are published under `grace_period`.
 post_result local_backend::post(const write_batch& batch) {
   auto peer = peer_instance(batch.peer, batch.src_device_id, batch.dst_device_id);
   if (!peer)
     return post_result::failed(std::move(peer.error()));
-  if (auto err = local_domain::get().copy(instance_, *peer, batch))
-    return post_result::failed(std::move(err));
-  return post_result::done();
+  return local_domain::get().copy(instance_, *peer, batch);
 }
 
 post_result local_backend::post_read(const read_batch& batch) {
   auto peer = peer_instance(batch.peer, batch.remote_device_id, batch.local_device_id);
   if (!peer)
     return post_result::failed(std::move(peer.error()));
-  if (auto err = local_domain::get().read(instance_, *peer, batch))
-    return post_result::failed(std::move(err));
-  return post_result::done();
+  return local_domain::get().read(instance_, *peer, batch);
 }
 
 bool local_backend::reads_inline(const read_batch&) const {

@@ -1,12 +1,14 @@
 #pragma once
 
 #include "kvroom/api/backend.hpp"
+#include "kvroom/transport/region_table.hpp"
 
 namespace kvroom::detail {
 
 /// Same-process backend: a validated memcpy into a peer rank's registered
-/// host memory (or, for a pull, out of it). Peers are other `local_backend` instances of this process;
-/// their registrations live in one process-wide table.
+/// host memory (or, for a pull, out of it). Peers are other
+/// `local_backend` instances of this process, found in one process-wide
+/// directory of their registrations.
 class local_backend final : public backend {
 public:
   explicit local_backend(rank_id owner);
@@ -17,8 +19,8 @@ public:
   endpoint_desc endpoint() const override;
   caf::expected<region_id> register_memory(const mem_desc& mem) override;
   caf::error deregister_memory(region_id id) override;
-  /// Done or failed inside the call, from any thread: a validated memcpy
-  /// under the domain's shared lock.
+  /// Done or failed inside the call, from any thread: a validated memcpy,
+  /// lock-free (the tables are read under `grace_period`).
   post_result post(const write_batch& batch) override;
   bool completes_inline(const write_batch& batch) const override;
   /// A pull: the same validated memcpy, from the peer's memory into ours.
@@ -27,6 +29,9 @@ public:
 
 private:
   rank_id owner_;
+  /// What this rank registered; listed in the directory from construction
+  /// to destruction (made before `instance_`, which lists it).
+  region_table regions_;
   uint64_t instance_;
 };
 

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <string_view>
+#include <vector>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -45,12 +47,12 @@ bool find_segment(uint64_t addr, uint64_t len, shm_region& out) {
 
 } // namespace
 
-shm_backend::shm_backend(rank_id owner) : owner_(owner) {
+shm_backend::shm_backend(rank_id owner) : owner_(owner), domain_(host_domain()) {
   // nop
 }
 
 shm_backend::~shm_backend() {
-  for (auto& kvp : mapped_)
+  for (auto& kvp : mapped_.latest())
     ::munmap(kvp.second.base, kvp.second.size);
 }
 
@@ -66,7 +68,7 @@ backend_caps shm_backend::caps() const {
 }
 
 endpoint_desc shm_backend::endpoint() const {
-  endpoint_desc out{"shm", std::to_string(::getpid()), host_domain(), owner_, {}, {}};
+  endpoint_desc out{"shm", std::to_string(::getpid()), domain_, owner_, {}, {}};
   for (auto& kvp : exposed_)
     out.shared.push_back(kvp.second);
   return out;
@@ -90,9 +92,10 @@ caf::error shm_backend::deregister_memory(region_id id) {
   return regions_.remove(id);
 }
 
-caf::expected<shm_backend::mapping> shm_backend::map_segment(const std::string& name) {
-  if (auto i = mapped_.find(name); i != mapped_.end())
-    return i->second;
+caf::error shm_backend::map_segment(const std::string& name) {
+  std::lock_guard<std::mutex> guard{map_mtx_};
+  if (mapped_.latest().count(name) != 0)
+    return caf::none; // another thread mapped it meanwhile
   if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos)
     return make_error(errc::invalid_argument, "malformed shm segment name '" + name + "'");
   int fd = ::shm_open(name.c_str(), O_RDWR, 0);
@@ -108,15 +111,16 @@ caf::expected<shm_backend::mapping> shm_backend::map_segment(const std::string& 
   ::close(fd);
   if (base == MAP_FAILED)
     return make_error(errc::unavailable, "mmap " + name + ": " + std::strerror(errno));
-  mapping m{static_cast<uint8_t*>(base), size};
-  mapped_.emplace(name, m);
-  return m;
+  auto next = mapped_.latest();
+  next.emplace(name, mapping{static_cast<uint8_t*>(base), size});
+  mapped_.replace(std::move(next));
+  return caf::none;
 }
 
 post_result shm_backend::post(const write_batch& batch) {
-  if (auto err = copy(batch))
-    return post_result::failed(std::move(err));
-  return post_result::done();
+  if (!reachable(batch.peer, batch.src_device_id, batch.dst_device_id))
+    return post_result::failed(check_peer(batch.peer, batch.src_device_id, batch.dst_device_id));
+  return copy(batch);
 }
 
 bool shm_backend::completes_inline(const write_batch&) const {
@@ -124,13 +128,21 @@ bool shm_backend::completes_inline(const write_batch&) const {
 }
 
 post_result shm_backend::post_read(const read_batch& batch) {
-  if (auto err = copy_in(batch))
-    return post_result::failed(std::move(err));
-  return post_result::done();
+  if (!reachable(batch.peer, batch.remote_device_id, batch.local_device_id))
+    return post_result::failed(
+      check_peer(batch.peer, batch.remote_device_id, batch.local_device_id));
+  return copy_in(batch);
 }
 
 bool shm_backend::reads_inline(const read_batch&) const {
   return true;
+}
+
+bool shm_backend::reachable(const endpoint_desc& peer, int32_t device_a,
+                            int32_t device_b) const noexcept {
+  // Compared without building a string or an error: posts are the hot path.
+  return std::string_view{peer.transport} == std::string_view{"shm"} && peer.domain == domain_
+         && device_a < 0 && device_b < 0;
 }
 
 caf::error shm_backend::check_peer(const endpoint_desc& peer, int32_t device_a,
@@ -138,7 +150,7 @@ caf::error shm_backend::check_peer(const endpoint_desc& peer, int32_t device_a,
   if (peer.transport != "shm")
     return make_error(errc::invalid_argument,
                       "shm backend cannot reach a '" + peer.transport + "' endpoint");
-  if (peer.domain != host_domain())
+  if (peer.domain != domain_)
     return make_error(errc::unavailable,
                       "peer rank " + std::to_string(peer.owner) + " is on another host");
   if (device_a >= 0 || device_b >= 0)
@@ -146,119 +158,139 @@ caf::error shm_backend::check_peer(const endpoint_desc& peer, int32_t device_a,
   return caf::none;
 }
 
-caf::expected<uint8_t*> shm_backend::peer_bytes(const endpoint_desc& peer, uint64_t addr,
-                                                uint64_t len, const char* kind, size_t i,
-                                                const char* side) {
-  // The op's name is made only for an error: copies are the hot path.
-  auto what = [&] { return std::string{kind} + " " + std::to_string(i) + ": " + side; };
-  const shm_region* r = nullptr;
+uint8_t* shm_backend::resolve(const mappings& maps, const endpoint_desc& peer, uint64_t addr,
+                              uint64_t len, peer_hint& hint,
+                              const std::string*& missing) const noexcept {
+  hint.region = nullptr;
   for (auto& x : peer.shared)
-    if (mem_desc{x.addr, x.size_bytes, -1}.covers(addr, len, -1))
-      r = &x;
-  if (!r)
+    if (mem_desc{x.addr, x.size_bytes, -1}.covers(addr, len, -1)) {
+      hint.region = &x;
+      break;
+    }
+  if (!hint.region)
+    return nullptr;
+  auto m = maps.find(hint.region->segment);
+  if (m == maps.end()) {
+    missing = &hint.region->segment;
+    return nullptr;
+  }
+  hint.map = m->second;
+  return hinted(hint, addr, len);
+}
+
+caf::error shm_backend::unresolved(const endpoint_desc& peer, uint64_t addr, uint64_t len,
+                                   const peer_hint& hint, const char* kind, size_t i,
+                                   const char* side) {
+  auto what = std::string{kind} + " " + std::to_string(i) + ": " + side;
+  if (!hint.region)
     return make_error(errc::out_of_range,
-                      what() + " range " + region_table::range(addr, len) + " is outside rank "
+                      what + " range " + region_table::range(addr, len) + " is outside rank "
                         + std::to_string(peer.owner) + "'s registered memory");
-  auto m = map_segment(r->segment);
-  if (!m)
-    return m.error();
-  auto at = r->offset + (addr - r->addr);
-  if (at < r->offset || len > m->size || at > m->size - len)
-    return make_error(errc::out_of_range,
-                      what() + " runs past the end of shm segment " + r->segment);
-  return m->base + at;
+  return make_error(errc::out_of_range,
+                    what + " runs past the end of shm segment " + hint.region->segment);
 }
 
-// Resolved inline rather than through peer_bytes, as copy_in does: posts
-// are the hot path, and the helper's expected<> per op measured 3-5 % fewer
-// GB/s at 4 KiB (kvroom-bench bandwidth --transports=shm, alternated with
-// the previous build in the same hour).
-caf::error shm_backend::copy(const write_batch& batch) {
-  if (batch.peer.transport != "shm")
-    return make_error(errc::invalid_argument,
-                      "shm backend cannot reach a '" + batch.peer.transport + "' endpoint");
-  if (batch.peer.domain != host_domain())
-    return make_error(errc::unavailable,
-                      "peer rank " + std::to_string(batch.peer.owner) + " is on another host");
-  if (batch.src_device_id >= 0 || batch.dst_device_id >= 0)
-    return make_error(errc::unsupported, "shm backend moves host memory only");
-  // Resolve and check every write before the first byte moves.
-  std::vector<uint8_t*> targets;
-  targets.reserve(batch.ops.size());
-  {
-    auto guard = regions_.lock();
-    std::unique_lock<std::mutex> maps{mapped_mtx_};
-    // The peer region the last write went to, and its mapping, are asked
-    // first: a batch's writes run through one buffer after another, and a
-    // scan of the peer's regions (a buffer per layer and K/V) plus a look-up
-    // of its segment by name per write cost more than a small page's copy.
-    const shm_region* r = nullptr;
-    mapping m;
-    for (size_t i = 0; i < batch.ops.size(); ++i) {
-      auto& op = batch.ops[i];
-      if (!regions_.covers(op.src_addr, op.size_bytes))
-        return make_error(errc::not_registered,
-                          "write " + std::to_string(i) + ": source range "
-                            + region_table::range(op.src_addr, op.size_bytes)
-                            + " is outside the sender's registered memory");
-      if (!r || !mem_desc{r->addr, r->size_bytes, -1}.covers(op.dst_addr, op.size_bytes, -1)) {
-        r = nullptr;
-        for (auto& x : batch.peer.shared)
-          if (mem_desc{x.addr, x.size_bytes, -1}.covers(op.dst_addr, op.size_bytes, -1)) {
-            r = &x;
-            break;
-          }
-        if (!r)
-          return make_error(errc::out_of_range,
-                            "write " + std::to_string(i) + ": destination range "
-                              + region_table::range(op.dst_addr, op.size_bytes)
-                              + " is outside rank " + std::to_string(batch.peer.owner)
-                              + "'s registered memory");
-        auto mapped = map_segment(r->segment);
-        if (!mapped)
-          return mapped.error();
-        m = *mapped;
+namespace {
+
+/// Small batches (a room's pages one layer at a time) keep their resolved
+/// addresses on the stack; larger ones take a vector.
+class shm_targets {
+public:
+  explicit shm_targets(size_t n) {
+    if (n > inline_ops) {
+      heap_.resize(n);
+      at_ = heap_.data();
+    }
+  }
+
+  uint8_t*& operator[](size_t i) noexcept {
+    return at_[i];
+  }
+
+private:
+  static constexpr size_t inline_ops = 32;
+  uint8_t* inline_[inline_ops];
+  std::vector<uint8_t*> heap_;
+  uint8_t** at_ = inline_;
+};
+
+} // namespace
+
+post_result shm_backend::copy(const write_batch& batch) {
+  // Resolve and check every write before the first byte moves; the view
+  // stays open over the copies, so no source is deregistered under them.
+  // A segment not mapped yet is mapped outside the section (mapping
+  // publishes a new table and waits out its readers), then the batch is
+  // resolved again: at most once per segment of the peer.
+  auto& ops = batch.ops;
+  shm_targets targets{ops.size()};
+  for (;;) {
+    const std::string* missing = nullptr;
+    {
+      auto regions = regions_.read();
+      auto& maps = mapped_.read();
+      peer_hint hint;
+      for (size_t i = 0; i < ops.size() && !missing; ++i) {
+        auto& op = ops[i];
+        if (!regions.covers(op.src_addr, op.size_bytes))
+          return post_result::failed(
+            make_error(errc::not_registered,
+                       "write " + std::to_string(i) + ": source range "
+                         + region_table::range(op.src_addr, op.size_bytes)
+                         + " is outside the sender's registered memory"));
+        targets[i] = hinted(hint, op.dst_addr, op.size_bytes);
+        if (!targets[i])
+          targets[i] = resolve(maps, batch.peer, op.dst_addr, op.size_bytes, hint, missing);
+        if (!targets[i] && !missing)
+          return post_result::failed(unresolved(batch.peer, op.dst_addr, op.size_bytes, hint,
+                                                "write", i, "destination"));
       }
-      auto at = r->offset + (op.dst_addr - r->addr);
-      if (at < r->offset || op.size_bytes > m.size || at > m.size - op.size_bytes)
-        return make_error(errc::out_of_range,
-                          "write " + std::to_string(i) + " runs past the end of shm segment "
-                            + r->segment);
-      targets.push_back(m.base + at);
+      if (!missing) {
+        for (size_t i = 0; i < ops.size(); ++i)
+          std::memcpy(targets[i], reinterpret_cast<const void*>(ops[i].src_addr),
+                      ops[i].size_bytes);
+        return post_result::done();
+      }
     }
-    maps.unlock(); // mappings are never removed while the backend lives
-    for (size_t i = 0; i < batch.ops.size(); ++i)
-      std::memcpy(targets[i], reinterpret_cast<const void*>(batch.ops[i].src_addr),
-                  batch.ops[i].size_bytes);
+    if (auto err = map_segment(*missing))
+      return post_result::failed(std::move(err));
   }
-  return caf::none;
 }
 
-caf::error shm_backend::copy_in(const read_batch& batch) {
-  if (auto err = check_peer(batch.peer, batch.remote_device_id, batch.local_device_id))
-    return err;
-  std::vector<const uint8_t*> sources;
-  sources.reserve(batch.ops.size());
-  auto guard = regions_.lock();
-  {
-    std::unique_lock<std::mutex> maps{mapped_mtx_};
-    for (size_t i = 0; i < batch.ops.size(); ++i) {
-      auto& op = batch.ops[i];
-      if (!regions_.covers(op.local_addr, op.size_bytes))
-        return make_error(errc::out_of_range,
-                          "read " + std::to_string(i) + ": destination range "
-                            + region_table::range(op.local_addr, op.size_bytes)
-                            + " is outside the reader's registered memory");
-      auto from = peer_bytes(batch.peer, op.remote_addr, op.size_bytes, "read", i, "source");
-      if (!from)
-        return from.error();
-      sources.push_back(*from);
+post_result shm_backend::copy_in(const read_batch& batch) {
+  auto& ops = batch.ops;
+  shm_targets sources{ops.size()};
+  for (;;) {
+    const std::string* missing = nullptr;
+    {
+      auto regions = regions_.read();
+      auto& maps = mapped_.read();
+      peer_hint hint;
+      for (size_t i = 0; i < ops.size() && !missing; ++i) {
+        auto& op = ops[i];
+        if (!regions.covers(op.local_addr, op.size_bytes))
+          return post_result::failed(
+            make_error(errc::out_of_range,
+                       "read " + std::to_string(i) + ": destination range "
+                         + region_table::range(op.local_addr, op.size_bytes)
+                         + " is outside the reader's registered memory"));
+        sources[i] = hinted(hint, op.remote_addr, op.size_bytes);
+        if (!sources[i])
+          sources[i] = resolve(maps, batch.peer, op.remote_addr, op.size_bytes, hint, missing);
+        if (!sources[i] && !missing)
+          return post_result::failed(unresolved(batch.peer, op.remote_addr, op.size_bytes, hint,
+                                                "read", i, "source"));
+      }
+      if (!missing) {
+        for (size_t i = 0; i < ops.size(); ++i)
+          std::memcpy(reinterpret_cast<void*>(ops[i].local_addr), sources[i],
+                      ops[i].size_bytes);
+        return post_result::done();
+      }
     }
+    if (auto err = map_segment(*missing))
+      return post_result::failed(std::move(err));
   }
-  for (size_t i = 0; i < batch.ops.size(); ++i)
-    std::memcpy(reinterpret_cast<void*>(batch.ops[i].local_addr), sources[i],
-                batch.ops[i].size_bytes);
-  return caf::none;
 }
 
 } // namespace kvroom::detail

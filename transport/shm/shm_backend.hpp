@@ -1,13 +1,13 @@
 #pragma once
 
-#include <mutex>
-
 #include <map>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "kvroom/api/backend.hpp"
+#include "kvroom/transport/grace_period.hpp"
 #include "kvroom/transport/region_table.hpp"
 
 namespace kvroom::detail {
@@ -41,28 +41,66 @@ public:
   bool reads_inline(const read_batch& batch) const override;
 
 private:
-  caf::error copy(const write_batch& batch);
-  caf::error copy_in(const read_batch& batch);
+  post_result copy(const write_batch& batch);
+  post_result copy_in(const read_batch& batch);
+  /// Whether `peer` is this transport's on this host, host memory to host.
+  bool reachable(const endpoint_desc& peer, int32_t device_a, int32_t device_b) const noexcept;
+  /// Why `peer` is not reachable (none when it is).
   caf::error check_peer(const endpoint_desc& peer, int32_t device_a, int32_t device_b) const;
-  /// Where [addr, addr + len) of the peer's advertised memory is mapped
-  /// here; under `mapped_mtx_`. Errors name op `i` of `kind` and its `side`.
-  caf::expected<uint8_t*> peer_bytes(const endpoint_desc& peer, uint64_t addr, uint64_t len,
-                                     const char* kind, size_t i, const char* side);
 
   struct mapping {
     uint8_t* base = nullptr;
     uint64_t size = 0;
   };
+  /// Peer segments mapped here, by name. Mappings are never removed while
+  /// the backend lives, so a pointer into one stays valid.
+  using mappings = std::unordered_map<std::string, mapping>;
 
-  /// The local mapping of a peer segment, mapping it on first use.
-  caf::expected<mapping> map_segment(const std::string& name);
+  /// The peer region the last op fell in, and its mapping: a batch's ops
+  /// run through one buffer after another, and a scan of the peer's regions
+  /// (a buffer per layer and K/V) plus a look-up of its segment by name per
+  /// op cost more than a small page's copy.
+  struct peer_hint {
+    const shm_region* region = nullptr;
+    mapping map;
+  };
+
+  /// Where [addr, addr + len) is mapped here when it lies in `hint`'s
+  /// region and inside its segment, else null (ask `resolve`).
+  static uint8_t* hinted(const peer_hint& hint, uint64_t addr, uint64_t len) noexcept {
+    auto* r = hint.region;
+    if (!r || !mem_desc{r->addr, r->size_bytes, -1}.covers(addr, len, -1))
+      return nullptr;
+    auto at = r->offset + (addr - r->addr);
+    if (at < r->offset || len > hint.map.size || at > hint.map.size - len)
+      return nullptr;
+    return hint.map.base + at;
+  }
+
+  /// Finds the peer region holding [addr, addr + len), points `hint` at it
+  /// and returns where the range is mapped here; or null, with `missing`
+  /// set to a segment not mapped yet (the caller maps it outside its
+  /// section and tries again), or not (`unresolved` says why).
+  uint8_t* resolve(const mappings& maps, const endpoint_desc& peer, uint64_t addr, uint64_t len,
+                   peer_hint& hint, const std::string*& missing) const noexcept;
+
+  /// Why `resolve` found no bytes, naming op `i` of `kind` and its `side`:
+  /// made only for an error, as copies are the hot path.
+  static caf::error unresolved(const endpoint_desc& peer, uint64_t addr, uint64_t len,
+                               const peer_hint& hint, const char* kind, size_t i,
+                               const char* side);
+
+  /// Maps a peer segment if it is not yet (outside any reader section).
+  caf::error map_segment(const std::string& name);
 
   rank_id owner_;
+  /// This host's id (`host_domain()`), read once.
+  uint64_t domain_;
   region_table regions_;
   std::map<region_id, shm_region> exposed_;
-  /// Guards `mapped_`: the worker and rooms' inline copies both map.
-  std::mutex mapped_mtx_;
-  std::unordered_map<std::string, mapping> mapped_;
+  /// Serialises `map_segment`; copies read `mapped_` with no lock.
+  std::mutex map_mtx_;
+  published<mappings> mapped_;
 };
 
 } // namespace kvroom::detail

@@ -335,13 +335,13 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
         break;
       continue;
     }
-    // Validate every range before any byte lands; hold the lock while the
+    // Validate every range before any byte lands; keep the view open while the
     // payload is written so nothing is deregistered under it.
-    auto guard = regions_.lock();
+    auto regions = regions_.read();
     uint64_t total = 0;
     for (size_t i = 0; i < ops.size() && bad.empty(); ++i) {
       auto& op = ops[i];
-      if (op.size_bytes == 0 || !regions_.covers(op.dst_addr, op.size_bytes))
+      if (op.size_bytes == 0 || !regions.covers(op.dst_addr, op.size_bytes))
         bad = "write " + std::to_string(i) + ": destination range "
               + region_table::range(op.dst_addr, op.size_bytes)
               + " is outside rank " + std::to_string(owner_)
@@ -669,9 +669,9 @@ post_result tcp_backend::post(const write_batch& batch) {
                              batch.ops.size(), "batch", "writes"))
     return post_result::failed(std::move(err));
   {
-    auto guard = regions_.lock();
+    auto regions = regions_.read();
     for (size_t i = 0; i < batch.ops.size(); ++i)
-      if (!regions_.covers(batch.ops[i].src_addr, batch.ops[i].size_bytes))
+      if (!regions.covers(batch.ops[i].src_addr, batch.ops[i].size_bytes))
         return post_result::failed(
           make_error(errc::not_registered,
                      "write " + std::to_string(i) + ": source range "
@@ -725,13 +725,13 @@ bool tcp_backend::serve_read(int fd, rank_id reader, uint64_t xfer, room_id room
                              const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
   std::string bad;
   // Registered, and granted to this reader for a live room: checked before
-  // a byte leaves; the lock and the permit are held while the bytes go, so
+  // a byte leaves; the view and the permit are held while the bytes go, so
   // nothing is deregistered or revoked (the room's pages freed) under them.
-  auto guard = regions_.lock();
+  auto regions = regions_.read();
   uint64_t sum = 0;
   for (size_t i = 0; i < ranges.size() && bad.empty(); ++i) {
     auto [addr, size] = ranges[i];
-    if (size == 0 || !regions_.covers(addr, size))
+    if (size == 0 || !regions.covers(addr, size))
       bad = "read " + std::to_string(i) + ": source range " + region_table::range(addr, size)
             + " is outside rank " + std::to_string(owner_) + "'s registered memory";
     sum += size;
@@ -764,10 +764,10 @@ post_result tcp_backend::post_read(const read_batch& batch) {
     return post_result::failed(std::move(err));
   pending_read r;
   {
-    auto guard = regions_.lock();
+    auto regions = regions_.read();
     for (size_t i = 0; i < batch.ops.size(); ++i) {
       auto& op = batch.ops[i];
-      if (op.size_bytes == 0 || !regions_.covers(op.local_addr, op.size_bytes))
+      if (op.size_bytes == 0 || !regions.covers(op.local_addr, op.size_bytes))
         return post_result::failed(
           make_error(errc::out_of_range, "read " + std::to_string(i) + ": destination range "
                                            + region_table::range(op.local_addr, op.size_bytes)
@@ -805,11 +805,11 @@ void tcp_backend::land_read(connection& c, xfer_id id, pending_read& r) {
   // The answer's bytes are at the front of the inbox. A read released
   // meanwhile (its room concluded here) lands nothing.
   if (!r.released) {
-    auto guard = regions_.lock();
+    auto regions = regions_.read();
     size_t at = 0;
     bool still = true;
     for (auto& [addr, size] : r.to)
-      still = still && regions_.covers(addr, size);
+      still = still && regions.covers(addr, size);
     for (auto& [addr, size] : r.to) {
       if (still)
         std::memcpy(reinterpret_cast<void*>(addr), c.inbox.data() + at, size);
