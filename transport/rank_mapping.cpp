@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
 
 #include "kvroom/api/errors.hpp"
 #include "kvroom/transport/transfer_plan.hpp"
@@ -163,6 +164,83 @@ caf::expected<decode_mapping> map_decode_rank(const std::vector<parallel_layout>
   return out;
 }
 
+namespace {
+
+bool same(const parallel_layout& a, const parallel_layout& b) noexcept {
+  return a.tp_size == b.tp_size && a.tp_rank == b.tp_rank && a.pp_size == b.pp_size
+         && a.pp_rank == b.pp_rank && a.first_layer == b.first_layer && a.layers == b.layers
+         && a.total_kv_heads == b.total_kv_heads && a.head_dim == b.head_dim
+         && a.bytes_per_element == b.bytes_per_element && a.tokens_per_page == b.tokens_per_page
+         && a.order == b.order && a.mla == b.mla;
+}
+
+/// The mappings computed so far, newest last. The mutex is held for a scan
+/// of a few entries, never while a mapping is computed. Not published under
+/// `grace_period`: its writers are room actors, and a grace period may wait
+/// on a TCP receiver's open section, which an actor must not.
+class mapping_cache {
+public:
+  struct entry {
+    std::vector<parallel_layout> group;
+    parallel_layout decode;
+    std::shared_ptr<const decode_mapping> mapping;
+
+    bool is(const std::vector<parallel_layout>& g, const parallel_layout& d) const noexcept {
+      if (!same(decode, d) || group.size() != g.size())
+        return false;
+      for (size_t i = 0; i < g.size(); ++i)
+        if (!same(group[i], g[i]))
+          return false;
+      return true;
+    }
+  };
+
+  static mapping_cache& get() {
+    static mapping_cache instance;
+    return instance;
+  }
+
+  std::shared_ptr<const decode_mapping> find(const std::vector<parallel_layout>& group,
+                                             const parallel_layout& decode) const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    for (auto& e : entries_)
+      if (e.is(group, decode))
+        return e.mapping;
+    return nullptr;
+  }
+
+  void add(const std::vector<parallel_layout>& group, const parallel_layout& decode,
+           std::shared_ptr<const decode_mapping> mapping) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    for (auto& e : entries_)
+      if (e.is(group, decode))
+        return; // another room computed it meanwhile
+    if (entries_.size() >= mapping_cache_entries)
+      entries_.erase(entries_.begin());
+    entries_.push_back(entry{group, decode, std::move(mapping)});
+  }
+
+private:
+  mutable std::mutex mtx_;
+  std::vector<entry> entries_;
+};
+
+} // namespace
+
+caf::expected<std::shared_ptr<const decode_mapping>>
+shared_decode_mapping(const std::vector<parallel_layout>& prefill_group,
+                      const parallel_layout& decode) {
+  auto& cache = mapping_cache::get();
+  if (auto hit = cache.find(prefill_group, decode))
+    return hit;
+  auto m = map_decode_rank(prefill_group, decode);
+  if (!m)
+    return std::move(m.error());
+  auto out = std::make_shared<const decode_mapping>(std::move(*m));
+  cache.add(prefill_group, decode, out);
+  return out;
+}
+
 caf::expected<room_mapping> map_room(const std::vector<parallel_layout>& prefill_group,
                                      const std::vector<parallel_layout>& decode_group) {
   room_mapping out;
@@ -238,10 +316,12 @@ caf::expected<std::vector<int32_t>> prefill_targets(const std::vector<parallel_l
   prefill_place mine{me.tp_rank, me.pp_rank};
   std::vector<int32_t> out;
   for (int32_t t = 0; t < decode_tp; ++t) {
-    auto m = map_decode_rank(group, decode_layout_like(me, total_layers, decode_tp, t));
+    // Shared: a prefill room asks this for every decode TP rank.
+    auto m = shared_decode_mapping(group, decode_layout_like(me, total_layers, decode_tp, t));
     if (!m)
       return std::move(m.error());
-    if (std::find(m->sources.begin(), m->sources.end(), mine) != m->sources.end())
+    auto& sources = (*m)->sources;
+    if (std::find(sources.begin(), sources.end(), mine) != sources.end())
       out.push_back(t);
   }
   return out;
@@ -332,7 +412,13 @@ plan_mapped_writes(const decode_mapping& m, const prefill_place& src,
                           "destination page index " + std::to_string(dst_pages[i])
                             + " out of range in buffer " + std::to_string(b));
     }
+  // Reserved: a head-sliced NHD part is 16 writes a page per buffer (16,384
+  // for a realistic room), and growing the vector to that showed in profiles.
+  size_t mine = 0;
+  for (auto& w : m.writes)
+    mine += w.src == src ? 1 : 0;
   std::vector<write_op> ops;
+  ops.reserve(std::min(mine * src_pages.size(), max_planned_writes));
   for (auto& w : m.writes) {
     if (!(w.src == src))
       continue;

@@ -8,6 +8,7 @@
 // carry it out, and every byte of it is a unit test (rank_mapping_test).
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,19 @@ struct room_mapping {
 /// per element, tokens per page, MLA) on the two sides.
 caf::expected<decode_mapping> map_decode_rank(const std::vector<parallel_layout>& prefill_group,
                                               const parallel_layout& decode);
+
+/// The same mapping, shared: a rank's rooms map the same layouts room after
+/// room, so each distinct (group, decode) pair is computed once and kept
+/// (at most `mapping_cache_entries`, the oldest dropped first; a refusal is
+/// not kept). Safe from any thread; a look-up holds a mutex for a scan.
+caf::expected<std::shared_ptr<const decode_mapping>>
+shared_decode_mapping(const std::vector<parallel_layout>& prefill_group,
+                      const parallel_layout& decode);
+
+/// How many mappings `shared_decode_mapping` keeps: far more than the
+/// distinct pairs of one deployment (a decode rank sees one per prefill
+/// group), few enough that memory does not follow the ranks ever seen.
+constexpr size_t mapping_cache_entries = 64;
 
 /// The mapping of a whole room between a prefill group and the decode
 /// group (one layout per decode TP rank).

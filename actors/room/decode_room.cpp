@@ -146,14 +146,14 @@ pick_sources(self_ptr self, const std::vector<std::shared_ptr<const rank_entry>>
     }
     st.layout = *implied;
   }
-  auto m = map_decode_rank(layouts, st.layout);
+  auto m = shared_decode_mapping(layouts, st.layout);
   if (!m) {
     core.fail_local(describe(m.error()), failure_cause::bad_input);
     return {};
   }
-  st.mapping = *m;
+  st.mapping = std::move(*m);
   st.mapped = true;
-  for (auto& place : m->sources)
+  for (auto& place : st.mapping->sources)
     for (auto& entry : group)
       if (entry->parallel.tp_rank == place.tp_rank && entry->parallel.pp_rank == place.pp_rank)
         out.push_back(entry);
@@ -253,7 +253,7 @@ std::string check_part(self_ptr self, const transfer_done& msg) {
   part.src_mem = &src->layout;
   part.dst_mem = &me.layout;
   if (st.mapped) {
-    part.mapping = &st.mapping;
+    part.mapping = st.mapping.get();
     part.src_place = place_of(src->parallel);
     part.src_parallel = &src->parallel;
     part.dst_parallel = &st.layout;

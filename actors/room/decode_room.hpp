@@ -32,7 +32,8 @@ struct decode_room_state {
   /// Mapped by layouts (the prefill group's declared ones, and this rank's
   /// own or the one they imply at its TP size): what each source writes here.
   bool mapped = false;
-  decode_mapping mapping;
+  /// Shared with the rank's other rooms of the same layouts.
+  std::shared_ptr<const decode_mapping> mapping;
   parallel_layout layout;
   /// The deployment checks integrity: each part is hashed as it completes.
   bool hashing = false;

@@ -62,7 +62,7 @@ part_spec part_of(self_ptr self, const prefill_target& t) {
   part.src_mem = &me.layout;
   part.dst_mem = &t.peer->layout;
   if (st.mapped) {
-    part.mapping = &t.map;
+    part.mapping = t.map.get();
     part.src_place = place_of(me.parallel);
     part.src_parallel = &me.parallel;
     part.dst_parallel = &t.peer->parallel;
@@ -488,7 +488,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
     std::vector<parallel_layout> layouts;
     for (auto& e : st.group)
       layouts.push_back(e->parallel);
-    auto m = map_decode_rank(layouts, msg.peer->parallel);
+    auto m = shared_decode_mapping(layouts, msg.peer->parallel);
     if (!m) {
       core.fail_local("cannot map to decode " + to_string(d) + ": " + describe(m.error()),
                       failure_cause::bad_input);
@@ -616,7 +616,7 @@ void on_result(self_ptr self, const transfer_result& res) {
       t.written = {};
     }
     parts.push_back(room_protocol::part_written(t.dst.decode_rank, st.mapped,
-                                                t.map.sources.size(), st.hashing));
+                                                t.map ? t.map->sources.size() : 0, st.hashing));
   }
   core.all_written(parts);
 }

@@ -36,8 +36,9 @@ struct prefill_target {
   endpoint_desc aux_endpoint;
   std::vector<endpoint_desc> aux_alternates;
   /// Declared layouts: what the rank mapping says it gets (from every
-  /// source; this room moves its own slices).
-  decode_mapping map;
+  /// source; this room moves its own slices). Shared with the rank's other
+  /// rooms of the same layouts.
+  std::shared_ptr<const decode_mapping> map;
   /// With the integrity check on: every write of its part so far, and the
   /// part's digest once all of it landed.
   std::vector<write_op> written;

@@ -363,3 +363,50 @@ TEST_CASE("parallel conflict: what one deployment's ranks must agree on") {
   CHECK(parallel_conflict(p, true, layout(4, 1, 2, 0, 8, page_order::nhd, false), false)
           .find("decode PP size 2") != std::string::npos);
 }
+
+TEST_CASE("rank mapping: a shared mapping is computed once per layouts, bounded, refusals not kept") {
+  std::vector<parallel_layout> prefill{layout(2, 0, 1, 0, 8, page_order::hnd, false),
+                                       layout(2, 1, 1, 0, 8, page_order::hnd, false)};
+  auto d0 = layout(4, 0, 1, 0, 8, page_order::nhd, false);
+  auto d1 = layout(4, 1, 1, 0, 8, page_order::nhd, false);
+  auto a = shared_decode_mapping(prefill, d0);
+  auto b = shared_decode_mapping(prefill, d0);
+  auto c = shared_decode_mapping(prefill, d1);
+  REQUIRE(a);
+  REQUIRE(b);
+  REQUIRE(c);
+  CHECK(a->get() == b->get()); // the same layouts: one mapping, shared
+  CHECK(a->get() != c->get());
+  // What is shared is what map_decode_rank computes.
+  auto direct = map_decode_rank(prefill, d0);
+  REQUIRE(direct);
+  REQUIRE((*a)->writes.size() == direct->writes.size());
+  CHECK((*a)->sources.size() == direct->sources.size());
+  // A refusal is the same refusal every time, and takes no entry.
+  auto bad = d0;
+  bad.head_dim = 64;
+  CHECK_FALSE(shared_decode_mapping(prefill, bad));
+  CHECK_FALSE(shared_decode_mapping(prefill, bad));
+  // More distinct layouts than the cache keeps: the oldest is dropped (a
+  // new mapping is made for it next time) and the one a room still holds
+  // stays valid.
+  auto keyed = [](int32_t k) {
+    std::vector<parallel_layout> group{layout(2, 0, 1, 0, 4 * k, page_order::hnd, false),
+                                       layout(2, 1, 1, 0, 4 * k, page_order::hnd, false)};
+    auto dec = layout(4, 0, 1, 0, 4 * k, page_order::hnd, false);
+    for (auto* x : {&group[0], &group[1], &dec})
+      x->tokens_per_page = 5; // keys no other case uses
+    return std::make_pair(group, dec);
+  };
+  auto [g1, d1st] = keyed(1);
+  auto first = shared_decode_mapping(g1, d1st);
+  REQUIRE(first);
+  for (int32_t k = 2; k <= static_cast<int32_t>(mapping_cache_entries) + 1; ++k) {
+    auto [g, d] = keyed(k);
+    REQUIRE(shared_decode_mapping(g, d));
+  }
+  auto again = shared_decode_mapping(g1, d1st);
+  REQUIRE(again);
+  CHECK(again->get() != first->get());               // dropped, made anew
+  CHECK((*first)->writes.size() == (*again)->writes.size()); // still valid where held
+}

@@ -36,3 +36,25 @@ TEST_CASE("region table: a range inside one region, registered in any order") {
   CHECK(v.covers(0x11000, 0x10));
 }
 
+
+TEST_CASE("region table: a hint is asked first and left at the region that held the range") {
+  region_table t;
+  REQUIRE(t.add({0x10000, 0x1000, -1}));
+  REQUIRE(t.add({0x20000, 0x1000, -1}));
+  REQUIRE(t.add({0x30000, 0x1000, -1}));
+  auto v = t.read();
+  size_t hint = 0;
+  CHECK(v.covers(0x30010, 0x10, hint));
+  CHECK(hint == 2);
+  CHECK(v.covers(0x30020, 0x10, hint)); // the same region: asked first
+  CHECK(hint == 2);
+  CHECK(v.covers(0x10000, 0x10, hint)); // a miss falls back to the search
+  CHECK(hint == 0);
+  // A wrong hint never widens what is covered.
+  hint = 1;
+  CHECK_FALSE(v.covers(0x20ff0, 0x20, hint)); // runs past region 1
+  CHECK_FALSE(v.covers(0x28000, 0x10, hint)); // in a gap
+  hint = 99; // out of range: ignored
+  CHECK(v.covers(0x20000, 0x1000, hint));
+  CHECK(hint == 1);
+}

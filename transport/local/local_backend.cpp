@@ -106,16 +106,17 @@ private:
                                            + peer.address + " (destroyed, or never made)"));
     region_table::snapshot src{*src_table, section};
     region_table::snapshot dst{*dst_table, section};
+    size_t src_hint = 0, dst_hint = 0;
     for (size_t i = 0; i < ops.size(); ++i) {
       auto [from, to] = ends(ops[i]);
       auto len = ops[i].size_bytes;
-      if (!src.covers(from, len))
+      if (!src.covers(from, len, src_hint))
         return post_result::failed(
           make_error(errc::not_registered,
                      std::string{what} + " " + std::to_string(i) + ": source range "
                        + region_table::range(from, len) + " is outside " + who(true)
                        + "'s registered memory"));
-      if (!dst.covers(to, len))
+      if (!dst.covers(to, len, dst_hint))
         return post_result::failed(
           make_error(errc::out_of_range,
                      std::string{what} + " " + std::to_string(i) + ": destination range "

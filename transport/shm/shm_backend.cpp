@@ -230,9 +230,10 @@ post_result shm_backend::copy(const write_batch& batch) {
       auto regions = regions_.read();
       auto& maps = mapped_.read();
       peer_hint hint;
+      size_t own_hint = 0;
       for (size_t i = 0; i < ops.size() && !missing; ++i) {
         auto& op = ops[i];
-        if (!regions.covers(op.src_addr, op.size_bytes))
+        if (!regions.covers(op.src_addr, op.size_bytes, own_hint))
           return post_result::failed(
             make_error(errc::not_registered,
                        "write " + std::to_string(i) + ": source range "
@@ -266,9 +267,10 @@ post_result shm_backend::copy_in(const read_batch& batch) {
       auto regions = regions_.read();
       auto& maps = mapped_.read();
       peer_hint hint;
+      size_t own_hint = 0;
       for (size_t i = 0; i < ops.size() && !missing; ++i) {
         auto& op = ops[i];
-        if (!regions.covers(op.local_addr, op.size_bytes))
+        if (!regions.covers(op.local_addr, op.size_bytes, own_hint))
           return post_result::failed(
             make_error(errc::out_of_range,
                        "read " + std::to_string(i) + ": destination range "

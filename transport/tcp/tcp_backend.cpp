@@ -339,9 +339,10 @@ void tcp_backend::serve(inbound& conn, rank_id sender) {
     // payload is written so nothing is deregistered under it.
     auto regions = regions_.read();
     uint64_t total = 0;
+    size_t hint = 0;
     for (size_t i = 0; i < ops.size() && bad.empty(); ++i) {
       auto& op = ops[i];
-      if (op.size_bytes == 0 || !regions.covers(op.dst_addr, op.size_bytes))
+      if (op.size_bytes == 0 || !regions.covers(op.dst_addr, op.size_bytes, hint))
         bad = "write " + std::to_string(i) + ": destination range "
               + region_table::range(op.dst_addr, op.size_bytes)
               + " is outside rank " + std::to_string(owner_)
@@ -670,8 +671,9 @@ post_result tcp_backend::post(const write_batch& batch) {
     return post_result::failed(std::move(err));
   {
     auto regions = regions_.read();
+    size_t hint = 0;
     for (size_t i = 0; i < batch.ops.size(); ++i)
-      if (!regions.covers(batch.ops[i].src_addr, batch.ops[i].size_bytes))
+      if (!regions.covers(batch.ops[i].src_addr, batch.ops[i].size_bytes, hint))
         return post_result::failed(
           make_error(errc::not_registered,
                      "write " + std::to_string(i) + ": source range "
@@ -729,9 +731,10 @@ bool tcp_backend::serve_read(int fd, rank_id reader, uint64_t xfer, room_id room
   // nothing is deregistered or revoked (the room's pages freed) under them.
   auto regions = regions_.read();
   uint64_t sum = 0;
+  size_t hint = 0;
   for (size_t i = 0; i < ranges.size() && bad.empty(); ++i) {
     auto [addr, size] = ranges[i];
-    if (size == 0 || !regions.covers(addr, size))
+    if (size == 0 || !regions.covers(addr, size, hint))
       bad = "read " + std::to_string(i) + ": source range " + region_table::range(addr, size)
             + " is outside rank " + std::to_string(owner_) + "'s registered memory";
     sum += size;
@@ -765,9 +768,10 @@ post_result tcp_backend::post_read(const read_batch& batch) {
   pending_read r;
   {
     auto regions = regions_.read();
+    size_t hint = 0;
     for (size_t i = 0; i < batch.ops.size(); ++i) {
       auto& op = batch.ops[i];
-      if (op.size_bytes == 0 || !regions.covers(op.local_addr, op.size_bytes))
+      if (op.size_bytes == 0 || !regions.covers(op.local_addr, op.size_bytes, hint))
         return post_result::failed(
           make_error(errc::out_of_range, "read " + std::to_string(i) + ": destination range "
                                            + region_table::range(op.local_addr, op.size_bytes)
@@ -808,8 +812,9 @@ void tcp_backend::land_read(connection& c, xfer_id id, pending_read& r) {
     auto regions = regions_.read();
     size_t at = 0;
     bool still = true;
+    size_t hint = 0;
     for (auto& [addr, size] : r.to)
-      still = still && regions.covers(addr, size);
+      still = still && regions.covers(addr, size, hint);
     for (auto& [addr, size] : r.to) {
       if (still)
         std::memcpy(reinterpret_cast<void*>(addr), c.inbox.data() + at, size);
