@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <linux/membarrier.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -41,17 +42,49 @@ registry& the_registry() {
   return *instance;
 }
 
-/// Decided once, before any slot exists, so every reader runs in the mode
-/// it will be waited for in.
-void probe() {
+} // namespace
+
+void grace_period::probe() {
+  // Decided once, before any slot exists, so every reader runs in the mode
+  // it will be waited for in.
   std::call_once(the_registry().probed, [] {
     auto cmds = membarrier(MEMBARRIER_CMD_QUERY);
     grace_period_mode::light = cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0
                                && membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+    ::pthread_atfork(fork_prepare, fork_parent, fork_child);
   });
 }
 
-} // namespace
+void grace_period::fork_prepare() {
+  // Held across fork: the child must not inherit it locked by a thread it
+  // does not have.
+  the_registry().mtx.lock();
+}
+
+void grace_period::fork_parent() {
+  the_registry().mtx.unlock();
+}
+
+void grace_period::fork_child() {
+  // The child has the forking thread only. Every other slot is free now,
+  // and none may stay odd: a thread that was copying when the process
+  // forked would make every later grace period in the child wait for ever.
+  // A membarrier registration is not inherited: register again, or let
+  // readers fence themselves.
+  auto& reg = the_registry();
+  reg.free.clear();
+  for (auto& s : reg.slots) {
+    if (s.get() == current_slot_)
+      continue;
+    auto seq = s->seq.load(std::memory_order_relaxed);
+    s->seq.store(seq + (seq & 1), std::memory_order_relaxed);
+    s->depth = 0;
+    reg.free.push_back(s.get());
+  }
+  if (grace_period_mode::light)
+    grace_period_mode::light = membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+  reg.mtx.unlock();
+}
 
 /// Hands the thread's slot back when the thread exits.
 struct grace_period_slot_owner {

@@ -94,6 +94,13 @@ private:
   /// removed when it exits.
   static slot* attach();
 
+  /// Picks the mode once and installs the fork handlers.
+  static void probe();
+  static void fork_prepare();
+  static void fork_parent();
+  /// In a forked child: frees the slots of the threads it does not have.
+  static void fork_child();
+
   /// Inline, so every reader sees its constant initialisation: declared
   /// `extern`, each access called a TLS init function first.
   inline static thread_local slot* current_slot_ = nullptr;

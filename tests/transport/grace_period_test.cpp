@@ -10,6 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "kvroom/transport/grace_period.hpp"
 #include "kvroom/transport/region_table.hpp"
 
@@ -133,4 +136,34 @@ TEST_CASE("grace period: threads that exit hand their slot back") {
     std::thread{[] { grace_period::reader section; }}.join();
   CHECK(grace_period::slots_in_use() <= before + 1);
   grace_period::synchronize(); // no exited thread is waited for
+}
+
+TEST_CASE("grace period: a forked child does not wait for the parent's readers") {
+  // A thread is inside a section when the process forks; the child has no
+  // such thread, so its grace periods must not wait for it. The child
+  // bounds itself with an alarm: a hang fails the test, it never stalls it.
+  std::atomic<bool> inside{false}, release{false};
+  std::thread reader{[&] {
+    grace_period::reader section;
+    inside.store(true);
+    while (!release.load())
+      std::this_thread::yield();
+  }};
+  while (!inside.load())
+    std::this_thread::yield();
+  auto pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::alarm(10);
+    grace_period::synchronize();
+    { grace_period::reader section; } // and readers still work
+    grace_period::synchronize();
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  release.store(true);
+  reader.join();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
