@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the benchmarks behind docs/performance.md and draws
+# Runs the benchmarks behind docs/performance.md, draws
 # bench/results/performance.png (gnuplot): GB/s vs block size per transport
-# against its same-run baseline, and rooms/s vs rooms in flight.
+# against its same-run baseline, and rooms/s vs rooms in flight; and writes
+# the figures table of docs/performance.md from the same run (table.py).
 #
 #   bash bench/plot.sh [build-dir]      # needs gnuplot (apt install gnuplot-nox)
 #   SKIP_RUN=1 bash bench/plot.sh       # redraw from the JSON already there
@@ -88,3 +89,5 @@ unset multiplot
 GP
 rm -rf $tmp
 echo "plot.sh: wrote $out/performance.png"
+# The figures table of docs/performance.md, from the same run's JSON.
+python3 bench/table.py "$out" --into=docs/performance.md

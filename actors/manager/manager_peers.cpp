@@ -116,16 +116,21 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
     on_peer_down(self, *peer, msg.reason + " (seen by the bootstrap registry)", msg.orderly);
     return;
   }
-  // The registry's word is all we have of a prefill rank we never linked
-  // to: its KV went with it, so no room waiting on it can succeed, not
-  // even with a replacement on its id (which holds none of it). It is
-  // remembered as lost and those rooms fail now instead of at their
-  // deadlines (measured: a vLLM consumer's loads from a producer SIGKILLed
-  // before it answered any link waited out their timeout). Only the
-  // incarnation that went: a replacement listed meanwhile is not lost. A
-  // decode rank's slot can still be filled by a replacement (a restart on
-  // its id): rooms that need it keep waiting, as before.
-  if (listed_gone && msg.incarnation != 0 && msg.rank.side == role::prefill) {
+  // The registry's word is all we have of a rank we never linked to. A
+  // prefill rank's KV went with it, so no room waiting on it can succeed,
+  // not even with a replacement on its id (which holds none of it); a
+  // decode rank's part of a room in flight went with it too (a replacement
+  // serves new rooms, never one its predecessor held: a scheduler knows
+  // nothing of the requests a dead process held). It is remembered as lost
+  // and those rooms fail now instead of at their deadlines, or when the
+  // scheduler initialises them (measured: a vLLM consumer's loads from a
+  // producer SIGKILLed before it answered any link waited out their
+  // timeout; `kvroom-bench detect`, the rooms of decode TP 0 waited for
+  // their init, 100 ms there, once decode TP ranks stopped linking to each
+  // other). Only the incarnation that went: a replacement listed meanwhile
+  // is not lost, and one listed later erases the loss (the registry
+  // answers a replacement once every listed rank applied its listing).
+  if (listed_gone && msg.incarnation != 0) {
     logger()->debug("{}: rank {} left the directory: {}", to_string(me(self)),
                     to_string(msg.rank), msg.reason);
     peer_lost why{msg.rank, "rank " + to_string(msg.rank) + " lost: " + msg.reason

@@ -2,7 +2,7 @@
 # Real processes on loopback (or in the test's own network namespaces):
 #   multiprocess_test.sh KVROOM_BINARY SCENARIO WORKDIR [KVROOM_STRANGER]
 # Scenarios: transfer (auto: shm on one host), transfer_shm, transfer_tcp, transfer_pull,
-# sigkill, sigkill_pull, sigstop, malformed, netns, registry_restart, dp_groups, auth, tls,
+# sigkill, sigkill_pull, sigkill_decode, sigstop, malformed, netns, registry_restart, dp_groups, auth, tls,
 # parallel, metrics, paths, netns_paths, idle_links; etcd_cluster, etcd_sigkill,
 # etcd_refusals, etcd_scale, etcd_secured, etcd_lease (etcd_scenarios.sh).
 # Every process it starts is killed on exit; every wait is bounded. Exit 0
@@ -324,6 +324,26 @@ sigkill|sigkill_pull)
   # Detection must be prompt, not a timeout (the benchmark measures it).
   [ $worst -lt 1000 ] || fail "rooms failed ${worst} ms after the kill"
   echo "ok: SIGKILL of prefill tp1${DECODE_ARGS:+ (decode pulling)}: every survivor failed its rooms ${worst} ms after the kill at the latest (origin 1, propagated); after the restart 40 rooms succeeded on all 4 ranks"
+  ;;
+
+sigkill_decode)
+  # A decode TP rank is SIGKILLed while every room of the batch waits, on
+  # the decode side, for its scheduler's init (60 s away, past the test's
+  # bound). The decode ranks never link to each other; d0 hears of d1 from
+  # the registry and its rooms depend on d1: they fail now, with d1 as the
+  # origin on every survivor, not at their init or deadlines (60 s too).
+  p=$(port)
+  DECODE_ARGS=--init-delay-ms=60000 group "$p" --rooms=40 --pace-us=4000 --timeout-ms=60000
+  for r in p0 p1 d0 d1; do wait_for '"ready"' $r.log 20 || fail "$r not ready"; done
+  sleep 0.5
+  kill -9 "$PID_d1"
+  for r in p0 p1 d0; do eval "wait_exit \$PID_$r 30" || fail "$r still waits 30 s after the kill: its rooms did not hear d1's loss"; done
+  for r in p0 p1 d0; do
+    total=$(grep -c '"state": ' $r.json)
+    lost=$(grep '"reason": "rank decode\[dp0,tp1\]#65537' $r.json | grep -c '"origin_rank": 65537')
+    [ "$total" -gt 0 ] && [ "$lost" = "$total" ] || fail "$r: $lost of $total rooms failed with the lost decode rank as origin"
+  done
+  echo "ok: SIGKILL of decode tp1 while its group's rooms waited for init: every room failed at once on p0, p1 and d0, d1 the origin"
   ;;
 
 sigstop)
