@@ -216,14 +216,15 @@ private:
 
 } // namespace
 
-post_result shm_backend::copy(const write_batch& batch) {
-  // Resolve and check every write before the first byte moves; the view
-  // stays open over the copies, so no source is deregistered under them.
+template <class Op, class Own, class Theirs>
+post_result shm_backend::checked_copy(const std::vector<Op>& ops, const endpoint_desc& peer,
+                                      const copy_names& names, Own own, Theirs theirs) {
+  // Resolve and check every op before the first byte moves; the view stays
+  // open over the copies, so no range of ours is deregistered under them.
   // A segment not mapped yet is mapped outside the section (mapping
   // publishes a new table and waits out its readers), then the batch is
   // resolved again: at most once per segment of the peer.
-  auto& ops = batch.ops;
-  shm_targets targets{ops.size()};
+  shm_targets at_peer{ops.size()};
   for (;;) {
     const std::string* missing = nullptr;
     {
@@ -232,24 +233,28 @@ post_result shm_backend::copy(const write_batch& batch) {
       peer_hint hint;
       size_t own_hint = 0;
       for (size_t i = 0; i < ops.size() && !missing; ++i) {
-        auto& op = ops[i];
-        if (!regions.covers(op.src_addr, op.size_bytes, own_hint))
+        auto len = ops[i].size_bytes;
+        if (!regions.covers(own(ops[i]), len, own_hint))
           return post_result::failed(
-            make_error(errc::not_registered,
-                       "write " + std::to_string(i) + ": source range "
-                         + region_table::range(op.src_addr, op.size_bytes)
-                         + " is outside the sender's registered memory"));
-        targets[i] = hinted(hint, op.dst_addr, op.size_bytes);
-        if (!targets[i])
-          targets[i] = resolve(maps, batch.peer, op.dst_addr, op.size_bytes, hint, missing);
-        if (!targets[i] && !missing)
-          return post_result::failed(unresolved(batch.peer, op.dst_addr, op.size_bytes, hint,
-                                                "write", i, "destination"));
+            make_error(names.own_code, std::string{names.kind} + " " + std::to_string(i) + ": "
+                                         + names.own_side + " range "
+                                         + region_table::range(own(ops[i]), len) + " is outside "
+                                         + names.own_rank + "'s registered memory"));
+        at_peer[i] = hinted(hint, theirs(ops[i]), len);
+        if (!at_peer[i])
+          at_peer[i] = resolve(maps, peer, theirs(ops[i]), len, hint, missing);
+        if (!at_peer[i] && !missing)
+          return post_result::failed(
+            unresolved(peer, theirs(ops[i]), len, hint, names.kind, i, names.peer_side));
       }
       if (!missing) {
-        for (size_t i = 0; i < ops.size(); ++i)
-          std::memcpy(targets[i], reinterpret_cast<const void*>(ops[i].src_addr),
-                      ops[i].size_bytes);
+        for (size_t i = 0; i < ops.size(); ++i) {
+          auto* mine = reinterpret_cast<uint8_t*>(own(ops[i]));
+          if (names.into_peer)
+            std::memcpy(at_peer[i], mine, ops[i].size_bytes);
+          else
+            std::memcpy(mine, at_peer[i], ops[i].size_bytes);
+        }
         return post_result::done();
       }
     }
@@ -258,41 +263,20 @@ post_result shm_backend::copy(const write_batch& batch) {
   }
 }
 
+post_result shm_backend::copy(const write_batch& batch) {
+  static const copy_names names{"write", "source", "the sender", "destination",
+                                errc::not_registered, true};
+  return checked_copy(
+    batch.ops, batch.peer, names, [](const write_op& op) { return op.src_addr; },
+    [](const write_op& op) { return op.dst_addr; });
+}
+
 post_result shm_backend::copy_in(const read_batch& batch) {
-  auto& ops = batch.ops;
-  shm_targets sources{ops.size()};
-  for (;;) {
-    const std::string* missing = nullptr;
-    {
-      auto regions = regions_.read();
-      auto& maps = mapped_.read();
-      peer_hint hint;
-      size_t own_hint = 0;
-      for (size_t i = 0; i < ops.size() && !missing; ++i) {
-        auto& op = ops[i];
-        if (!regions.covers(op.local_addr, op.size_bytes, own_hint))
-          return post_result::failed(
-            make_error(errc::out_of_range,
-                       "read " + std::to_string(i) + ": destination range "
-                         + region_table::range(op.local_addr, op.size_bytes)
-                         + " is outside the reader's registered memory"));
-        sources[i] = hinted(hint, op.remote_addr, op.size_bytes);
-        if (!sources[i])
-          sources[i] = resolve(maps, batch.peer, op.remote_addr, op.size_bytes, hint, missing);
-        if (!sources[i] && !missing)
-          return post_result::failed(unresolved(batch.peer, op.remote_addr, op.size_bytes, hint,
-                                                "read", i, "source"));
-      }
-      if (!missing) {
-        for (size_t i = 0; i < ops.size(); ++i)
-          std::memcpy(reinterpret_cast<void*>(ops[i].local_addr), sources[i],
-                      ops[i].size_bytes);
-        return post_result::done();
-      }
-    }
-    if (auto err = map_segment(*missing))
-      return post_result::failed(std::move(err));
-  }
+  static const copy_names names{"read", "destination", "the reader", "source",
+                                errc::out_of_range, false};
+  return checked_copy(
+    batch.ops, batch.peer, names, [](const read_op& op) { return op.local_addr; },
+    [](const read_op& op) { return op.remote_addr; });
 }
 
 } // namespace kvroom::detail

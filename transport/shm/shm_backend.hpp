@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kvroom/api/backend.hpp"
+#include "kvroom/api/errors.hpp"
 #include "kvroom/transport/grace_period.hpp"
 #include "kvroom/transport/region_table.hpp"
 
@@ -43,6 +44,22 @@ public:
 private:
   post_result copy(const write_batch& batch);
   post_result copy_in(const read_batch& batch);
+
+  /// How a direction names its parts in errors, and which way it copies.
+  struct copy_names {
+    const char* kind;       ///< "write" or "read"
+    const char* own_side;   ///< our range's role: "source" of a write
+    const char* own_rank;   ///< "the sender", "the reader"
+    const char* peer_side;  ///< the peer's range's role
+    errc own_code;          ///< our range outside our registrations
+    bool into_peer;         ///< a write: ours -> the peer's
+  };
+
+  /// Checks every op (`own(op)`: its address in our memory, `theirs(op)`
+  /// in the peer's) against both sides' registrations, then copies.
+  template <class Op, class Own, class Theirs>
+  post_result checked_copy(const std::vector<Op>& ops, const endpoint_desc& peer,
+                           const copy_names& names, Own own, Theirs theirs);
   /// Whether `peer` is this transport's on this host, host memory to host.
   bool reachable(const endpoint_desc& peer, int32_t device_a, int32_t device_b) const noexcept;
   /// Why `peer` is not reachable (none when it is).
