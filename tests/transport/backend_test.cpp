@@ -168,6 +168,58 @@ TEST_CASE("local, shm and tcp read in every build") {
   }
 }
 
+/// How many mappings of shm segment `name` ("/x") this process holds.
+int mappings_of(const std::string& name) {
+  std::ifstream maps{"/proc/self/maps"};
+  std::string line;
+  int n = 0;
+  while (std::getline(maps, line))
+    n += line.find("/dev/shm" + name) != std::string::npos ? 1 : 0;
+  return n;
+}
+
+TEST_CASE("shm: a sender unmaps a peer's segment once it is gone, when it maps a new one") {
+  // A decode rank that ends unlinks its segment; the sender's mapping is
+  // then all that holds its pages. Mapping the next peer's segment (a
+  // replacement's) drops it: what a sender maps follows the live peers,
+  // not every peer it ever wrote to.
+  constexpr size_t bytes = 1 << 16;
+  auto s = make_backend(backend_config{"shm", 1, {}});
+  REQUIRE(s);
+  auto& sender = **s;
+  buffer src{"shm", bytes, 7};
+  REQUIRE(sender.register_memory(mem_desc{reinterpret_cast<uint64_t>(src.data()), bytes, -1}));
+  auto write_to = [&](backend& receiver, buffer& dst) {
+    write_batch b;
+    b.room = 1;
+    b.peer = receiver.endpoint();
+    b.ops = {{reinterpret_cast<uint64_t>(src.data()), reinterpret_cast<uint64_t>(dst.data()), bytes}};
+    return run(sender, b);
+  };
+  std::string first;
+  {
+    auto r = make_backend(backend_config{"shm", 2, {}});
+    REQUIRE(r);
+    buffer dst{"shm", bytes};
+    REQUIRE((*r)->register_memory(mem_desc{reinterpret_cast<uint64_t>(dst.data()), bytes, -1}));
+    first = (*r)->endpoint().shared.at(0).segment;
+    REQUIRE(mappings_of(first) == 1); // the receiver's own
+    auto res = write_to(**r, dst);
+    REQUIRE(res.first);
+    CHECK(dst[bytes - 1] == 7);
+    CHECK(mappings_of(first) == 2); // and the sender's
+  } // the receiver ends: its segment is unmapped by it and unlinked
+  CHECK(mappings_of(first) == 1);   // the sender still holds it
+  auto r2 = make_backend(backend_config{"shm", 3, {}});
+  REQUIRE(r2);
+  buffer dst2{"shm", bytes};
+  REQUIRE((*r2)->register_memory(mem_desc{reinterpret_cast<uint64_t>(dst2.data()), bytes, -1}));
+  auto res = write_to(**r2, dst2);
+  REQUIRE(res.first);
+  CHECK(dst2[0] == 7);
+  CHECK(mappings_of(first) == 0);   // gone with the new mapping
+}
+
 TEST_CASE("registration refuses empty, overlapping and device ranges on the host backend") {
   std::vector<uint8_t> buf(1024);
   auto be = make_backend(backend_config{"local", 1, {}});

@@ -112,8 +112,28 @@ caf::error shm_backend::map_segment(const std::string& name) {
   if (base == MAP_FAILED)
     return make_error(errc::unavailable, "mmap " + name + ": " + std::strerror(errno));
   auto next = mapped_.latest();
-  next.emplace(name, mapping{static_cast<uint8_t*>(base), size});
+  // Segments whose owner unlinked them (it ended) or whose name is another
+  // file now: only our mapping still holds their pages. Checked here, on a
+  // new segment (a peer that replaced one that ended), not per post.
+  std::vector<mapping> stale;
+  for (auto i = next.begin(); i != next.end();) {
+    struct stat now {};
+    bool gone = ::stat(("/dev/shm" + i->first).c_str(), &now) != 0
+                || static_cast<uint64_t>(now.st_dev) != i->second.device
+                || static_cast<uint64_t>(now.st_ino) != i->second.inode;
+    if (gone) {
+      stale.push_back(i->second);
+      i = next.erase(i);
+    } else {
+      ++i;
+    }
+  }
+  next.emplace(name, mapping{static_cast<uint8_t*>(base), size,
+                             static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)});
+  // Returns once no copy can be using a mapping the new table lacks.
   mapped_.replace(std::move(next));
+  for (auto& m : stale)
+    ::munmap(m.base, m.size);
   return caf::none;
 }
 

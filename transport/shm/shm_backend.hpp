@@ -68,9 +68,13 @@ private:
   struct mapping {
     uint8_t* base = nullptr;
     uint64_t size = 0;
+    /// The file mapped (a name can come back as another file).
+    uint64_t device = 0;
+    uint64_t inode = 0;
   };
-  /// Peer segments mapped here, by name. Mappings are never removed while
-  /// the backend lives, so a pointer into one stays valid.
+  /// Peer segments mapped here, by name. A mapping goes only when its file
+  /// is gone (its owner unlinked it: a peer that ended) and a new segment
+  /// is mapped; it is unmapped after every copy that could use it ended.
   using mappings = std::unordered_map<std::string, mapping>;
 
   /// The peer region the last op fell in, and its mapping: a batch's ops
@@ -107,7 +111,9 @@ private:
                                const peer_hint& hint, const char* kind, size_t i,
                                const char* side);
 
-  /// Maps a peer segment if it is not yet (outside any reader section).
+  /// Maps a peer segment if it is not yet (outside any reader section),
+  /// and unmaps those whose file is gone: what a sender maps is bounded by
+  /// the peers' live segments, not by every peer it ever wrote to.
   caf::error map_segment(const std::string& name);
 
   rank_id owner_;
