@@ -18,7 +18,8 @@ namespace kvroom::detail {
 /// Receiving: memory registered here must live in a named shm segment
 /// (/dev/shm, e.g. `host_kv_cache` with `shared = true`); the backend finds
 /// each range's segment in /proc/self/maps and advertises it. Sending: the
-/// first write to a peer maps each of its segments once (read-write, shared)
+/// first write to a peer maps each of its segments once (read-write, shared;
+/// unmapped once its owner unlinked it and a new segment is mapped)
 /// and every write is a memcpy into the mapping, after checking it lies in a
 /// region the peer advertised and inside the segment's real size. A pull
 /// (`post_read`) is the same memcpy out of the peer's mapping.
