@@ -4,6 +4,7 @@
 // and restarted: ranks keep their cached directory, reconnect, and register
 // again, and the registry rebuilds its table from them.
 #include <csignal>
+#include <optional>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "caf/io/all.hpp"
 
 #include "kvroom/kit/harness.hpp"
+#include "kvroom/actors/control/bootstrap_registry.hpp"
 #include "kvroom/kvroom.hpp"
 
 #include "command_line.hpp"
@@ -40,6 +42,8 @@ public:
   int64_t connection_timeout_ms = 1000;
   std::string log_level = "info";
   std::string log_format = "text";
+  int64_t chaos_drop_rank = -1;
+  int64_t chaos_drop_ms = 0;
 
   registry_config() {
     opt_group group{custom_options_, "global"};
@@ -50,7 +54,10 @@ public:
       .add(heartbeat_ms, "heartbeat-ms", "CAF middleman heartbeat (same on every node)")
       .add(connection_timeout_ms, "connection-timeout-ms", "a silent peer is lost after this")
       .add(log_level, "log-level", "trace, debug, info, warn, error, off")
-      .add(log_format, "log-format", "text, or json: one JSON object per line");
+      .add(log_format, "log-format", "text, or json: one JSON object per line")
+      .add(chaos_drop_rank, "chaos-drop-rank", "tests: drop this rank id as a stalled registry "
+                                               "does (it is told nothing; the others hear it lost)")
+      .add(chaos_drop_ms, "chaos-drop-ms", "tests: when, after ready");
   }
 };
 
@@ -92,6 +99,12 @@ int run_registry(int argc, char** argv) {
                             {"pid", int64_t{::getpid()}}})
                            .c_str());
     std::fflush(stdout);
+    std::optional<caf::scoped_actor> chaos;
+    if (cfg.chaos_drop_rank >= 0) {
+      chaos.emplace(sys);
+      (*chaos)->delayed_send(rt.registry(), std::chrono::milliseconds(cfg.chaos_drop_ms),
+                             chaos_drop_atom::value, static_cast<rank_id>(cfg.chaos_drop_rank));
+    }
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
     while (!stop_requested)

@@ -117,6 +117,22 @@ caf::error refuse(self_ptr self, errc code, std::string why) {
 
 } // namespace
 
+/// Rank `*i` is gone from the registry's view: every other rank hears it
+/// (the loss first), then the directory without it.
+static void drop_rank(self_ptr self, std::vector<rank_entry>::iterator i, std::string reason,
+                      bool orderly) {
+  auto& xs = self->state.ranks;
+  rank_down note{i->rank, std::move(reason), orderly};
+  // Which incarnation went: a replacement listed by the time this lands
+  // is not the one lost.
+  note.incarnation = i->incarnation;
+  remember_gone(self, i->rank.id);
+  xs.erase(i);
+  for (auto& e : xs)
+    self->send(e.manager, note);
+  schedule_push(self);
+}
+
 caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
                                  uint32_t max_ranks,
                                  std::shared_ptr<const membership> members) {
@@ -139,22 +155,24 @@ caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
     auto i = std::find_if(xs.begin(), xs.end(), [&](const rank_entry& e) {
       return e.manager.address() == msg.source;
     });
-    if (i == xs.end())
-      return;
-    rank_down note{i->rank, caf::to_string(msg.reason),
-                   msg.reason == caf::exit_reason::user_shutdown
-                     || msg.reason == caf::exit_reason::normal};
-    // Which incarnation went: a replacement listed by the time this lands
-    // is not the one lost.
-    note.incarnation = i->incarnation;
-    remember_gone(self, i->rank.id);
-    xs.erase(i);
-    // The loss first, then the directory without the rank.
-    for (auto& e : xs)
-      self->send(e.manager, note);
-    schedule_push(self);
+    if (i != xs.end())
+      drop_rank(self, i, caf::to_string(msg.reason),
+                msg.reason == caf::exit_reason::user_shutdown
+                  || msg.reason == caf::exit_reason::normal);
   });
   return {
+    [=](chaos_drop_atom, rank_id id) {
+      // Tests only, from this process only: what a registry stalled past
+      // its connection timeout does to a live rank.
+      auto& sender = self->current_sender();
+      if (!sender || sender->node() != self->node())
+        return;
+      auto& xs = self->state.ranks;
+      auto i = std::find_if(xs.begin(), xs.end(),
+                            [&](const rank_entry& e) { return e.rank.id == id; });
+      if (i != xs.end())
+        drop_rank(self, i, "chaos: dropped by the registry (as a stalled registry does)", false);
+    },
     [=](registry_hello& msg) -> caf::result<registry_challenge> {
       auto& sender = self->current_sender();
       auto out = self->state.door->hello(sender ? sender->address() : caf::actor_addr{},

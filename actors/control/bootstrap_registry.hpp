@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "caf/atom.hpp"
 #include "caf/stateful_actor.hpp"
 
 #include "kvroom/actors/counted_actor.hpp"
@@ -18,6 +19,10 @@ namespace kvroom {
 
 /// State of the bootstrap registry: every registered rank (the role SGLang's
 /// HTTP bootstrap server plays), and the challenges it issued.
+/// This process -> the registry, tests only: drop rank `id` as if its
+/// connection had been lost (`chaos_drop_atom`, rank_id).
+using chaos_drop_atom = caf::atom_constant<caf::atom("chaosdrop")>;
+
 struct bootstrap_registry_state {
   std::vector<rank_entry> ranks;
   uint32_t max_ranks = 0;

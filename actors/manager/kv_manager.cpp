@@ -106,6 +106,10 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
   st.registry = params.registry;
   st.data_plane = params.data_plane;
   st.peers.emplace(params.self.id, st.timing.lost_window_ms());
+  // Two link attempts' deadlines: a live peer links well within it, even
+  // on a loaded machine; a frozen one fails its rooms then (4 s by default).
+  st.suspects.emplace(
+    2 * link_timing{st.limits.query_timeout_ms, st.limits.idle_link_ms}.attempt_ms());
   st.rooms.emplace(st.limits.max_tombstones);
   st.failures.emplace(params.self);
   st.parked.emplace(st.limits.max_parked, st.timing.parking_ms());
@@ -189,6 +193,14 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
     [=](rank_down& msg) {
       if (from_registry(self))
         on_rank_down(self, msg);
+    },
+    [=](probe_done& msg) {
+      if (from_here(self))
+        on_probe_done(self, msg);
+    },
+    [=](suspects_atom) {
+      if (self->current_sender() == self->ctrl())
+        on_suspects_due(self);
     },
     [=](transport_control& msg) {
       if (!from_member(self, "a connection message"))

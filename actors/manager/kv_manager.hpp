@@ -23,6 +23,7 @@
 #include "kvroom/actors/manager/room_directory.hpp"
 #include "kvroom/actors/room/room_protocol.hpp"
 #include "kvroom/actors/room/room_timing.hpp"
+#include "kvroom/actors/manager/registry_suspects.hpp"
 #include "kvroom/api/backend.hpp"
 
 namespace kvroom {
@@ -43,6 +44,9 @@ struct kv_manager_state {
   caf::actor worker;
 
   std::optional<peer_directory> peers;
+  /// Ranks the registry reported lost that we never linked to, until a
+  /// check confirms or clears the report (registry_suspects.hpp).
+  std::optional<registry_suspects> suspects;
   std::optional<room_directory> rooms;
   std::optional<parking> parked;
   /// `failure_records`: room -> root cause until the room is cleared, and

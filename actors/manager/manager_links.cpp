@@ -103,6 +103,7 @@ void sweep_links(manager_ptr self) {
 }
 
 void on_link_made(manager_ptr self, link_made& msg) {
+  on_rank_seen(self, msg.id, msg.incarnation);
   if (auto e = self->state.peers->link(msg.id, msg.incarnation, msg.peer))
     on_peer_usable(self, e);
 }

@@ -31,7 +31,34 @@ void peers_changed(manager_ptr self) {
   });
 }
 
+/// How long a probe waits for a connect's answer: a live process's kernel
+/// answers in microseconds on a host, a round trip across hosts.
+constexpr int64_t probe_timeout_ms = 300;
+
 } // namespace
+
+/// A rank never linked here is lost, by the registry's word (checked, or a
+/// rank that left in order): remembered as lost, so a room that names it
+/// fails at once, and the rooms with it fail now. Only the incarnation that
+/// went: a replacement listed meanwhile is not lost, and one listed later
+/// erases the loss (the registry answers a replacement once every listed
+/// rank applied its listing).
+static void lose_unlinked(manager_ptr self, const rank_ref& rank, uint64_t incarnation,
+                          const std::string& reason) {
+  auto& st = self->state;
+  auto listed = st.peers->listed(rank.id);
+  if (!listed || listed->incarnation == incarnation) {
+    st.peers->unlist(rank.id);
+    unwant(self, rank.id);
+  }
+  logger()->debug("{}: rank {} left the directory: {}", to_string(me(self)), to_string(rank),
+                  reason);
+  peer_lost why{rank, "rank " + to_string(rank) + " lost: " + reason
+                        + " (seen by the bootstrap registry)"};
+  st.peers->lose(why, room_timing::now(), incarnation);
+  count_peers(self);
+  rooms_lost(self, why);
+}
 
 void distrust(manager_ptr self, const rank_entry& gone) {
   if (!gone.manager || gone.manager.node() == self->node())
@@ -51,6 +78,11 @@ void on_peer_usable(manager_ptr self, const std::shared_ptr<const rank_entry>& p
 }
 
 void on_directory(manager_ptr self, directory_update& msg) {
+  // A suspect the registry lists again registered again: it lives (or, as
+  // another incarnation, the one reported is gone).
+  if (self->state.suspects->size() != 0)
+    for (auto& e : msg.ranks)
+      on_rank_seen(self, e.rank.id, e.incarnation);
   auto changes = self->state.peers->update(msg.ranks);
   for (auto& e : changes.usable)
     self->monitor(e->manager);
@@ -105,15 +137,27 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
   // listed is a newer incarnation, which replaces the one gone).
   auto listed = st.peers->listed(msg.rank.id);
   bool listed_gone = listed && (msg.incarnation == 0 || listed->incarnation == msg.incarnation);
-  if (listed_gone || !listed) {
-    st.peers->unlist(msg.rank.id);
-    unwant(self, msg.rank.id);
-  }
   // In this process: handled once, whichever of this and our own monitor's
   // down message comes first.
   if (auto peer = st.peers->take_peer(msg.rank.id)) {
+    if (listed_gone || !listed) {
+      st.peers->unlist(msg.rank.id);
+      unwant(self, msg.rank.id);
+    }
     self->demonitor(peer->manager);
     on_peer_down(self, *peer, msg.reason + " (seen by the bootstrap registry)", msg.orderly);
+    return;
+  }
+  if (!listed) {
+    unwant(self, msg.rank.id);
+    return;
+  }
+  if (!listed_gone)
+    return; // a newer incarnation is listed: it replaces the one gone
+  if (msg.incarnation == 0) {
+    // Which incarnation went is not known: nothing to remember as lost.
+    st.peers->unlist(msg.rank.id);
+    unwant(self, msg.rank.id);
     return;
   }
   // The registry's word is all we have of a rank we never linked to. A
@@ -121,24 +165,65 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
   // not even with a replacement on its id (which holds none of it); a
   // decode rank's part of a room in flight went with it too (a replacement
   // serves new rooms, never one its predecessor held: a scheduler knows
-  // nothing of the requests a dead process held). It is remembered as lost
-  // and those rooms fail now instead of at their deadlines, or when the
-  // scheduler initialises them (measured: a vLLM consumer's loads from a
-  // producer SIGKILLed before it answered any link waited out their
-  // timeout; `kvroom-bench detect`, the rooms of decode TP 0 waited for
-  // their init, 100 ms there, once decode TP ranks stopped linking to each
-  // other). Only the incarnation that went: a replacement listed meanwhile
-  // is not lost, and one listed later erases the loss (the registry
-  // answers a replacement once every listed rank applied its listing).
-  if (listed_gone && msg.incarnation != 0) {
-    logger()->debug("{}: rank {} left the directory: {}", to_string(me(self)),
-                    to_string(msg.rank), msg.reason);
-    peer_lost why{msg.rank, "rank " + to_string(msg.rank) + " lost: " + msg.reason
-                              + " (seen by the bootstrap registry)"};
-    st.peers->lose(why, room_timing::now(), msg.incarnation);
-    count_peers(self);
-    rooms_lost(self, why);
+  // nothing of the requests a dead process held). Those rooms fail now
+  // instead of at their deadlines, or when the scheduler initialises them
+  // (measured: a vLLM consumer's loads from a producer SIGKILLed before it
+  // answered any link waited out their timeout; `kvroom-bench detect`, the
+  // rooms of decode TP 0 waited for their init, 100 ms there, once decode
+  // TP ranks stopped linking to each other).
+  //
+  // A rank that left in order said so itself. Any other report is checked
+  // first: a registry stalled past its connection timeout reports live
+  // ranks lost (registry_suspects.hpp).
+  if (msg.orderly) {
+    lose_unlinked(self, msg.rank, msg.incarnation, msg.reason);
+    return;
   }
+  auto& suspects = *st.suspects;
+  if (!suspects.reported(msg.rank, msg.incarnation, msg.reason, room_timing::now()))
+    return;
+  logger()->debug("{}: the registry lost {} ({}), never linked here: checking it before its "
+                  "rooms fail",
+                  to_string(me(self)), to_string(msg.rank), msg.reason);
+  spawn_probe(self->home_system(), caf::actor_cast<caf::actor>(self), msg.rank.id,
+              msg.incarnation, listed->control_host, listed->control_port,
+              std::chrono::milliseconds(probe_timeout_ms));
+  want_link(self, listed);
+  self->delayed_send(self, std::chrono::milliseconds(suspects.window_ms()),
+                     suspects_atom::value);
+}
+
+void on_probe_done(manager_ptr self, const probe_done& msg) {
+  auto gone = self->state.suspects->probed(msg.id, msg.incarnation, msg.outcome);
+  if (!gone) {
+    logger()->debug("{}: rank {}'s control endpoint: {}; waiting for it to link",
+                    to_string(me(self)), msg.id, to_string(msg.outcome));
+    return;
+  }
+  lose_unlinked(self, gone->rank, gone->incarnation,
+                gone->reason + "; its control endpoint refuses connections");
+}
+
+void on_suspects_due(manager_ptr self) {
+  for (auto& gone : self->state.suspects->expired(room_timing::now()))
+    lose_unlinked(self, gone.rank, gone.incarnation,
+                  gone.reason + "; it did not link to us within "
+                    + std::to_string(self->state.suspects->window_ms()) + " ms");
+}
+
+void on_rank_seen(manager_ptr self, rank_id id, uint64_t incarnation) {
+  auto& suspects = *self->state.suspects;
+  if (suspects.size() == 0)
+    return;
+  if (suspects.answered(id, incarnation)) {
+    logger()->info("{}: the bootstrap registry reported rank {} lost, but it answers: nothing "
+                   "fails",
+                   to_string(me(self)), id);
+    return;
+  }
+  if (auto gone = suspects.replaced(id, incarnation))
+    lose_unlinked(self, gone->rank, gone->incarnation,
+                  gone->reason + "; a new incarnation holds its id");
 }
 
 void on_peer_down(manager_ptr self, const rank_entry& lost, const std::string& reason,

@@ -8,14 +8,31 @@
 
 #include <string>
 
+#include "caf/atom.hpp"
+
+#include "kvroom/actors/manager/endpoint_probe.hpp"
 #include "kvroom/actors/manager/manager_send.hpp"
 
 namespace kvroom::detail {
 
+/// manager -> itself: a suspect's window may have ended.
+using suspects_atom = caf::atom_constant<caf::atom("suspects")>;
+
 void on_directory(manager_ptr self, directory_update& msg);
 
-/// The registry says a rank is down.
+/// The registry says a rank is down. A rank never linked here that did not
+/// leave in order is a suspect until checked (registry_suspects.hpp).
 void on_rank_down(manager_ptr self, rank_down& msg);
+
+/// A suspect's endpoint was probed.
+void on_probe_done(manager_ptr self, const probe_done& msg);
+
+/// The suspects whose window ended are lost.
+void on_suspects_due(manager_ptr self);
+
+/// Rank `id` showed itself as `incarnation` (a link made, or the registry
+/// listing it): a suspect of that incarnation lives; one of another is gone.
+void on_rank_seen(manager_ptr self, rank_id id, uint64_t incarnation);
 
 /// `gone` (lost) is no longer linked here: the control actor drops its
 /// link, and its process stops counting as a member unless another linked

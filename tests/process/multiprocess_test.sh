@@ -2,7 +2,7 @@
 # Real processes on loopback (or in the test's own network namespaces):
 #   multiprocess_test.sh KVROOM_BINARY SCENARIO WORKDIR [KVROOM_STRANGER]
 # Scenarios: transfer (auto: shm on one host), transfer_shm, transfer_tcp, transfer_pull,
-# sigkill, sigkill_pull, sigkill_decode, sigstop, malformed, netns, registry_restart, dp_groups, auth, tls,
+# sigkill, sigkill_pull, sigkill_decode, sigstop, malformed, netns, registry_restart, registry_false_down, dp_groups, auth, tls,
 # parallel, metrics, paths, netns_paths, idle_links; etcd_cluster, etcd_sigkill,
 # etcd_refusals, etcd_scale, etcd_secured, etcd_lease (etcd_scenarios.sh).
 # Every process it starts is killed on exit; every wait is bounded. Exit 0
@@ -584,6 +584,26 @@ registry_restart)
   for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
   check_all_ok 440
   echo "ok: standalone registry SIGKILLed and restarted mid-run: all 440 rooms byte-exact on every rank, all 4 ranks registered again"
+  ;;
+
+registry_false_down)
+  # A registry stalled past its connection timeout drops live ranks and
+  # tells the others they are lost. d0 never links to d1 (decode TP ranks
+  # of a group do not), so the registry's word is all it has of d1: it
+  # checks it (d1's endpoint answers, d1 links) and fails nothing.
+  p=$(port)
+  start reg "$K" registry "$SECRET" --bootstrap-port="$p" --chaos-drop-rank=65537 --chaos-drop-ms=1500
+  wait_for '"ready"' reg.log 20 || fail "registry not ready"
+  for r in p0 p1 d0 d1; do
+    role=prefill; [ "${r#d}" != "$r" ] && role=decode
+    start $r "$K" serve "$SECRET" --role=$role --tp=${r#?} --tp-size=2 --bootstrap-port="$p" \
+      --rooms=600 --pace-us=5000 --timeout-ms=1500 --report=$r.json
+  done
+  for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
+  # The report reached d0 while rooms ran (it says so when it clears d1).
+  grep -q 'reported rank 65537 lost, but it answers' d0.log || fail "d0 did not check the registry's word about d1"
+  check_all_ok 600
+  echo "ok: the registry reported live decode tp1 lost mid-run; d0, never linked to it, checked that word and failed none of 600 rooms"
   ;;
 
 dp_groups)
