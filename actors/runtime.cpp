@@ -110,6 +110,12 @@ runtime::~runtime() {
   owned_sys_.reset();
 }
 
+void runtime::chaos_drop_rank(rank_id id, std::chrono::milliseconds delay) {
+  // The registry takes it only from this process: from an actor of ours.
+  caf::scoped_actor self{*sys_};
+  self->delayed_send(registry_, delay, chaos_drop_atom::value, id);
+}
+
 caf::expected<uint16_t> runtime::publish_registry(uint16_t port,
                                                   const std::string& host) {
   if (!sys_->has_middleman())

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -101,6 +102,12 @@ public:
   /// the port is returned) for ranks in other processes (needs `network`).
   caf::expected<uint16_t> publish_registry(uint16_t port,
                                            const std::string& host = {});
+
+  /// Tests only: after `delay`, this runtime's bootstrap registry drops rank
+  /// `id` as a registry stalled past its connection timeout does: every
+  /// other rank hears it lost, the rank itself nothing (`kvroom registry
+  /// --chaos-drop-rank`).
+  void chaos_drop_rank(rank_id id, std::chrono::milliseconds delay);
 
   /// Uses the registry published at `host:port` instead of this runtime's
   /// own, retrying with exponential backoff (50 ms doubling to 1 s) until

@@ -4,7 +4,6 @@
 // and restarted: ranks keep their cached directory, reconnect, and register
 // again, and the registry rebuilds its table from them.
 #include <csignal>
-#include <optional>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -15,7 +14,6 @@
 #include "caf/io/all.hpp"
 
 #include "kvroom/kit/harness.hpp"
-#include "kvroom/actors/control/bootstrap_registry.hpp"
 #include "kvroom/kvroom.hpp"
 
 #include "command_line.hpp"
@@ -99,12 +97,9 @@ int run_registry(int argc, char** argv) {
                             {"pid", int64_t{::getpid()}}})
                            .c_str());
     std::fflush(stdout);
-    std::optional<caf::scoped_actor> chaos;
-    if (cfg.chaos_drop_rank >= 0) {
-      chaos.emplace(sys);
-      (*chaos)->delayed_send(rt.registry(), std::chrono::milliseconds(cfg.chaos_drop_ms),
-                             chaos_drop_atom::value, static_cast<rank_id>(cfg.chaos_drop_rank));
-    }
+    if (cfg.chaos_drop_rank >= 0)
+      rt.chaos_drop_rank(static_cast<rank_id>(cfg.chaos_drop_rank),
+                         std::chrono::milliseconds(cfg.chaos_drop_ms));
     std::signal(SIGTERM, on_signal);
     std::signal(SIGINT, on_signal);
     while (!stop_requested)
