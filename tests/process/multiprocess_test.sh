@@ -2,7 +2,8 @@
 # Real processes on loopback (or in the test's own network namespaces):
 #   multiprocess_test.sh KVROOM_BINARY SCENARIO WORKDIR [KVROOM_STRANGER]
 # Scenarios: transfer (auto: shm on one host), transfer_shm, transfer_tcp, transfer_pull,
-# sigkill, sigkill_pull, sigkill_decode, sigstop, malformed, netns, registry_restart, registry_false_down, dp_groups, auth, tls,
+# sigkill, sigkill_pull, sigkill_decode, sigstop, malformed, netns, registry_restart, registry_false_down,
+# registry_false_down_kill, dp_groups, auth, tls,
 # parallel, metrics, paths, netns_paths, idle_links; etcd_cluster, etcd_sigkill,
 # etcd_refusals, etcd_scale, etcd_secured, etcd_lease (etcd_scenarios.sh).
 # Every process it starts is killed on exit; every wait is bounded. Exit 0
@@ -604,6 +605,36 @@ registry_false_down)
   grep -q 'reported rank 65537 lost, but it answers' d0.log || fail "d0 did not check the registry's word about d1"
   check_all_ok 600
   echo "ok: the registry reported live decode tp1 lost mid-run; d0, never linked to it, checked that word and failed none of 600 rooms"
+  ;;
+
+registry_false_down_kill)
+  # The registry reports live decode tp1 lost while every room waits for
+  # its decode init (60 s away); d0 checks, finds it alive and fails
+  # nothing. Then d1 is SIGKILLed for real: every room still fails at once
+  # on p0, p1 and d0, with d1 the origin (a report cleared is no blind spot).
+  p=$(port)
+  start reg "$K" registry "$SECRET" --bootstrap-port="$p" --chaos-drop-rank=65537 --chaos-drop-ms=1000
+  wait_for '"ready"' reg.log 20 || fail "registry not ready"
+  for r in p0 p1 d0 d1; do
+    role=prefill; extra=(); [ "${r#d}" != "$r" ] && { role=decode; extra=(--init-delay-ms=60000); }
+    start $r "$K" serve "$SECRET" --role=$role --tp=${r#?} --tp-size=2 --bootstrap-port="$p" \
+      --rooms=40 --pace-us=4000 --timeout-ms=60000 --report=$r.json "${extra[@]}"
+  done
+  wait_for 'reported rank 65537 lost, but it answers' d0.log 20 || fail "d0 did not check the registry's word about d1"
+  sleep 0.2
+  for r in p0 p1 d0 d1; do kill -0 "$(eval echo \$PID_$r)" || fail "$r ended before the kill"; done
+  killed=$(now_ms) # taken before the kill: no failure of it can precede it
+  kill -9 "$PID_d1"
+  for r in p0 p1 d0; do eval "wait_exit \$PID_$r 30" || fail "$r still waits 30 s after the kill: its rooms did not hear d1's loss"; done
+  for r in p0 p1 d0; do
+    total=$(grep -c '"state": ' $r.json)
+    lost=$(grep '"reason": "rank decode\[dp0,tp1\]#65537' $r.json | grep -c '"origin_rank": 65537')
+    [ "$total" = 40 ] && [ "$lost" = "$total" ] || fail "$r: $lost of $total rooms failed with the lost decode rank as origin"
+    grep -q 'chaos: dropped' $r.json && fail "$r: a room failed on the registry's false word"
+    first=$(grep -o '"at_ms": [0-9]*' $r.json | sed 's/.* //' | sort -n | head -n 1)
+    [ "$first" -ge "$killed" ] || fail "$r: a room failed at $first ms, before the kill at $killed ms"
+  done
+  echo "ok: a false report of decode tp1's loss failed nothing; its SIGKILL then failed all 40 rooms on p0, p1 and d0 at once, d1 the origin"
   ;;
 
 dp_groups)
