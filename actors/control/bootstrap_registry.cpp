@@ -161,18 +161,6 @@ caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
                   || msg.reason == caf::exit_reason::normal);
   });
   return {
-    [=](chaos_drop_atom, rank_id id) {
-      // Tests only, from this process only: what a registry stalled past
-      // its connection timeout does to a live rank.
-      auto& sender = self->current_sender();
-      if (!sender || sender->node() != self->node())
-        return;
-      auto& xs = self->state.ranks;
-      auto i = std::find_if(xs.begin(), xs.end(),
-                            [&](const rank_entry& e) { return e.rank.id == id; });
-      if (i != xs.end())
-        drop_rank(self, i, "chaos: dropped by the registry (as a stalled registry does)", false);
-    },
     [=](registry_hello& msg) -> caf::result<registry_challenge> {
       auto& sender = self->current_sender();
       auto out = self->state.door->hello(sender ? sender->address() : caf::actor_addr{},
@@ -216,6 +204,18 @@ caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
       auto& sender = self->current_sender();
       if (sender && sender->node() == self->node())
         push(self);
+    },
+    [=](chaos_drop_atom, rank_id id) {
+      // Tests only, from this process only: what a registry stalled past
+      // its connection timeout does to a live rank.
+      auto& sender = self->current_sender();
+      if (!sender || sender->node() != self->node())
+        return;
+      auto& xs = self->state.ranks;
+      auto i = std::find_if(xs.begin(), xs.end(),
+                            [&](const rank_entry& e) { return e.rank.id == id; });
+      if (i != xs.end())
+        drop_rank(self, i, "chaos: dropped by the registry (as a stalled registry does)", false);
     },
   };
 }

@@ -194,14 +194,6 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
       if (from_registry(self))
         on_rank_down(self, msg);
     },
-    [=](probe_done& msg) {
-      if (from_here(self))
-        on_probe_done(self, msg);
-    },
-    [=](suspects_atom) {
-      if (self->current_sender() == self->ctrl())
-        on_suspects_due(self);
-    },
     [=](transport_control& msg) {
       if (!from_member(self, "a connection message"))
         return;
@@ -320,6 +312,15 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
     members_only<source_ready>(self, "source_ready", on_source_ready),
     members_only<reads_done>(self, "reads_done", on_reads_done),
     members_only<chunk_landed>(self, "chunk_landed", on_chunk_landed),
+    // The registry's word checked (rare: last, after what every room sends).
+    [=](probe_done& msg) {
+      if (from_here(self))
+        on_probe_done(self, msg);
+    },
+    [=](suspects_atom) {
+      if (self->current_sender() == self->ctrl())
+        on_suspects_due(self);
+    },
   };
 }
 
