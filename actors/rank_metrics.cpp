@@ -93,6 +93,8 @@ metrics_snapshot rank_metrics::snapshot() const {
   out.peers_usable = get(usable_);
   out.peers_listed = get(listed_);
   out.peers_lost = get(lost_);
+  out.peers_suspected = get(suspected_);
+  out.registry_reports_refuted = get(refuted_);
   out.refused_messages = get(refused_messages_);
   out.parked = get(parked_);
   out.tombstones = get(tombstones_);
@@ -238,12 +240,21 @@ std::string prometheus_text(const std::vector<metrics_snapshot>& ranks,
             &metrics_snapshot::room_lifetime);
   e.family("kvroom_peers", "gauge",
            "Other ranks by state (usable: linked and proven; listed: named by the registry, "
-           "not linked yet; lost: gone, within the loss window)");
+           "not linked yet; lost: gone, within the loss window; suspected: reported lost by "
+           "the registry, never linked here, being checked)");
   for (auto& r : ranks) {
     e.sample("kvroom_peers", with(of(r), "state", "usable"), static_cast<double>(r.peers_usable));
     e.sample("kvroom_peers", with(of(r), "state", "listed"), static_cast<double>(r.peers_listed));
     e.sample("kvroom_peers", with(of(r), "state", "lost"), static_cast<double>(r.peers_lost));
+    e.sample("kvroom_peers", with(of(r), "state", "suspected"),
+             static_cast<double>(r.peers_suspected));
   }
+  e.family("kvroom_registry_reports_refuted_total", "counter",
+           "The registry's reports of a rank's loss that this rank found false (the rank "
+           "answered): a registry that stalls or loses its network");
+  for (auto& r : ranks)
+    e.sample("kvroom_registry_reports_refuted_total", of(r),
+             static_cast<double>(r.registry_reports_refuted));
   e.family("kvroom_refused_total", "counter",
            "What strangers and bad peers were refused: control messages from senders that "
            "never proved membership (per rank); control connections and data-plane "

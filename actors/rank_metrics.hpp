@@ -54,6 +54,13 @@ public:
                  double latency_s, uint64_t bytes, int transport) noexcept;
   void set_peers(uint64_t usable, uint64_t listed, uint64_t lost) noexcept;
   void set_parked(uint64_t parked, uint64_t tombstones) noexcept;
+  /// The registry's reports of a loss being checked, and one found false.
+  void set_suspected(uint64_t n) noexcept {
+    suspected_.store(n, std::memory_order_relaxed);
+  }
+  void report_refuted() noexcept {
+    refuted_.fetch_add(1, std::memory_order_relaxed);
+  }
   /// A stranger's control message dropped. Also written by the rank's
   /// control actor (registration and links): an atomic add, not a store.
   void stranger() noexcept {
@@ -77,6 +84,7 @@ private:
   std::array<counter, max_transports> bytes_{};
   atomic_histogram latency_, lifetime_;
   counter usable_{0}, listed_{0}, lost_{0}, refused_messages_{0}, parked_{0}, tombstones_{0};
+  counter suspected_{0}, refuted_{0};
 };
 
 } // namespace kvroom

@@ -95,6 +95,12 @@ struct metrics_snapshot {
   uint64_t peers_usable = 0;
   uint64_t peers_listed = 0;
   uint64_t peers_lost = 0;
+  /// Ranks the registry reported lost that were never linked here, being
+  /// checked (deploying.md).
+  uint64_t peers_suspected = 0;
+  /// Such reports the rank found false (the rank answered): each one a sign
+  /// of a registry that stalled or lost its network.
+  uint64_t registry_reports_refuted = 0;
   /// Control messages dropped because their sender never proved membership.
   uint64_t refused_messages = 0;
   uint64_t parked = 0;

@@ -14,6 +14,7 @@ void count_peers(manager_ptr self) {
   auto& st = self->state;
   st.metrics->set_peers(st.peers->usable_peers(), st.peers->listed_peers(),
                         st.peers->lost().size());
+  st.metrics->set_suspected(st.suspects->size());
 }
 
 /// The usable peers changed: what waited for one goes out.
@@ -182,6 +183,7 @@ void on_rank_down(manager_ptr self, rank_down& msg) {
   auto& suspects = *st.suspects;
   if (!suspects.reported(msg.rank, msg.incarnation, msg.reason, room_timing::now()))
     return;
+  count_peers(self);
   logger()->debug("{}: the registry lost {} ({}), never linked here: checking it before its "
                   "rooms fail",
                   to_string(me(self)), to_string(msg.rank), msg.reason);
@@ -216,6 +218,8 @@ void on_rank_seen(manager_ptr self, rank_id id, uint64_t incarnation) {
   if (suspects.size() == 0)
     return;
   if (suspects.answered(id, incarnation)) {
+    self->state.metrics->report_refuted();
+    count_peers(self);
     logger()->info("{}: the bootstrap registry reported rank {} lost, but it answers: nothing "
                    "fails",
                    to_string(me(self)), id);

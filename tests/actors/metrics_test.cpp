@@ -94,6 +94,9 @@ TEST_CASE("a rank's metrics count what happened and render as valid Prometheus t
   m.set_peers(2, 1, 1);
   m.stranger();
   m.set_parked(5, 9);
+  m.set_suspected(1);
+  m.report_refuted();
+  m.report_refuted();
   auto s = m.snapshot();
   CHECK(s.rooms_success == 2);
   CHECK(s.rooms_failed == 2);
@@ -116,7 +119,8 @@ TEST_CASE("a rank's metrics count what happened and render as valid Prometheus t
   for (auto fam : {"kvroom_rooms_total", "kvroom_failures_total", "kvroom_rooms_in_flight",
                    "kvroom_transfer_bytes_total", "kvroom_transfer_latency_seconds",
                    "kvroom_room_lifetime_seconds", "kvroom_peers", "kvroom_refused_total",
-                   "kvroom_parked", "kvroom_tombstones", "kvroom_up"})
+                   "kvroom_parked", "kvroom_tombstones", "kvroom_up",
+                   "kvroom_registry_reports_refuted_total"})
     CHECK(p.types.count(fam) == 1);
   auto value = [&](const std::string& name, const std::string& labels) {
     for (auto& [n, l, v] : p.samples)
@@ -137,6 +141,8 @@ TEST_CASE("a rank's metrics count what happened and render as valid Prometheus t
   CHECK(value("kvroom_room_lifetime_seconds_bucket", R"(rank="65536",role="decode",le="+Inf")")
         == 4);
   CHECK(value("kvroom_peers", R"(rank="65536",role="decode",state="lost")") == 1);
+  CHECK(value("kvroom_peers", R"(rank="65536",role="decode",state="suspected")") == 1);
+  CHECK(value("kvroom_registry_reports_refuted_total", R"(rank="65536",role="decode")") == 2);
   // Buckets are cumulative.
   double last = -1;
   for (auto& [n, l, v] : p.samples)
