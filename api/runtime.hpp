@@ -105,7 +105,8 @@ public:
 
   /// Tests only: after `delay`, this runtime's bootstrap registry drops rank
   /// `id` as a registry stalled past its connection timeout does: every
-  /// other rank hears it lost, the rank itself nothing (`kvroom registry
+  /// other rank hears it lost, and the registry closes its connection to
+  /// the rank's process, which registers again (`kvroom registry
   /// --chaos-drop-rank`).
   void chaos_drop_rank(rank_id id, std::chrono::milliseconds delay);
 

@@ -54,7 +54,8 @@ public:
       .add(log_level, "log-level", "trace, debug, info, warn, error, off")
       .add(log_format, "log-format", "text, or json: one JSON object per line")
       .add(chaos_drop_rank, "chaos-drop-rank", "tests: drop this rank id as a stalled registry "
-                                               "does (it is told nothing; the others hear it lost)")
+                                               "does (the others hear it lost; its connection "
+                                               "closes and it registers again)")
       .add(chaos_drop_ms, "chaos-drop-ms", "tests: when, after ready");
   }
 };

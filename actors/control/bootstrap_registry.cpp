@@ -1,4 +1,5 @@
 #include "kvroom/actors/control/bootstrap_registry.hpp"
+#include "kvroom/actors/control/control_endpoint.hpp"
 #include "kvroom/actors/room/room_timing.hpp"
 
 #include <algorithm>
@@ -207,15 +208,20 @@ caf::behavior bootstrap_registry(counted_actor<bootstrap_registry_state>* self,
     },
     [=](chaos_drop_atom, rank_id id) {
       // Tests only, from this process only: what a registry stalled past
-      // its connection timeout does to a live rank.
+      // its connection timeout does to a live rank. It reports the rank
+      // lost and closes its connection to the rank's process, which then
+      // registers again (CAF's connection timeout does both).
       auto& sender = self->current_sender();
       if (!sender || sender->node() != self->node())
         return;
       auto& xs = self->state.ranks;
       auto i = std::find_if(xs.begin(), xs.end(),
                             [&](const rank_entry& e) { return e.rank.id == id; });
-      if (i != xs.end())
-        drop_rank(self, i, "chaos: dropped by the registry (as a stalled registry does)", false);
+      if (i == xs.end())
+        return;
+      auto node = i->manager.node();
+      drop_rank(self, i, "chaos: dropped by the registry (as a stalled registry does)", false);
+      detail::close_connection(self->home_system(), node);
     },
   };
 }
