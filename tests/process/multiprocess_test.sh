@@ -89,6 +89,20 @@ group() { # group PORT EXTRA_ARGS... : 2 prefill + 2 decode ranks, TP=2 (DECODE_
 # namespaces NP ND: two network namespaces, prefill's ($np) and decode's
 # ($nd), loopback up in each; exits 77 (skipped, with the reason) where
 # this machine does not allow them.
+registry_group() { # registry_group "REGISTRY_ARGS" SERVE_ARGS...: a standalone registry on REG_PORT and the 2P x 2D group on it (DECODE_ARGS: the decode ranks' own)
+  REG_PORT=$(port)
+  local rargs=($1); shift
+  local dargs=(${DECODE_ARGS:-})
+  start reg "$K" registry "$SECRET" --bootstrap-port="$REG_PORT" "${rargs[@]}"
+  wait_for '"ready"' reg.log 20 || fail "registry not ready"
+  for r in p0 p1 d0 d1; do
+    local role=prefill extra=()
+    [ "${r#d}" != "$r" ] && { role=decode; extra=("${dargs[@]}"); }
+    start $r "$K" serve "$SECRET" --role=$role --tp=${r#?} --tp-size=2 --bootstrap-port="$REG_PORT" \
+      --report=$r.json "$@" "${extra[@]}"
+  done
+}
+
 namespaces() {
   [ "$(id -u)" = 0 ] || { echo "skipped: network namespaces need root"; exit 77; }
   command -v ip >/dev/null || { echo "skipped: iproute2 (ip) is not installed"; exit 77; }
@@ -562,14 +576,8 @@ PY
 registry_restart)
   # A standalone registry killed and restarted mid-run: rooms between live
   # ranks keep succeeding while it is away, every rank registers again.
-  p=$(port)
-  start reg "$K" registry "$SECRET" --bootstrap-port="$p"
-  wait_for '"ready"' reg.log 20 || fail "registry not ready"
-  for r in p0 p1 d0 d1; do
-    role=prefill; [ "${r#d}" != "$r" ] && role=decode
-    start $r "$K" serve "$SECRET" --role=$role --tp=${r#?} --tp-size=2 --bootstrap-port="$p" \
-      --rooms=400 --pace-us=5000 --timeout-ms=1500 --then-rooms=40 --then-wait-file="$WORK/go" --report=$r.json
-  done
+  registry_group "" --rooms=400 --pace-us=5000 --timeout-ms=1500 --then-rooms=40 --then-wait-file="$WORK/go"
+  p=$REG_PORT
   for r in p0 p1 d0 d1; do wait_for '"ready"' $r.log 20 || fail "$r not ready"; done
   sleep 0.5
   kill -9 "$PID_reg"
@@ -592,14 +600,7 @@ registry_false_down)
   # tells the others they are lost. d0 never links to d1 (decode TP ranks
   # of a group do not), so the registry's word is all it has of d1: it
   # checks it (d1's endpoint answers, d1 links) and fails nothing.
-  p=$(port)
-  start reg "$K" registry "$SECRET" --bootstrap-port="$p" --chaos-drop-rank=65537 --chaos-drop-ms=1500
-  wait_for '"ready"' reg.log 20 || fail "registry not ready"
-  for r in p0 p1 d0 d1; do
-    role=prefill; [ "${r#d}" != "$r" ] && role=decode
-    start $r "$K" serve "$SECRET" --role=$role --tp=${r#?} --tp-size=2 --bootstrap-port="$p" \
-      --rooms=600 --pace-us=5000 --timeout-ms=1500 --report=$r.json
-  done
+  registry_group "--chaos-drop-rank=65537 --chaos-drop-ms=1500" --rooms=600 --pace-us=5000 --timeout-ms=1500
   for r in p0 p1 d0 d1; do eval "wait_exit \$PID_$r 60" || fail "$r did not finish"; done
   # The report reached d0 while rooms ran (it says so when it clears d1).
   grep -q 'reported rank 65537 lost, but it answers' d0.log || fail "d0 did not check the registry's word about d1"
@@ -612,14 +613,8 @@ registry_false_down_kill)
   # its decode init (60 s away); d0 checks, finds it alive and fails
   # nothing. Then d1 is SIGKILLed for real: every room still fails at once
   # on p0, p1 and d0, with d1 the origin (a report cleared is no blind spot).
-  p=$(port)
-  start reg "$K" registry "$SECRET" --bootstrap-port="$p" --chaos-drop-rank=65537 --chaos-drop-ms=1000
-  wait_for '"ready"' reg.log 20 || fail "registry not ready"
-  for r in p0 p1 d0 d1; do
-    role=prefill; extra=(); [ "${r#d}" != "$r" ] && { role=decode; extra=(--init-delay-ms=60000); }
-    start $r "$K" serve "$SECRET" --role=$role --tp=${r#?} --tp-size=2 --bootstrap-port="$p" \
-      --rooms=40 --pace-us=4000 --timeout-ms=60000 --report=$r.json "${extra[@]}"
-  done
+  DECODE_ARGS=--init-delay-ms=60000 registry_group "--chaos-drop-rank=65537 --chaos-drop-ms=1000" \
+    --rooms=40 --pace-us=4000 --timeout-ms=60000
   wait_for 'reported rank 65537 lost, but it answers' d0.log 20 || fail "d0 did not check the registry's word about d1"
   sleep 0.2
   for r in p0 p1 d0 d1; do kill -0 "$(eval echo \$PID_$r)" || fail "$r ended before the kill"; done
