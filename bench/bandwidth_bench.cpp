@@ -605,33 +605,54 @@ int bench_bandwidth(int argc, char** argv) {
     }
   }
   // The realistic layout, end to end through rooms (local transport).
-  double kv_gbps = 0, kv_base = 0;
+  double kv_gbps = 0, kv_base = 0, kv_warm = 0;
   if (cfg.runs("realistic")) {
     caf::actor_system sys{cfg};
     runtime rt{sys};
     constexpr int64_t ppr = 16, conc = 4;
     bench_group g{rt, 1, realistic_shape(1, conc, ppr), ppr};
-    room_driver d{g, conc};
-    auto t0 = clock_type::now();
-    while (since(t0) < cfg.seconds)
-      if (!d.step())
-        std::this_thread::yield();
-    d.finish();
-    auto secs = since(t0);
     auto& shape = g.prefill_mem[0]->shape();
     auto room_bytes = shape.num_buffers * ppr * shape.page_size_bytes + shape.aux_item_bytes;
-    kv_gbps = static_cast<double>(d.succeeded * room_bytes) / secs / 1e9;
+    // The baseline copies what the rooms copy: every slot's pages in turn
+    // (the driver's rooms take slots round robin), 4 x 32 MiB each way. One
+    // slot copied again and again stays partly in the last-level cache,
+    // which no stream of rooms gets; it is printed beside it, not compared.
     auto layout = g.prefill_mem[0]->layout();
     auto dst = g.decode_mem[0]->layout();
-    std::vector<write_op> ops;
-    for (size_t b = 0; b < layout.kv.size(); ++b)
-      ops.push_back({layout.kv[b].mem.addr, dst.kv[b].mem.addr, ppr * shape.page_size_bytes});
-    kv_base = static_cast<double>(room_bytes) / memcpy_seconds(ops, 0.5) / 1e9;
+    auto slot_ops = [&](int64_t slot) {
+      std::vector<write_op> ops;
+      auto off = static_cast<uint64_t>(slot * ppr) * shape.page_size_bytes;
+      for (size_t b = 0; b < layout.kv.size(); ++b)
+        ops.push_back({layout.kv[b].mem.addr + off, dst.kv[b].mem.addr + off,
+                       ppr * shape.page_size_bytes});
+      return ops;
+    };
+    std::vector<write_op> every_slot;
+    for (int64_t slot = 0; slot < conc; ++slot)
+      for (auto& op : slot_ops(slot))
+        every_slot.push_back(op);
+    // Rooms and memcpy alternated, the best of two windows each: on a shared
+    // machine one window of either can lose a third to a neighbour.
+    auto each = std::max(0.2, cfg.seconds / 2);
+    for (int rep = 0; rep < 2; ++rep) {
+      room_driver d{g, conc, static_cast<room_id>(1 + rep * 1000000)};
+      auto t0 = clock_type::now();
+      while (since(t0) < each)
+        if (!d.step())
+          std::this_thread::yield();
+      d.finish();
+      auto secs = since(t0);
+      kv_gbps = std::max(kv_gbps, static_cast<double>(d.succeeded * room_bytes) / secs / 1e9);
+      kv_base = std::max(kv_base, static_cast<double>(conc * room_bytes)
+                                    / memcpy_seconds(every_slot, each / 2) / 1e9);
+    }
+    kv_warm = static_cast<double>(room_bytes) / memcpy_seconds(slot_ops(0), 0.25) / 1e9;
     goals.push_back({"realistic KV through rooms / memcpy", kv_gbps, kv_base, 0.9});
     std::printf("realistic KV (64 buffers x 16 pages x %llu B per room, 1P x 1D, 4 rooms in "
-                "flight): %.2f GB/s vs memcpy %.2f GB/s (%.0f%%)\n",
+                "flight): %.2f GB/s vs memcpy of the same 4 slots %.2f GB/s (%.0f%%; one "
+                "slot again and again, cache-warm: %.2f GB/s)\n",
                 static_cast<unsigned long long>(shape.page_size_bytes), kv_gbps, kv_base,
-                100 * kv_gbps / kv_base);
+                100 * kv_gbps / kv_base, kv_warm);
   }
   // Head slicing against whole pages, the same model and bytes: 2P -> 4D
   // (each decode rank takes half of one prefill rank's heads) against
@@ -760,6 +781,7 @@ int bench_bandwidth(int argc, char** argv) {
                .raw("points", json_array(rows))
                .num("realistic_kv_gb_per_s", kv_gbps)
                .num("realistic_kv_memcpy_gb_per_s", kv_base)
+               .num("realistic_kv_memcpy_one_slot_gb_per_s", kv_warm)
                .raw("head_sliced", json_array(mapped))
                .raw("scattered_pages", json_array(scatter))
                .raw("tcp_two_paths", json_array(multi))
