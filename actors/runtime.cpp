@@ -105,7 +105,6 @@ runtime::~runtime() {
     self->send_exit(link_keeper_, caf::exit_reason::user_shutdown);
   }
   link_keeper_ = nullptr;
-  detail::release_spawn_servers(*sys_);
   if (door_)
     detail::remove_control_door(*sys_, *door_);
   owned_sys_.reset();

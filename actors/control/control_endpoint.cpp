@@ -7,12 +7,7 @@
 #include "caf/openssl/manager.hpp"
 #include "caf/openssl/publish.hpp"
 #include "caf/openssl/remote_actor.hpp"
-#include "caf/scoped_actor.hpp"
 #include "caf/send.hpp"
-
-#include <chrono>
-#include <future>
-#include <vector>
 
 #include "kvroom/actors/control/control_door.hpp"
 #include "kvroom/api/errors.hpp"
@@ -83,47 +78,6 @@ void close_connection(caf::actor_system& sys, const caf::node_id& node) {
     if (auto hdl = broker->instance.tbl().lookup_direct(node))
       broker->close(*hdl);
   });
-}
-
-size_t release_spawn_servers(caf::actor_system& sys) {
-  if (!sys.has_middleman())
-    return 0;
-  auto& mm = sys.middleman();
-  auto basp = mm.named_broker<caf::io::basp_broker>(caf::atom("BASP"));
-  if (!basp)
-    return 0;
-  // The broker's state is its event loop's: taken there, killed here.
-  auto* broker = static_cast<caf::io::basp_broker*>(caf::actor_cast<caf::abstract_actor*>(basp));
-  auto taken = std::make_shared<std::promise<std::vector<caf::actor>>>();
-  auto servers = taken->get_future();
-  mm.backend().dispatch([broker, basp, taken] {
-    std::vector<caf::actor> out;
-    for (auto& kvp : broker->spawn_servers)
-      out.push_back(kvp.second);
-    broker->spawn_servers.clear();
-    taken->set_value(std::move(out));
-  });
-  // Bounded: an event loop that no longer runs (the middleman stopping)
-  // leaves them to CAF, as before.
-  if (servers.wait_for(std::chrono::seconds(2)) != std::future_status::ready)
-    return 0;
-  auto helpers = servers.get();
-  if (helpers.empty())
-    return 0;
-  caf::scoped_actor self{sys, true};
-  for (auto& h : helpers) {
-    self->monitor(h);
-    self->send_exit(h, caf::exit_reason::user_shutdown);
-  }
-  // They end on the scheduler, which runs until the system stops; waiting
-  // here means their mailboxes are released before it does. Bounded, as
-  // above: a helper that does not end in time is left as it was.
-  size_t ended = 0;
-  bool late = false;
-  while (ended < helpers.size() && !late)
-    self->receive([&](const caf::down_msg&) { ++ended; },
-                  caf::after(std::chrono::seconds(2)) >> [&] { late = true; });
-  return ended;
 }
 
 } // namespace kvroom::detail

@@ -7,7 +7,6 @@
 // (a bare actor system) CAF's plain middleman. One place decides, so a
 // rank never listens in one mode and dials in the other.
 
-#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -34,22 +33,6 @@ caf::expected<caf::actor> connect_control(caf::actor_system& sys, const std::str
 /// call it only once nothing here or there depends on that node. Never
 /// blocks.
 void close_connection(caf::actor_system& sys, const caf::node_id& node);
-
-/// Ends the spawn-server helpers CAF's BASP broker keeps, one per node it
-/// connected to, and waits (bounded) until they are gone. Call it once, as
-/// the runtime stops, before its actor system does.
-///
-/// Why: CAF 0.17's broker spawns a hidden helper per new node and keeps it
-/// in `spawn_servers`; the helper holds the broker through the proxy of
-/// the node's config server it monitors (or the messages it holds back
-/// until that node's answer). The broker kills them only in its destructor,
-/// which that cycle keeps from running, and the helper quits only when the
-/// node's connection closes first. So a process that stopped while a peer
-/// was still connected left the broker, the helpers and their mailboxes
-/// unreleased: LeakSanitizer's exit report in multi-process runs.
-/// Returns how many helpers ended. kvroom never uses CAF's remote spawn,
-/// which is all they serve.
-size_t release_spawn_servers(caf::actor_system& sys);
 
 /// The middleman actor to `connect` through from an actor (never blocks).
 caf::io::middleman_actor control_connector(caf::actor_system& sys);
