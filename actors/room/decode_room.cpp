@@ -29,7 +29,7 @@ void maybe_send_dst(self_ptr self) {
   auto& dp = core.params().data_plane;
   if (core.params().pull) {
     // Nothing writes here; what this rank reads lands only inside these.
-    st.own_ranges = room_grant(core.params().self_entry->layout, st.init.kv_indices,
+    st.pulling().own_ranges = room_grant(core.params().self_entry->layout, st.init.kv_indices,
                                st.init.aux_index, st.init.state_indices);
   } else if (dp && dp->enforces_grants()) {
     auto ranges = room_grant(core.params().self_entry->layout, st.init.kv_indices,
@@ -311,7 +311,8 @@ std::string check_offer(const decode_room_state& st, const source_ready& msg) {
            + std::to_string(max_ops) + ")";
   for (size_t i = 0; i < msg.ops.size(); ++i) {
     auto& op = msg.ops[i];
-    if (op.size_bytes == 0 || !ranges_cover(st.own_ranges, op.dst_addr, op.size_bytes))
+    if (op.size_bytes == 0 || !st.pull
+        || !ranges_cover(st.pull->own_ranges, op.dst_addr, op.size_bytes))
       return "read " + std::to_string(i) + " of " + std::to_string(op.size_bytes)
              + " bytes would land outside this room's pages";
   }
@@ -340,7 +341,8 @@ void on_offer(self_ptr self, source_ready& msg) {
   // A source keeps at most a few chunks in flight (two batches each where
   // aux travels apart): more unanswered offers are not a prefill room's.
   constexpr size_t max_reads_per_source = 16;
-  if (st.reads.size() >= max_reads_per_source * st.sources.size()) {
+  auto& pull = st.pulling();
+  if (pull.reads.size() >= max_reads_per_source * st.sources.size()) {
     core.fail_local("prefill " + to_string(src->rank) + " offered more than "
                     + std::to_string(max_reads_per_source) + " reads per source at once",
                     failure_cause::other);
@@ -363,10 +365,10 @@ void on_offer(self_ptr self, source_ready& msg) {
   }
   read_job job;
   job.room = core.params().room;
-  job.job_id = st.next_read++;
+  job.job_id = pull.next_read++;
   job.batch.room = job.room;
   job.batch.peer = std::move(paths->front());
-  st.read_transport = job.batch.peer.transport;
+  pull.read_transport = job.batch.peer.transport;
   job.batch.remote_device_id = msg.src_device_id;
   job.batch.local_device_id = msg.dst_device_id;
   job.batch.ops.reserve(msg.ops.size());
@@ -376,8 +378,8 @@ void on_offer(self_ptr self, source_ready& msg) {
                                          {}};
   if (msg.layer && st.counts_landing())
     pending.lands = bytes_per_buffer(core.params().self_entry->layout.kv, msg.ops);
-  st.reads.emplace(job.job_id, std::move(pending));
-  if (st.reads.size() == 1)
+  pull.reads.emplace(job.job_id, std::move(pending));
+  if (pull.reads.size() == 1)
     core.reading(true);
   if (!st.started) {
     st.started = true;
@@ -392,16 +394,19 @@ void on_offer(self_ptr self, source_ready& msg) {
 void on_read(self_ptr self, const transfer_result& res) {
   auto& st = self->state;
   auto& core = st.core;
-  auto i = st.reads.find(res.job_id);
-  if (i == st.reads.end())
+  if (!st.pull)
+    return;
+  auto& pull = *st.pull;
+  auto i = pull.reads.find(res.job_id);
+  if (i == pull.reads.end())
     return;
   auto r = std::move(i->second);
-  st.reads.erase(i);
+  pull.reads.erase(i);
   if (res.ok) {
     // This rank moved these bytes: its metrics count them, as a pushing
     // prefill rank's count what it wrote.
-    st.bytes_read += res.bytes;
-    core.note_transfer(st.bytes_read, st.read_transport);
+    pull.bytes_read += res.bytes;
+    core.note_transfer(pull.bytes_read, pull.read_transport);
     land(self, r.lands);
   }
   reads_done done{core.params().room, core.params().self.id, r.source_job, res.ok,
@@ -418,7 +423,7 @@ void on_read(self_ptr self, const transfer_result& res) {
     self->send(r.source_room, std::move(done));
   else if (src)
     st.core.send_to_peer(src->manager, std::move(done));
-  if (st.reads.empty())
+  if (pull.reads.empty())
     core.reading(false);
 }
 

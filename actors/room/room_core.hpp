@@ -6,7 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "caf/actor.hpp"
@@ -127,15 +127,23 @@ public:
   /// The room actor of rank `rank`, in this process: a commit for that rank
   /// goes to it directly instead of through the managers.
   void know_room(rank_id rank, caf::actor room) {
-    if (rank >= 0 && local(room))
-      handles_[rank] = std::move(room);
+    if (rank < 0 || !local(room))
+      return;
+    for (auto& [id, known] : handles_)
+      if (id == rank) {
+        known = std::move(room);
+        return;
+      }
+    handles_.emplace_back(rank, std::move(room));
   }
 
   /// A handle this room knows for rank `rank`'s room (null: none, or in
   /// another process).
   caf::actor room_of(rank_id rank) const {
-    auto i = handles_.find(rank);
-    return i == handles_.end() ? caf::actor{} : i->second;
+    for (auto& [id, known] : handles_)
+      if (id == rank)
+        return known;
+    return caf::actor{};
   }
 
   void advance(kv_poll next);
@@ -245,8 +253,10 @@ private:
   room_params params_;
   room_timing timing_;
   std::unique_ptr<room_protocol> protocol_;
-  // Room actors of other ranks in this process, by rank id.
-  std::unordered_map<rank_id, caf::actor> handles_;
+  // Room actors of other ranks in this process, by rank id: a room's
+  // counterparts, a few. A vector, not a hash map: its first entry is one
+  // small allocation, not a bucket array and a node.
+  std::vector<std::pair<rank_id, caf::actor>> handles_;
   part_router part_router_;
   uint64_t transfer_from_ms_ = 0;
   uint64_t bytes_ = 0;
