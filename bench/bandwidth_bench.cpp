@@ -484,12 +484,7 @@ double mapped_gbps(caf::actor_system& sys, int ptp, int dtp, page_order order, d
   model.order = order;
   bench_group g{rt, ptp, dtp, model, realistic_shape(1, conc, ppr), ppr};
   room_driver d{g, conc};
-  auto t0 = clock_type::now();
-  while (since(t0) < seconds)
-    if (!d.step())
-      std::this_thread::yield();
-  d.finish();
-  auto secs = since(t0);
+  auto secs = d.run_for(seconds);
   uint64_t room_bytes = 0;
   for (auto& m : g.decode_mem)
     room_bytes += m->shape().num_buffers * ppr * m->shape().page_size_bytes;
@@ -636,12 +631,7 @@ int bench_bandwidth(int argc, char** argv) {
     auto each = std::max(0.2, cfg.seconds / 2);
     for (int rep = 0; rep < 2; ++rep) {
       room_driver d{g, conc, static_cast<room_id>(1 + rep * 1000000)};
-      auto t0 = clock_type::now();
-      while (since(t0) < each)
-        if (!d.step())
-          std::this_thread::yield();
-      d.finish();
-      auto secs = since(t0);
+      auto secs = d.run_for(each);
       kv_gbps = std::max(kv_gbps, static_cast<double>(d.succeeded * room_bytes) / secs / 1e9);
       kv_base = std::max(kv_base, static_cast<double>(conc * room_bytes)
                                     / memcpy_seconds(every_slot, each / 2) / 1e9);

@@ -1,8 +1,10 @@
 #include "room_driver.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <thread>
 
 namespace kvroom::bench {
 
@@ -94,6 +96,18 @@ void room_driver::finish(double max_seconds) {
                     std::chrono::duration<double>(max_seconds));
   while (!loop_.done() && std::chrono::steady_clock::now() < deadline)
     step();
+}
+
+double room_driver::run_for(double seconds) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  while (since() < seconds)
+    if (!step())
+      std::this_thread::yield();
+  finish();
+  return since();
 }
 
 bool room_driver::step() {

@@ -45,6 +45,10 @@ public:
   /// One scheduler iteration; returns whether anything happened.
   bool step();
 
+  /// Steps for `seconds` (yielding when nothing happened), then `finish`es:
+  /// the seconds it all took, the rooms in flight at the end included.
+  double run_for(double seconds);
+
   /// Decode's pages of a room, as positions among its slot's pages (empty:
   /// the same pages as prefill's, in order). A permutation scatters them:
   /// no run of pages stays adjacent on both sides, so none coalesce.
