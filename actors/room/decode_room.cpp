@@ -29,8 +29,9 @@ void maybe_send_dst(self_ptr self) {
   auto& dp = core.params().data_plane;
   if (core.params().pull) {
     // Nothing writes here; what this rank reads lands only inside these.
-    st.pulling().own_ranges = room_grant(core.params().self_entry->layout, st.init.kv_indices,
-                               st.init.aux_index, st.init.state_indices);
+    st.pulling().own_ranges = room_grant(core.params().self_entry->layout,
+                                         st.init.kv_indices, st.init.aux_index,
+                                         st.init.state_indices);
   } else if (dp && dp->enforces_grants()) {
     auto ranges = room_grant(core.params().self_entry->layout, st.init.kv_indices,
                              st.init.aux_index, st.init.state_indices);

@@ -64,11 +64,6 @@ struct decode_room_state {
       pull = std::make_unique<pull_state>();
     return *pull;
   }
-
-  /// Reads of this room at the worker.
-  size_t reads_in_flight() const noexcept {
-    return pull ? pull->reads.size() : 0;
-  }
   /// Which KV buffers hold every byte of the room so far, for a scheduler
   /// that starts a layer once it landed: made by the room's first chunk of
   /// some buffers (a layer's; a room sent whole lands with its Success).
