@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -197,6 +198,14 @@ void by_transport(exposition& e, const char* name, const char* help,
                  static_cast<double>((r.paths.*which)[static_cast<size_t>(i)]));
 }
 
+/// One sample per state of a rank: `states` pairs each `state` label with
+/// the member of the snapshot that counts it.
+void by_state(exposition& e, const char* name, const metrics_snapshot& r,
+              std::initializer_list<std::pair<const char*, uint64_t metrics_snapshot::*>> states) {
+  for (auto& [state, member] : states)
+    e.sample(name, with(of(r), "state", state), static_cast<double>(r.*member));
+}
+
 } // namespace
 
 std::string prometheus_text(const std::vector<metrics_snapshot>& ranks,
@@ -206,12 +215,10 @@ std::string prometheus_text(const std::vector<metrics_snapshot>& ranks,
   for (auto& r : ranks)
     e.sample("kvroom_up", of(r), r.ready ? 1 : 0);
   e.family("kvroom_rooms_total", "counter", "Rooms that reached a terminal state, by state");
-  for (auto& r : ranks) {
-    e.sample("kvroom_rooms_total", with(of(r), "state", "success"),
-             static_cast<double>(r.rooms_success));
-    e.sample("kvroom_rooms_total", with(of(r), "state", "failed"),
-             static_cast<double>(r.rooms_failed));
-  }
+  for (auto& r : ranks)
+    by_state(e, "kvroom_rooms_total", r,
+             {{"success", &metrics_snapshot::rooms_success},
+              {"failed", &metrics_snapshot::rooms_failed}});
   e.family("kvroom_failures_total", "counter",
            "Failed rooms by origin (local: identified on this rank; propagated: learned "
            "from the origin) and cause class");
@@ -242,13 +249,12 @@ std::string prometheus_text(const std::vector<metrics_snapshot>& ranks,
            "Other ranks by state (usable: linked and proven; listed: named by the registry, "
            "not linked yet; lost: gone, within the loss window; suspected: reported lost by "
            "the registry, never linked here, being checked)");
-  for (auto& r : ranks) {
-    e.sample("kvroom_peers", with(of(r), "state", "usable"), static_cast<double>(r.peers_usable));
-    e.sample("kvroom_peers", with(of(r), "state", "listed"), static_cast<double>(r.peers_listed));
-    e.sample("kvroom_peers", with(of(r), "state", "lost"), static_cast<double>(r.peers_lost));
-    e.sample("kvroom_peers", with(of(r), "state", "suspected"),
-             static_cast<double>(r.peers_suspected));
-  }
+  for (auto& r : ranks)
+    by_state(e, "kvroom_peers", r,
+             {{"usable", &metrics_snapshot::peers_usable},
+              {"listed", &metrics_snapshot::peers_listed},
+              {"lost", &metrics_snapshot::peers_lost},
+              {"suspected", &metrics_snapshot::peers_suspected}});
   e.family("kvroom_registry_reports_refuted_total", "counter",
            "The registry's reports of a rank's loss that this rank found false (the rank "
            "answered): a registry that stalls or loses its network");
