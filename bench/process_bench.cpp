@@ -135,9 +135,8 @@ struct deployment {
 
   deployment(std::string kvroom, int tp_size) : exe(std::move(kvroom)), tp(tp_size) {
     dir = harness::make_temp_dir("kvroom-bench");
-    port = 20000 + static_cast<int>((static_cast<uint64_t>(::getpid()) * 7919
-                                     + static_cast<uint64_t>(harness::wall_ms()))
-                                    % 30000);
+    port = harness::free_port(static_cast<uint64_t>(::getpid()) * 7919
+                              + static_cast<uint64_t>(harness::wall_ms()));
     for (auto side : {role::prefill, role::decode})
       for (int t = 0; t < tp; ++t) {
         proc p;
@@ -160,6 +159,8 @@ struct deployment {
 
   /// Starts every rank with `extra` options; true once all are ready.
   bool start(const std::vector<std::string>& extra) {
+    if (port == 0)
+      return false; // no free loopback port for the registry
     // Once: every rank reads it (--insecure: none, to measure what
     // membership costs).
     auto secret = insecure ? std::string{"--insecure"} : harness::write_secret(dir);

@@ -57,7 +57,11 @@ int run_processes(const process_options& opt) {
   auto phase1 = opt.rooms;
   auto phase2 = std::max<int64_t>(20, opt.rooms / 5);
   auto pace_us = std::max<int64_t>(0, 1'500'000 / std::max<int64_t>(1, phase1));
-  auto port = 20000 + static_cast<int>((mix(opt.seed) ^ static_cast<uint64_t>(::getpid())) % 30000);
+  auto port = harness::free_port(mix(opt.seed) ^ static_cast<uint64_t>(::getpid()));
+  if (port == 0) {
+    std::fprintf(stderr, "stress: no free loopback port for the registry\n");
+    return 2;
+  }
   // The registry lives in prefill tp0, never the victim.
   auto victim_index = 1 + static_cast<int>(mix(opt.seed + 1) % static_cast<uint64_t>(2 * opt.tp - 1));
   if (!opt.victim.empty()) {

@@ -5,6 +5,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -164,6 +166,26 @@ uint64_t resident_bytes() {
   uint64_t size = 0, resident = 0;
   statm >> size >> resident;
   return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+int free_port(uint64_t seed) {
+  constexpr int first = 20000, span = 12000;
+  for (int i = 0; i < span; ++i) {
+    int port = first + static_cast<int>((seed + static_cast<uint64_t>(i)) % span);
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+      return 0;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    // No SO_REUSEADDR: a port a closed connection still holds is skipped.
+    bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    ::close(fd);
+    if (free)
+      return port;
+  }
+  return 0;
 }
 
 } // namespace kvroom::harness

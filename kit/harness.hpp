@@ -44,6 +44,14 @@ std::string make_temp_dir(const std::string& prefix);
 /// the `--secret-file=...` option naming it, or "" on failure.
 std::string write_secret(const std::string& dir);
 
+/// A loopback TCP port for a deployment's registry: below the kernel's
+/// ephemeral range (32768 up, where every outgoing connection takes its
+/// own port, so a port there can be taken between its choice and its
+/// bind), and free when asked (a bind test). Starts at a point of
+/// [20000, 32000) that `seed` picks and takes the next free one; 0 when
+/// none is.
+int free_port(uint64_t seed);
+
 /// Waits until `pred` holds or `limit` passes, checking every 10 ms.
 template <class Pred>
 bool wait_until(Pred pred, std::chrono::milliseconds limit) {

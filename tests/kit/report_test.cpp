@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "kvroom/kit/harness.hpp"
@@ -42,4 +44,29 @@ TEST_CASE("a serve report survives any failure reason: newlines, quotes, backsla
   CHECK(back[8].data_error == ok.data_error);
   // Not JSON: nothing, not garbage.
   CHECK(harness::read_report("/nonexistent/report.json").empty());
+}
+
+TEST_CASE("harness: free_port passes over a port a listener holds, below the ephemeral range") {
+  // A listener on a port the seed points at (free_port starts at 20000 +
+  // seed % 12000).
+  int held = -1, fd = -1;
+  for (int p = 31000; p < 32000 && held < 0; ++p) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(p));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 && ::listen(fd, 1) == 0)
+      held = p;
+    else
+      ::close(fd);
+  }
+  REQUIRE(held > 0);
+  auto port = harness::free_port(static_cast<uint64_t>(held - 20000));
+  CHECK(port != held);
+  CHECK(port >= 20000);
+  CHECK(port < 32768);
+  ::close(fd);
+  CHECK(harness::free_port(static_cast<uint64_t>(held - 20000)) == held);
 }
