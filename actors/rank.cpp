@@ -68,6 +68,7 @@ caf::error rank::start() {
   bc.tcp_host = s.cfg.tcp_host;
   bc.secret = s.rt.members()->secret();
   bc.io_timeout_ms = data_path_timeout(s.cfg);
+  bc.streaming_copy_bytes = s.cfg.streaming_copy_bytes;
   auto made = s.cfg.data_plane ? s.cfg.data_plane(bc) : make_backend(bc);
   if (!made)
     return std::move(made.error());

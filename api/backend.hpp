@@ -113,6 +113,19 @@ public:
   /// Validates and posts every write of `batch` (see `post_result`).
   virtual post_result post(const write_batch& batch) = 0;
 
+  /// Posts several batches at once: one chunk of a prefill room for each of
+  /// its decode ranks. Each outcome is the one `post` would give that batch
+  /// alone (`results[i]` for `batches[i]`: a refused batch moves nothing of
+  /// itself and takes nothing from the others), and once one answers
+  /// `would_block` none after it is posted (each answers `would_block`), so
+  /// a caller that posts them again later keeps their order. The default
+  /// posts them one by one with `post`; a backend that copies (local, shm)
+  /// interleaves their writes instead: under head slicing each decode rank
+  /// takes part of every source token, and copying a token's parts together
+  /// reads the source once, in order, instead of once per decode rank with
+  /// holes (docs/performance.md).
+  virtual std::vector<post_result> post_group(const std::vector<const write_batch*>& batches);
+
   /// Validates and posts every read of `batch` (a pull): bytes of the
   /// peer's registered memory land in this rank's. The contract is `post`'s:
   /// every range is checked before a byte moves (the local one inside this
@@ -328,6 +341,11 @@ struct backend_config {
   std::string tcp_host = "127.0.0.1";
   /// Bound on one tcp batch's socket I/O.
   uint32_t io_timeout_ms = 30'000;
+  /// local, shm: a post (or group of posts) that copies at least this many
+  /// bytes copies around the cache (streaming stores; bulk_copy.hpp), as a
+  /// transfer larger than the cache whose destination this CPU never reads
+  /// should; 0: always with the cache.
+  uint64_t streaming_copy_bytes = uint64_t{16} << 20;
   /// verbs: the RDMA device to use; empty takes the first with an active port.
   std::string verbs_device = {};
   /// tcp: peers prove membership with it before a byte of theirs is read

@@ -160,6 +160,12 @@ struct rank_config {
   /// (`data_path_timeout`), so a batch stuck on a dead path moves well
   /// before its room's deadline.
   uint32_t data_timeout_ms = 30'000;
+  /// Same-host copies (local, shm) of at least this many bytes at once go
+  /// around the CPU's cache (streaming stores): a room's KV is larger than
+  /// the cache and lands in another rank's pages, which this CPU never
+  /// reads; smaller ones copy with memcpy. 0: always memcpy. See
+  /// docs/performance.md for the crossover measured.
+  uint64_t streaming_copy_bytes = uint64_t{16} << 20;
   /// How batches spread over several paths to a peer, and when a failing
   /// path rests (`path_options` above).
   path_options paths;

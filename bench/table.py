@@ -63,8 +63,8 @@ def bandwidth_rows(bw):
         what = " / ".join(s["layout"].split()[-1] for s in sliced)
         got = " / ".join(f"{s['gb_per_s']:.1f}" for s in sliced)
         ratios = " / ".join(pct(s["ratio"]) for s in sliced)
-        alone = " / ".join(pct(s["memcpy_alone_ratio"]) for s in sliced if "memcpy_alone_ratio" in s)
-        base = "2P -> 2D same order" + (f"; memcpy alone of the same copies {alone}" if alone else "")
+        alone = " / ".join(pct(s["copies_alone_ratio"]) for s in sliced if "copies_alone_ratio" in s)
+        base = "2P -> 2D same order" + (f"; the same copies alone {alone}" if alone else "")
         rows.append((f"head-sliced 2P -> 4D, {what}", f"{got} GB/s ({ratios})", base, ">= 80 %"))
     for s in bw.get("scattered_pages", []):
         rows.append((f"4096 permuted 4 KiB pages through rooms, {s['transport']}",

@@ -87,6 +87,7 @@ public:
   std::string fault_path;
   int64_t data_timeout_ms = 30'000;
   int64_t path_rest_ms = 30'000;
+  int64_t streaming_copy_bytes = int64_t{16} << 20;
   std::string integrity = "off";
   bool pull = false;
 
@@ -111,6 +112,9 @@ public:
                                                "most a quarter of --timeout-ms)")
       .add(path_rest_ms, "path-rest-ms", "a path with 3 errors in 10 s rests this long "
                                          "(doubling while it keeps failing, up to 10x)")
+      .add(streaming_copy_bytes, "streaming-copy-bytes",
+           "same-host copies (local, shm) of this many bytes at once bypass the CPU cache "
+           "(streaming stores); 0: never")
       .add(integrity, "integrity", "off, or xxh3: prefill hashes every part, decode checks "
                                    "what landed (every rank of a deployment the same)")
       .add(pull, "pull", "decode: read the prefill's pages (the prefill grants them) instead "
@@ -286,6 +290,9 @@ int run_serve(int argc, char** argv) {
     if (cfg.data_timeout_ms <= 0 || cfg.path_rest_ms <= 0)
       return bad("--data-timeout-ms and --path-rest-ms must be positive");
     rc.data_timeout_ms = static_cast<uint32_t>(cfg.data_timeout_ms);
+    if (cfg.streaming_copy_bytes < 0)
+      return bad("--streaming-copy-bytes must not be negative");
+    rc.streaming_copy_bytes = static_cast<uint64_t>(cfg.streaming_copy_bytes);
     if (!from_string(cfg.integrity, rc.integrity))
       return bad("--integrity must be off or xxh3, not '" + cfg.integrity + "'");
     rc.pull = cfg.pull;

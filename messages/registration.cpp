@@ -61,6 +61,7 @@ void add_message_types(caf::actor_system_config& cfg) {
     .add_message_type<link_closed>("kvroom.link_closed")
     .add_message_type<directory_update>("kvroom.directory_update")
     .add_message_type<transfer_job>("kvroom.transfer_job")
+    .add_message_type<transfer_jobs>("kvroom.transfer_jobs")
     .add_message_type<read_job>("kvroom.read_job")
     .add_message_type<read_op>("kvroom.read_op")
     .add_message_type<read_batch>("kvroom.read_batch")

@@ -611,6 +611,20 @@ typename Inspector::result_type inspect(Inspector& f, transfer_job& x) {
            x.batch);
 }
 
+/// One chunk's batches for several decode ranks (a prefill room's targets),
+/// posted together so a copying backend may interleave them
+/// (`backend::post_group`); each job is answered on its own, as if sent
+/// alone.
+struct transfer_jobs {
+  room_id room = 0;
+  std::vector<transfer_job> jobs;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, transfer_jobs& x) {
+  return f(caf::meta::type_name("kvroom.transfer_jobs"), x.room, x.jobs);
+}
+
 /// Pull: a batch of reads for the decode rank's worker to post and drive to
 /// completion (answered with a `transfer_result` like a write job).
 struct read_job {

@@ -20,6 +20,16 @@ post_result backend::post_read(const read_batch& batch) {
                                           + std::to_string(batch.room) + ")"));
 }
 
+std::vector<post_result> backend::post_group(const std::vector<const write_batch*>& batches) {
+  std::vector<post_result> out;
+  out.reserve(batches.size());
+  for (auto* batch : batches)
+    out.push_back(!out.empty() && out.back().status == xfer_status::would_block
+                    ? post_result::would_block()
+                    : post(*batch));
+  return out;
+}
+
 caf::error backend::on_control(const transport_control& msg) {
   return make_error(errc::unsupported, name() + " backend takes no control messages (got one for "
                                          + msg.transport + " from rank "

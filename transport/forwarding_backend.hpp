@@ -10,7 +10,7 @@ namespace kvroom {
 /// the decorators (the fault injector, the path layer), which override only
 /// what they change. A call added to `backend` forwards here once, so no
 /// decorator silently answers it with the base's default instead of its
-/// inner backend's.
+/// inner backend's (`post_group` aside: see below).
 class forwarding_backend : public backend {
 public:
   explicit forwarding_backend(backend_ptr inner) : inner_(std::move(inner)) {
@@ -38,6 +38,11 @@ public:
   post_result post(const write_batch& batch) override {
     return inner_->post(batch);
   }
+  // `post_group` is the one call not passed through: its default posts
+  // each batch with this decorator's `post`, so a decorator that changes
+  // `post` (injects faults, counts, picks paths) sees every batch of a
+  // group. One whose `post` passes a batch straight through may forward
+  // the group (the path layer on one path does).
   post_result post_read(const read_batch& batch) override {
     return inner_->post_read(batch);
   }

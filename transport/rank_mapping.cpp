@@ -417,34 +417,57 @@ plan_mapped_writes(const decode_mapping& m, const prefill_place& src,
   size_t mine = 0;
   for (auto& w : m.writes)
     mine += w.src == src ? 1 : 0;
+  // A few more for the tail's state and aux writes (plan_part appends them:
+  // growing a 16,384-write vector by one copied all of it).
   std::vector<write_op> ops;
-  ops.reserve(std::min(mine * src_pages.size(), max_planned_writes));
-  for (auto& w : m.writes) {
-    if (!(w.src == src))
-      continue;
-    if (w.src_buffer >= src_mem.kv.size() || w.dst_buffer >= dst_mem.kv.size()
-        || w.src_offset + w.length > src_layout.page_bytes()
-        || w.dst_offset + w.length > dst_layout.page_bytes())
-      return make_error(errc::invalid_argument, "a mapping slice outside the page (buffer "
-                                                  + std::to_string(w.src_buffer) + " -> "
-                                                  + std::to_string(w.dst_buffer) + ")");
-    auto& sb = src_mem.kv[w.src_buffer];
-    auto& db = dst_mem.kv[w.dst_buffer];
-    for (size_t i = 0; i < src_pages.size(); ++i) {
-      write_op op{sb.mem.addr + static_cast<uint64_t>(src_pages[i]) * sb.page_size_bytes
-                    + w.src_offset,
-                  db.mem.addr + static_cast<uint64_t>(dst_pages[i]) * db.page_size_bytes
-                    + w.dst_offset,
-                  w.length};
-      if (!ops.empty() && ops.back().src_addr + ops.back().size_bytes == op.src_addr
-          && ops.back().dst_addr + ops.back().size_bytes == op.dst_addr) {
-        ops.back().size_bytes += op.size_bytes;
+  ops.reserve(std::min(mine * src_pages.size(), max_planned_writes) + 8);
+  // A buffer's slices page by page: the writes of one page (an NHD page's
+  // 16 tokens) follow each other, so the source is read in order, and the
+  // batches of a chunk for the decode ranks sharing this page take their
+  // slices of it at the same index (a copying backend interleaves them:
+  // backend::post_group). Writes of one buffer are adjacent in `m.writes`
+  // (in the decode page's order, layer by layer).
+  std::vector<const slice_write*> group;
+  auto& ws = m.writes;
+  for (size_t first = 0; first < ws.size();) {
+    auto last = first + 1;
+    while (last < ws.size() && ws[last].src_buffer == ws[first].src_buffer
+           && ws[last].dst_buffer == ws[first].dst_buffer)
+      ++last;
+    group.clear();
+    for (auto k = first; k < last; ++k) {
+      auto& w = ws[k];
+      if (!(w.src == src))
         continue;
+      if (w.src_buffer >= src_mem.kv.size() || w.dst_buffer >= dst_mem.kv.size()
+          || w.src_offset + w.length > src_layout.page_bytes()
+          || w.dst_offset + w.length > dst_layout.page_bytes())
+        return make_error(errc::invalid_argument, "a mapping slice outside the page (buffer "
+                                                    + std::to_string(w.src_buffer) + " -> "
+                                                    + std::to_string(w.dst_buffer) + ")");
+      group.push_back(&w);
+    }
+    first = last;
+    if (group.empty())
+      continue;
+    auto& sb = src_mem.kv[group.front()->src_buffer];
+    auto& db = dst_mem.kv[group.front()->dst_buffer];
+    for (size_t i = 0; i < src_pages.size(); ++i) {
+      auto src_page = sb.mem.addr + static_cast<uint64_t>(src_pages[i]) * sb.page_size_bytes;
+      auto dst_page = db.mem.addr + static_cast<uint64_t>(dst_pages[i]) * db.page_size_bytes;
+      for (auto* w : group) {
+        write_op op{src_page + w->src_offset, dst_page + w->dst_offset, w->length};
+        if (!ops.empty() && ops.back().src_addr + ops.back().size_bytes == op.src_addr
+            && ops.back().dst_addr + ops.back().size_bytes == op.dst_addr) {
+          ops.back().size_bytes += op.size_bytes;
+          continue;
+        }
+        if (ops.size() == max_planned_writes)
+          return make_error(errc::limit_reached, "chunk needs more than "
+                                                   + std::to_string(max_planned_writes)
+                                                   + " writes");
+        ops.push_back(op);
       }
-      if (ops.size() == max_planned_writes)
-        return make_error(errc::limit_reached, "chunk needs more than "
-                                                 + std::to_string(max_planned_writes) + " writes");
-      ops.push_back(op);
     }
   }
   return ops;

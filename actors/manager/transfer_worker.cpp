@@ -38,10 +38,10 @@ failure_cause cause_of(const caf::error& err) {
   return is(err, errc::injected_fault) ? failure_cause::fault : failure_cause::transport;
 }
 
-/// Posts one job; false when the backend pushed back and it must wait.
-bool post(self_ptr self, const job& j) {
+/// Acts on what the backend did with job `j`'s post; false when it pushed
+/// back and the job must wait.
+bool settle(self_ptr self, const job& j, post_result res) {
   auto& st = self->state;
-  auto res = j.is_read ? st.data_plane->post_read(j.read) : st.data_plane->post(j.write);
   auto bytes = j.total_bytes();
   switch (res.status) {
     case xfer_status::done:
@@ -60,19 +60,68 @@ bool post(self_ptr self, const job& j) {
   return true;
 }
 
+/// Posts one job; false when the backend pushed back and it must wait.
+bool post(self_ptr self, const job& j) {
+  auto& st = self->state;
+  return settle(self, j, j.is_read ? st.data_plane->post_read(j.read) : st.data_plane->post(j.write));
+}
+
+/// Refuses `j` when the queue is full (with `taken` more jobs about to
+/// join it): a job is then answered at once, not held.
+bool refuse_if_full(self_ptr self, const job& j, size_t taken = 0) {
+  auto& st = self->state;
+  if (st.active.size() + st.waiting.size() + taken < st.max_jobs)
+    return false;
+  reply(self, j, false, "transfer queue full (" + std::to_string(st.max_jobs) + " jobs)", 0);
+  return true;
+}
+
 /// Takes a job from a room of this process: posted now, queued behind
 /// jobs waiting on back-pressure, or refused when the queue is full.
 void take(self_ptr self, job j) {
   auto& st = self->state;
-  if (!j.reply_to)
+  if (!j.reply_to || refuse_if_full(self, j))
     return;
-  if (st.active.size() + st.waiting.size() >= st.max_jobs) {
-    reply(self, j, false, "transfer queue full (" + std::to_string(st.max_jobs) + " jobs)", 0);
-    return;
-  }
   // Keep order behind jobs already waiting on back-pressure.
   if (!st.waiting.empty() || !post(self, j))
     st.waiting.push_back(std::move(j));
+  flush_control(self);
+  schedule_poll(self);
+}
+
+/// Takes one chunk's jobs for several decode ranks: posted together (the
+/// backend may interleave their copies), or queued behind jobs waiting on
+/// back-pressure; each is answered as if it had come alone.
+void take_group(self_ptr self, const caf::actor& reply_to, transfer_jobs& work) {
+  auto& st = self->state;
+  if (!reply_to)
+    return;
+  std::vector<job> jobs;
+  jobs.reserve(work.jobs.size());
+  for (auto& w : work.jobs) {
+    job j;
+    j.reply_to = reply_to;
+    j.room = w.room;
+    j.job_id = w.job_id;
+    j.write = std::move(w.batch);
+    if (!refuse_if_full(self, j, jobs.size()))
+      jobs.push_back(std::move(j));
+  }
+  if (st.waiting.empty()) {
+    std::vector<const write_batch*> batches;
+    batches.reserve(jobs.size());
+    for (auto& j : jobs)
+      batches.push_back(&j.write);
+    auto results = st.data_plane->post_group(batches);
+    // From the first that would block on, every one waits (post_group's
+    // contract), in order.
+    for (size_t i = 0; i < jobs.size(); ++i)
+      if (i >= results.size() || !settle(self, jobs[i], std::move(results[i])))
+        st.waiting.push_back(std::move(jobs[i]));
+  } else {
+    for (auto& j : jobs)
+      st.waiting.push_back(std::move(j));
+  }
   flush_control(self);
   schedule_poll(self);
 }
@@ -168,6 +217,9 @@ caf::behavior transfer_worker(counted_actor<transfer_worker_state>* self,
       j.job_id = work.job_id;
       j.write = std::move(work.batch);
       take(self, std::move(j));
+    },
+    [=](transfer_jobs& work) {
+      take_group(self, caf::actor_cast<caf::actor>(self->current_sender()), work);
     },
     [=](read_job& work) {
       job j;

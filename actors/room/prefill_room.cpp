@@ -263,6 +263,10 @@ bool send_one_chunk(self_ptr self) {
     for (auto& t : st.targets)
       if (!t.dst.pull) // a pulling decode rank knows when its reads start
         to_decode(self, t, transfer_started{room, core.params().self.id});
+  // The worker takes the chunk's pushed batches in one message: a copying
+  // backend then interleaves the decode ranks' writes (head slicing reads
+  // each source token once instead of once per decode rank).
+  std::vector<transfer_job> pushed;
   for (size_t i = 0; i < batches.size(); ++i) {
     if (inline_done[i])
       continue;
@@ -270,8 +274,12 @@ bool send_one_chunk(self_ptr self) {
     if (t.dst.pull)
       offer_reads(self, t, first_id + i, std::move(batches[i]), !chunk.kv_buffers.empty());
     else
-      self->send(core.params().worker, transfer_job{room, first_id + i, std::move(batches[i])});
+      pushed.push_back(transfer_job{room, first_id + i, std::move(batches[i])});
   }
+  if (pushed.size() == 1)
+    self->send(core.params().worker, std::move(pushed.front()));
+  else if (!pushed.empty())
+    self->send(core.params().worker, transfer_jobs{room, std::move(pushed)});
   for (auto& res : done_here)
     on_result(self, res);
   return !core.concluded();

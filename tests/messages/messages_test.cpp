@@ -160,6 +160,7 @@ TEST_CASE("every message type round-trips through CAF's binary serializer") {
   check_roundtrip(*sys, register_rank{entry});
   check_roundtrip(*sys, directory_update{{entry, entry}});
   check_roundtrip(*sys, transfer_job{77, 3, batch});
+  check_roundtrip(*sys, transfer_jobs{77, {transfer_job{77, 3, batch}, transfer_job{77, 4, batch}}});
   check_roundtrip(*sys, transfer_result{77, 3, false, "peer gone", 0});
   check_roundtrip(*sys, part_done{77, 1, 2, 65537, actor, 1, actor});
   check_roundtrip(*sys, room_committed{77});

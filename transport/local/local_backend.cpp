@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "kvroom/api/errors.hpp"
+#include "kvroom/transport/bulk_copy.hpp"
 #include "kvroom/transport/grace_period.hpp"
 
 namespace kvroom::detail {
@@ -56,23 +57,70 @@ public:
     backends_.replace(std::move(next));
   }
 
-  /// Validates every op against both instances' registrations, then copies.
-  post_result copy(uint64_t src_instance, uint64_t dst_instance, const write_batch& batch) {
-    // Names are made only for an error: posts are the hot path.
-    auto owner = batch.peer.owner;
-    return checked_copy(
-      src_instance, dst_instance, batch.peer, batch.ops, "write",
-      [](const write_op& op) { return std::make_pair(op.src_addr, op.dst_addr); },
-      [owner](bool src) { return src ? std::string{"the sender"} : "rank " + std::to_string(owner); });
+  /// Validates every op against both instances' registrations, then copies
+  /// (around the cache from `streaming` bytes on, bulk_copy.hpp).
+  post_result copy(uint64_t src_instance, uint64_t dst_instance, const write_batch& batch,
+                   uint64_t streaming) {
+    // One section over the look-up, the checks and the copies: neither
+    // backend leaves, nor is a range deregistered, until they are done.
+    grace_period::reader section;
+    if (auto err = check_write(section, src_instance, dst_instance, batch))
+      return post_result::failed(std::move(err));
+    copy_ops(batch.ops, bulk_copier{streaming > 0 && batch.total_bytes() >= streaming},
+             [](const write_op& op) { return std::make_pair(op.src_addr, op.dst_addr); });
+    return post_result::done();
+  }
+
+  /// Several writes from `src_instance`, each batch checked on its own and
+  /// those that pass copied op by op in turn (`interleave`), streaming when
+  /// they move `streaming` bytes together. `dst_instances[i]` is batch i's
+  /// peer, or its error when its endpoint named none.
+  std::vector<post_result> copy_group(uint64_t src_instance,
+                                      std::vector<caf::expected<uint64_t>>& dst_instances,
+                                      const std::vector<const write_batch*>& batches,
+                                      uint64_t streaming) {
+    std::vector<post_result> out;
+    out.reserve(batches.size());
+    std::vector<const write_op*> passed;
+    std::vector<size_t> sizes;
+    uint64_t bytes = 0;
+    grace_period::reader section;
+    for (size_t i = 0; i < batches.size(); ++i) {
+      auto err = dst_instances[i] ? check_write(section, src_instance, *dst_instances[i], *batches[i])
+                                  : std::move(dst_instances[i].error());
+      if (err) {
+        out.push_back(post_result::failed(std::move(err)));
+        continue;
+      }
+      out.push_back(post_result::done());
+      passed.push_back(batches[i]->ops.data());
+      sizes.push_back(batches[i]->ops.size());
+      bytes += batches[i]->total_bytes();
+    }
+    bulk_copier copier{streaming > 0 && bytes >= streaming};
+    interleave(sizes, [&](size_t b, size_t i) {
+      auto& op = passed[b][i];
+      copier(reinterpret_cast<void*>(op.dst_addr), reinterpret_cast<const void*>(op.src_addr),
+             op.size_bytes);
+    });
+    return out;
   }
 
   /// The same for a pull: from the peer's memory into `local_instance`'s.
-  post_result read(uint64_t local_instance, uint64_t peer_instance, const read_batch& batch) {
+  post_result read(uint64_t local_instance, uint64_t peer_instance, const read_batch& batch,
+                   uint64_t streaming) {
     auto owner = batch.peer.owner;
-    return checked_copy(
-      peer_instance, local_instance, batch.peer, batch.ops, "read",
-      [](const read_op& op) { return std::make_pair(op.remote_addr, op.local_addr); },
-      [owner](bool src) { return src ? "rank " + std::to_string(owner) : std::string{"the reader"}; });
+    grace_period::reader section;
+    if (auto err = check(
+          section, peer_instance, local_instance, batch.peer, batch.ops, "read",
+          [](const read_op& op) { return std::make_pair(op.remote_addr, op.local_addr); },
+          [owner](bool src) {
+            return src ? "rank " + std::to_string(owner) : std::string{"the reader"};
+          }))
+      return post_result::failed(std::move(err));
+    copy_ops(batch.ops, bulk_copier{streaming > 0 && batch.total_bytes() >= streaming},
+             [](const read_op& op) { return std::make_pair(op.remote_addr, op.local_addr); });
+    return post_result::done();
   }
 
 private:
@@ -88,22 +136,30 @@ private:
     return nullptr;
   }
 
-  /// Copies every op (`ends(op)`: its source and destination addresses)
-  /// once all of them lie in registered memory: sources in `src_instance`'s,
-  /// destinations in `dst_instance`'s (`who(true)`, `who(false)` name them).
+  caf::error check_write(const grace_period::reader& section, uint64_t src_instance,
+                         uint64_t dst_instance, const write_batch& batch) {
+    // Names are made only for an error: posts are the hot path.
+    auto owner = batch.peer.owner;
+    return check(
+      section, src_instance, dst_instance, batch.peer, batch.ops, "write",
+      [](const write_op& op) { return std::make_pair(op.src_addr, op.dst_addr); },
+      [owner](bool src) { return src ? std::string{"the sender"} : "rank " + std::to_string(owner); });
+  }
+
+  /// Whether every op (`ends(op)`: its source and destination addresses)
+  /// lies in registered memory: sources in `src_instance`'s, destinations
+  /// in `dst_instance`'s (`who(true)`, `who(false)` name them). Called inside
+  /// `section`, which stays open over the copies that follow.
   template <class Op, class Ends, class Who>
-  post_result checked_copy(uint64_t src_instance, uint64_t dst_instance, const endpoint_desc& peer,
-                          const std::vector<Op>& ops, const char* what, Ends ends, Who who) {
-    // One section over the look-up, the checks and the copies: neither
-    // backend leaves, nor is a range deregistered, until they are done.
-    grace_period::reader section;
+  caf::error check(const grace_period::reader& section, uint64_t src_instance,
+                   uint64_t dst_instance, const endpoint_desc& peer, const std::vector<Op>& ops,
+                   const char* what, Ends ends, Who who) {
     auto& dir = backends_.read();
     auto* src_table = find(dir, src_instance);
     auto* dst_table = find(dir, dst_instance);
     if (!src_table || !dst_table)
-      return post_result::failed(
-        make_error(errc::not_registered, who(!src_table) + " has no local backend at endpoint "
-                                           + peer.address + " (destroyed, or never made)"));
+      return make_error(errc::not_registered, who(!src_table) + " has no local backend at endpoint "
+                                                + peer.address + " (destroyed, or never made)");
     region_table::snapshot src{*src_table, section};
     region_table::snapshot dst{*dst_table, section};
     size_t src_hint = 0, dst_hint = 0;
@@ -111,24 +167,25 @@ private:
       auto [from, to] = ends(ops[i]);
       auto len = ops[i].size_bytes;
       if (!src.covers(from, len, src_hint))
-        return post_result::failed(
-          make_error(errc::not_registered,
-                     std::string{what} + " " + std::to_string(i) + ": source range "
-                       + region_table::range(from, len) + " is outside " + who(true)
-                       + "'s registered memory"));
+        return make_error(errc::not_registered,
+                          std::string{what} + " " + std::to_string(i) + ": source range "
+                            + region_table::range(from, len) + " is outside " + who(true)
+                            + "'s registered memory");
       if (!dst.covers(to, len, dst_hint))
-        return post_result::failed(
-          make_error(errc::out_of_range,
-                     std::string{what} + " " + std::to_string(i) + ": destination range "
-                       + region_table::range(to, len) + " is outside " + who(false)
-                       + "'s registered memory"));
+        return make_error(errc::out_of_range,
+                          std::string{what} + " " + std::to_string(i) + ": destination range "
+                            + region_table::range(to, len) + " is outside " + who(false)
+                            + "'s registered memory");
     }
+    return caf::none;
+  }
+
+  template <class Op, class Ends>
+  static void copy_ops(const std::vector<Op>& ops, bulk_copier&& copier, Ends ends) {
     for (auto& op : ops) {
       auto [from, to] = ends(op);
-      std::memcpy(reinterpret_cast<void*>(to), reinterpret_cast<const void*>(from),
-                  op.size_bytes);
+      copier(reinterpret_cast<void*>(to), reinterpret_cast<const void*>(from), op.size_bytes);
     }
-    return post_result::done();
   }
 
   /// Serialises joins and leaves; posts never take it.
@@ -140,8 +197,9 @@ private:
 
 } // namespace
 
-local_backend::local_backend(rank_id owner)
-  : owner_(owner), instance_(local_domain::get().join(&regions_)) {
+local_backend::local_backend(rank_id owner, uint64_t streaming_copy_bytes)
+  : owner_(owner), streaming_(streaming_copy_bytes),
+    instance_(local_domain::get().join(&regions_)) {
   // nop
 }
 
@@ -211,14 +269,22 @@ post_result local_backend::post(const write_batch& batch) {
   auto peer = peer_instance(batch.peer, batch.src_device_id, batch.dst_device_id);
   if (!peer)
     return post_result::failed(std::move(peer.error()));
-  return local_domain::get().copy(instance_, *peer, batch);
+  return local_domain::get().copy(instance_, *peer, batch, streaming_);
+}
+
+std::vector<post_result> local_backend::post_group(const std::vector<const write_batch*>& batches) {
+  std::vector<caf::expected<uint64_t>> peers;
+  peers.reserve(batches.size());
+  for (auto* b : batches)
+    peers.push_back(peer_instance(b->peer, b->src_device_id, b->dst_device_id));
+  return local_domain::get().copy_group(instance_, peers, batches, streaming_);
 }
 
 post_result local_backend::post_read(const read_batch& batch) {
   auto peer = peer_instance(batch.peer, batch.remote_device_id, batch.local_device_id);
   if (!peer)
     return post_result::failed(std::move(peer.error()));
-  return local_domain::get().read(instance_, *peer, batch);
+  return local_domain::get().read(instance_, *peer, batch, streaming_);
 }
 
 bool local_backend::reads_inline(const read_batch&) const {

@@ -11,7 +11,8 @@ namespace kvroom::detail {
 /// directory of their registrations.
 class local_backend final : public backend {
 public:
-  explicit local_backend(rank_id owner);
+  /// `streaming_copy_bytes`: see backend_config.
+  local_backend(rank_id owner, uint64_t streaming_copy_bytes);
   ~local_backend() override;
 
   std::string name() const override;
@@ -22,6 +23,9 @@ public:
   /// Done or failed inside the call, from any thread: a validated memcpy,
   /// lock-free (the tables are read under `grace_period`).
   post_result post(const write_batch& batch) override;
+  /// The batches' writes copied op by op in turn (bulk_copy.hpp), each
+  /// batch checked on its own first.
+  std::vector<post_result> post_group(const std::vector<const write_batch*>& batches) override;
   bool completes_inline(const write_batch& batch) const override;
   /// A pull: the same validated memcpy, from the peer's memory into ours.
   post_result post_read(const read_batch& batch) override;
@@ -29,6 +33,7 @@ public:
 
 private:
   rank_id owner_;
+  uint64_t streaming_;
   /// What this rank registered; listed in the directory from construction
   /// to destruction (made before `instance_`, which lists it).
   region_table regions_;

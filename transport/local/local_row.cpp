@@ -11,7 +11,7 @@ const transport_row& local_transport() {
     r.host_nearness = 0; // a memcpy beats everything
     r.domain_bound = true;
     r.make = [](const backend_config& cfg) -> caf::expected<backend_ptr> {
-      return backend_ptr{std::make_unique<detail::local_backend>(cfg.owner)};
+      return backend_ptr{std::make_unique<detail::local_backend>(cfg.owner, cfg.streaming_copy_bytes)};
     };
     r.probe = [] { return backend_availability{"local", true, true, "same-process memcpy"}; };
     return r;

@@ -416,6 +416,22 @@ post_result multipath_backend::post(const write_batch& batch) {
   return post_result::in_progress(id);
 }
 
+std::vector<post_result> multipath_backend::post_group(
+  const std::vector<const write_batch*>& batches) {
+  // Batches of one path that complete inside the call pass straight
+  // through, as `post` passes them, and their outcomes are noted the same
+  // way; any other group is posted batch by batch.
+  for (auto* b : batches)
+    if (!b->alternates.empty() || !inner_->completes_inline(*b))
+      return backend::post_group(batches);
+  auto out = inner_->post_group(batches);
+  auto now = monotonic_ms();
+  for (size_t i = 0; i < out.size(); ++i)
+    if (out[i].status == xfer_status::failed && is_path_fault(out[i].error))
+      path_failed(batches[i]->peer, now, describe(out[i].error));
+  return out;
+}
+
 post_result multipath_backend::post_read(const read_batch& batch) {
   // A pull names one path (its peer): the inner backend reads it; a read
   // in progress is polled through it, its id marked as a read's.

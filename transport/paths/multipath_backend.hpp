@@ -40,6 +40,7 @@ public:
   multipath_backend(backend_ptr inner, path_options opts);
 
   post_result post(const write_batch& batch) override;
+  std::vector<post_result> post_group(const std::vector<const write_batch*>& batches) override;
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
   bool refused(xfer_id id) const override;

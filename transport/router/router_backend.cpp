@@ -122,6 +122,19 @@ post_result router_backend::post(const write_batch& batch) {
   return tagged(i, parts_[i]->post(batch));
 }
 
+std::vector<post_result> router_backend::post_group(const std::vector<const write_batch*>& batches) {
+  // A group for one part goes to it whole (its copies may interleave);
+  // one spread over several parts is posted batch by batch.
+  auto i = batches.empty() ? parts_.size() : part_index(batches.front()->peer);
+  for (auto* b : batches)
+    if (i == parts_.size() || part_index(b->peer) != i)
+      return backend::post_group(batches);
+  auto out = parts_[i]->post_group(batches);
+  for (auto& res : out)
+    res = tagged(i, std::move(res));
+  return out;
+}
+
 post_result router_backend::post_read(const read_batch& batch) {
   auto i = part_index(batch.peer);
   if (i == parts_.size())

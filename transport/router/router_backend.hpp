@@ -23,6 +23,7 @@ public:
   caf::expected<region_id> register_memory(const mem_desc& mem) override;
   caf::error deregister_memory(region_id id) override;
   post_result post(const write_batch& batch) override;
+  std::vector<post_result> post_group(const std::vector<const write_batch*>& batches) override;
   xfer_status poll(xfer_id id, std::string& reason) override;
   void release(xfer_id id) override;
   bool refused(xfer_id id) const override;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "kvroom/api/errors.hpp"
+#include "kvroom/transport/bulk_copy.hpp"
 #include "kvroom/transport/host_id.hpp"
 
 namespace kvroom::detail {
@@ -47,7 +48,8 @@ bool find_segment(uint64_t addr, uint64_t len, shm_region& out) {
 
 } // namespace
 
-shm_backend::shm_backend(rank_id owner) : owner_(owner), domain_(host_domain()) {
+shm_backend::shm_backend(rank_id owner, uint64_t streaming_copy_bytes)
+  : owner_(owner), streaming_(streaming_copy_bytes), domain_(host_domain()) {
   // nop
 }
 
@@ -237,6 +239,29 @@ private:
 } // namespace
 
 template <class Op, class Own, class Theirs>
+caf::error shm_backend::resolve_all(const region_table::view& regions, const mappings& maps,
+                                    const std::vector<Op>& ops, const endpoint_desc& peer,
+                                    const copy_names& names, Own own, Theirs theirs,
+                                    uint8_t** at_peer, const std::string*& missing) const {
+  peer_hint hint;
+  size_t own_hint = 0;
+  for (size_t i = 0; i < ops.size() && !missing; ++i) {
+    auto len = ops[i].size_bytes;
+    if (!regions.covers(own(ops[i]), len, own_hint))
+      return make_error(names.own_code, std::string{names.kind} + " " + std::to_string(i) + ": "
+                                          + names.own_side + " range "
+                                          + region_table::range(own(ops[i]), len) + " is outside "
+                                          + names.own_rank + "'s registered memory");
+    at_peer[i] = hinted(hint, theirs(ops[i]), len);
+    if (!at_peer[i])
+      at_peer[i] = resolve(maps, peer, theirs(ops[i]), len, hint, missing);
+    if (!at_peer[i] && !missing)
+      return unresolved(peer, theirs(ops[i]), len, hint, names.kind, i, names.peer_side);
+  }
+  return caf::none;
+}
+
+template <class Op, class Own, class Theirs>
 post_result shm_backend::checked_copy(const std::vector<Op>& ops, const endpoint_desc& peer,
                                       const copy_names& names, Own own, Theirs theirs) {
   // Resolve and check every op before the first byte moves; the view stays
@@ -249,37 +274,86 @@ post_result shm_backend::checked_copy(const std::vector<Op>& ops, const endpoint
     const std::string* missing = nullptr;
     {
       auto regions = regions_.read();
-      auto& maps = mapped_.read();
-      peer_hint hint;
-      size_t own_hint = 0;
-      for (size_t i = 0; i < ops.size() && !missing; ++i) {
-        auto len = ops[i].size_bytes;
-        if (!regions.covers(own(ops[i]), len, own_hint))
-          return post_result::failed(
-            make_error(names.own_code, std::string{names.kind} + " " + std::to_string(i) + ": "
-                                         + names.own_side + " range "
-                                         + region_table::range(own(ops[i]), len) + " is outside "
-                                         + names.own_rank + "'s registered memory"));
-        at_peer[i] = hinted(hint, theirs(ops[i]), len);
-        if (!at_peer[i])
-          at_peer[i] = resolve(maps, peer, theirs(ops[i]), len, hint, missing);
-        if (!at_peer[i] && !missing)
-          return post_result::failed(
-            unresolved(peer, theirs(ops[i]), len, hint, names.kind, i, names.peer_side));
-      }
+      if (auto err = resolve_all(regions, mapped_.read(), ops, peer, names, own, theirs,
+                                 &at_peer[0], missing))
+        return post_result::failed(std::move(err));
       if (!missing) {
+        uint64_t bytes = 0;
+        for (auto& op : ops)
+          bytes += op.size_bytes;
+        bulk_copier copier{streaming_ > 0 && bytes >= streaming_};
         for (size_t i = 0; i < ops.size(); ++i) {
           auto* mine = reinterpret_cast<uint8_t*>(own(ops[i]));
           if (names.into_peer)
-            std::memcpy(at_peer[i], mine, ops[i].size_bytes);
+            copier(at_peer[i], mine, ops[i].size_bytes);
           else
-            std::memcpy(mine, at_peer[i], ops[i].size_bytes);
+            copier(mine, at_peer[i], ops[i].size_bytes);
         }
         return post_result::done();
       }
     }
     if (auto err = map_segment(*missing))
       return post_result::failed(std::move(err));
+  }
+}
+
+std::vector<post_result> shm_backend::post_group(const std::vector<const write_batch*>& batches) {
+  static const copy_names names{"write", "source", "the sender", "destination",
+                                errc::not_registered, true};
+  auto src = [](const write_op& op) { return op.src_addr; };
+  auto dst = [](const write_op& op) { return op.dst_addr; };
+  // As `checked_copy`, for every batch at once: each checked on its own
+  // (a refusal is that batch's alone), the ones that pass copied op by op
+  // in turn under one view.
+  std::vector<post_result> out(batches.size(), post_result::done());
+  std::vector<std::vector<uint8_t*>> at_peer(batches.size());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    auto& batch = *batches[b];
+    if (!reachable(batch.peer, batch.src_device_id, batch.dst_device_id))
+      out[b] = post_result::failed(
+        check_peer(batch.peer, batch.src_device_id, batch.dst_device_id));
+    else
+      at_peer[b].resize(batch.ops.size());
+  }
+  for (;;) {
+    const std::string* missing = nullptr;
+    size_t missing_for = 0;
+    {
+      auto regions = regions_.read();
+      auto& maps = mapped_.read();
+      std::vector<size_t> passed;
+      uint64_t bytes = 0;
+      for (size_t b = 0; b < batches.size() && !missing; ++b) {
+        if (out[b].status != xfer_status::done)
+          continue;
+        auto& batch = *batches[b];
+        if (auto err = resolve_all(regions, maps, batch.ops, batch.peer, names, src, dst,
+                                   at_peer[b].data(), missing))
+          out[b] = post_result::failed(std::move(err));
+        else if (missing)
+          missing_for = b;
+        else {
+          passed.push_back(b);
+          bytes += batch.total_bytes();
+        }
+      }
+      if (!missing) {
+        std::vector<size_t> sizes;
+        for (auto b : passed)
+          sizes.push_back(batches[b]->ops.size());
+        bulk_copier copier{streaming_ > 0 && bytes >= streaming_};
+        interleave(sizes, [&](size_t p, size_t i) {
+          auto& op = batches[passed[p]]->ops[i];
+          copier(at_peer[passed[p]][i], reinterpret_cast<const uint8_t*>(op.src_addr),
+                 op.size_bytes);
+        });
+        return out;
+      }
+    }
+    // Outside the section; a segment that cannot be mapped fails the batch
+    // that needed it, and the others are resolved again.
+    if (auto err = map_segment(*missing))
+      out[missing_for] = post_result::failed(std::move(err));
   }
 }
 

@@ -25,7 +25,8 @@ namespace kvroom::detail {
 /// (`post_read`) is the same memcpy out of the peer's mapping.
 class shm_backend final : public backend {
 public:
-  explicit shm_backend(rank_id owner);
+  /// `streaming_copy_bytes`: see backend_config.
+  shm_backend(rank_id owner, uint64_t streaming_copy_bytes);
   ~shm_backend() override;
 
   std::string name() const override;
@@ -37,6 +38,9 @@ public:
   /// peer's mapped segment (rooms post small batches without the worker's
   /// thread hop).
   post_result post(const write_batch& batch) override;
+  /// The batches' writes copied op by op in turn (bulk_copy.hpp), each
+  /// batch checked on its own first.
+  std::vector<post_result> post_group(const std::vector<const write_batch*>& batches) override;
   bool completes_inline(const write_batch& batch) const override;
   /// A pull: a memcpy out of the peer's mapped segment, checked the same way.
   post_result post_read(const read_batch& batch) override;
@@ -78,6 +82,15 @@ private:
   /// is mapped; it is unmapped after every copy that could use it ended.
   using mappings = std::unordered_map<std::string, mapping>;
 
+  /// The checks of `checked_copy`, inside the caller's view of `regions`:
+  /// where each op's peer range is mapped goes to `at_peer[i]`; stops at a
+  /// segment not mapped yet (`missing`).
+  template <class Op, class Own, class Theirs>
+  caf::error resolve_all(const region_table::view& regions, const mappings& maps,
+                         const std::vector<Op>& ops, const endpoint_desc& peer,
+                         const copy_names& names, Own own, Theirs theirs, uint8_t** at_peer,
+                         const std::string*& missing) const;
+
   /// The peer region the last op fell in, and its mapping: a batch's ops
   /// run through one buffer after another, and a scan of the peer's regions
   /// (a buffer per layer and K/V) plus a look-up of its segment by name per
@@ -118,6 +131,7 @@ private:
   caf::error map_segment(const std::string& name);
 
   rank_id owner_;
+  uint64_t streaming_;
   /// This host's id (`host_domain()`), read once.
   uint64_t domain_;
   region_table regions_;

@@ -13,7 +13,7 @@ const transport_row& shm_transport() {
     r.needs_network = true;
     r.registers_any_host = false; // only memory in a shared segment
     r.make = [](const backend_config& cfg) -> caf::expected<backend_ptr> {
-      return backend_ptr{std::make_unique<detail::shm_backend>(cfg.owner)};
+      return backend_ptr{std::make_unique<detail::shm_backend>(cfg.owner, cfg.streaming_copy_bytes)};
     };
     r.probe = [] {
       return backend_availability{"shm", true, true,
