@@ -115,8 +115,9 @@ public:
 
   /// Posts several batches at once: one chunk of a prefill room for each of
   /// its decode ranks. Each outcome is the one `post` would give that batch
-  /// alone (`results[i]` for `batches[i]`: a refused batch moves nothing of
-  /// itself and takes nothing from the others), and once one answers
+  /// posted alone in the same order (`results[i]` for `batches[i]`; a batch
+  /// refused at the post moves nothing and takes nothing from the others),
+  /// and once one answers
   /// `would_block` none after it is posted (each answers `would_block`), so
   /// a caller that posts them again later keeps their order. The default
   /// posts them one by one with `post`; a backend that copies (local, shm)

@@ -185,6 +185,17 @@ public:
     }
     return xfer_status::done;
   }
+  /// Groups that reached this backend whole (post_group forwarded).
+  size_t groups = 0;
+  /// Whether posts complete inside the call (a memcpy backend's answer).
+  bool inline_posts = false;
+  bool completes_inline(const write_batch&) const override {
+    return inline_posts;
+  }
+  std::vector<post_result> post_group(const std::vector<const write_batch*>& batches) override {
+    ++groups;
+    return backend::post_group(batches);
+  }
   bool refused(xfer_id id) const override {
     auto i = flight_.find(id);
     return i != flight_.end() && mode.count(i->second) && mode.at(i->second) == "refuse";
@@ -544,4 +555,56 @@ TEST_CASE("several ports of one transport: one path each, a peer's port always o
   CHECK_FALSE(ports.on_control(msg));
   CHECK(p1->control_from == std::vector<std::string>{"mlx5_7:1"});
   CHECK(p0->control_from.empty());
+}
+
+TEST_CASE("a group of one-path batches that complete inline reaches the backend whole") {
+  rig r;
+  r.inner->async = false;
+  r.inner->inline_posts = true;
+  r.inner->mode["b"] = "dead";
+  auto one = rig::batch(4096, {"a"});
+  auto two = rig::batch(4096, {"b"});
+  auto three = rig::batch(4096, {"a"});
+  auto res = r.paths.post_group({&one, &two, &three});
+  CHECK(r.inner->groups == 1);
+  REQUIRE(res.size() == 3);
+  CHECK(res[0].status == xfer_status::done);
+  CHECK(res[1].status == xfer_status::failed);
+  CHECK(res[2].status == xfer_status::done);
+  // The dead path's failure counts against it as a post's would: three
+  // more and it rests, so a batch that could take it (up again, and first
+  // in its list) takes the other.
+  for (int i = 0; i < 3; ++i)
+    (void) r.paths.post_group({&two});
+  r.inner->mode["b"] = "up";
+  auto around = rig::batch(4096, {"b", "a"});
+  std::string reason;
+  CHECK(r.run(around, reason) == xfer_status::done);
+  CHECK(r.inner->posted.back().first == "a");
+}
+
+TEST_CASE("a group with a batch of several paths, or posts that do not complete inline, goes "
+          "batch by batch") {
+  rig r;
+  r.inner->async = false;
+  r.inner->inline_posts = true;
+  auto one = rig::batch(4096, {"a"});
+  auto spread = rig::batch(4096, {"a", "b"});
+  auto res = r.paths.post_group({&one, &spread});
+  CHECK(r.inner->groups == 0);
+  CHECK(res.size() == 2);
+  CHECK(r.inner->posted.size() == 2);
+  r.inner->inline_posts = false;
+  res = r.paths.post_group({&one, &one});
+  CHECK(r.inner->groups == 0);
+  CHECK(r.inner->posted.size() == 4);
+  // Batch by batch, a batch that would block keeps those after it unposted.
+  r.inner->mode["full"] = "full";
+  auto full = rig::batch(4096, {"full"});
+  res = r.paths.post_group({&one, &full, &one});
+  REQUIRE(res.size() == 3);
+  CHECK(res[0].status == xfer_status::done);
+  CHECK(res[1].status == xfer_status::would_block);
+  CHECK(res[2].status == xfer_status::would_block);
+  CHECK(r.inner->posted.size() == 6);
 }
