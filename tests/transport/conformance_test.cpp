@@ -284,7 +284,8 @@ TEST_CASE("a transport moves a seeded pattern byte-exact across sizes and batch 
 TEST_CASE("copies around the cache land byte-exact at any alignment and size",
           "[conformance]") {
   // Every post streams (a copying backend's threshold at 1 byte): ops of
-  // odd sizes at odd addresses take its unaligned head and tail.
+  // odd sizes at odd addresses take its unaligned head and tail, and the
+  // sizes either side of what it streams (256 B up to 64 KiB) its memcpy.
   for (size_t block : {size_t{255}, size_t{256}, size_t{1000}, size_t{4099}, size_t{65541}}) {
     INFO(row().name << ": block " << block);
     size_t count = 5;
