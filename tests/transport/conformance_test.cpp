@@ -285,16 +285,23 @@ TEST_CASE("copies around the cache land byte-exact at any alignment and size",
           "[conformance]") {
   // Every post streams (a copying backend's threshold at 1 byte): ops of
   // odd sizes at odd addresses take its unaligned head and tail, and the
-  // sizes either side of what it streams (256 B up to 64 KiB) its memcpy.
+  // sizes either side of what it streams (256 B up to 64 KiB) its memcpy;
+  // a write, and a pull of the same shape where the transport reads.
+  for (bool pull : {false, true})
   for (size_t block : {size_t{255}, size_t{256}, size_t{1000}, size_t{4099}, size_t{65541}}) {
-    INFO(row().name << ": block " << block);
+    INFO(row().name << ": block " << block << (pull ? ", pulled" : ", written"));
     size_t count = 5;
     pair_of_ranks p{(block + 8) * count * 2, 1};
+    if (pull && !p.receiver->caps().reads)
+      break;
     std::vector<write_op> ops;
-    for (size_t i = 0; i < count; ++i)
+    std::vector<read_op> reads;
+    for (size_t i = 0; i < count; ++i) {
       ops.push_back({p.src.addr() + 1 + 2 * i * (block + 8),
                      p.dst.addr() + 3 + 2 * (count - 1 - i) * (block + 8), block});
-    REQUIRE(p.run(ops).first);
+      reads.push_back({ops.back().src_addr, ops.back().dst_addr, block});
+    }
+    REQUIRE((pull ? p.pull(reads) : p.run(ops)).first);
     auto got = p.dst.read();
     for (size_t i = 0; i < count; ++i) {
       REQUIRE(std::memcmp(p.bytes.data() + 1 + 2 * i * (block + 8),
