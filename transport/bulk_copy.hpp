@@ -33,6 +33,12 @@ public:
   explicit bulk_copier(bool streaming) noexcept : streaming_(streaming) {
   }
 
+  /// A copier for a post moving `bytes` in all, streaming from `threshold`
+  /// bytes on (0: never; `backend_config::streaming_copy_bytes`).
+  static bulk_copier for_post(uint64_t bytes, uint64_t threshold) noexcept {
+    return bulk_copier{threshold > 0 && bytes >= threshold};
+  }
+
   bulk_copier(const bulk_copier&) = delete;
   bulk_copier& operator=(const bulk_copier&) = delete;
 

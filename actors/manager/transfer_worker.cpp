@@ -38,6 +38,16 @@ failure_cause cause_of(const caf::error& err) {
   return is(err, errc::injected_fault) ? failure_cause::fault : failure_cause::transport;
 }
 
+/// A room's write batch as a job, answered to `reply_to`.
+job write_job(const caf::actor& reply_to, transfer_job& work) {
+  job j;
+  j.reply_to = reply_to;
+  j.room = work.room;
+  j.job_id = work.job_id;
+  j.write = std::move(work.batch);
+  return j;
+}
+
 /// Acts on what the backend did with job `j`'s post; false when it pushed
 /// back and the job must wait.
 bool settle(self_ptr self, const job& j, post_result res) {
@@ -99,11 +109,7 @@ void take_group(self_ptr self, const caf::actor& reply_to, transfer_jobs& work) 
   std::vector<job> jobs;
   jobs.reserve(work.jobs.size());
   for (auto& w : work.jobs) {
-    job j;
-    j.reply_to = reply_to;
-    j.room = w.room;
-    j.job_id = w.job_id;
-    j.write = std::move(w.batch);
+    auto j = write_job(reply_to, w);
     if (!refuse_if_full(self, j, jobs.size()))
       jobs.push_back(std::move(j));
   }
@@ -211,12 +217,7 @@ caf::behavior transfer_worker(counted_actor<transfer_worker_state>* self,
   });
   return {
     [=](transfer_job& work) {
-      job j;
-      j.reply_to = caf::actor_cast<caf::actor>(self->current_sender());
-      j.room = work.room;
-      j.job_id = work.job_id;
-      j.write = std::move(work.batch);
-      take(self, std::move(j));
+      take(self, write_job(caf::actor_cast<caf::actor>(self->current_sender()), work));
     },
     [=](transfer_jobs& work) {
       take_group(self, caf::actor_cast<caf::actor>(self->current_sender()), work);

@@ -66,7 +66,7 @@ public:
     grace_period::reader section;
     if (auto err = check_write(section, src_instance, dst_instance, batch))
       return post_result::failed(std::move(err));
-    copy_ops(batch.ops, bulk_copier{streaming > 0 && batch.total_bytes() >= streaming},
+    copy_ops(batch.ops, bulk_copier::for_post(batch.total_bytes(), streaming),
              [](const write_op& op) { return std::make_pair(op.src_addr, op.dst_addr); });
     return post_result::done();
   }
@@ -97,7 +97,7 @@ public:
       sizes.push_back(batches[i]->ops.size());
       bytes += batches[i]->total_bytes();
     }
-    bulk_copier copier{streaming > 0 && bytes >= streaming};
+    auto copier = bulk_copier::for_post(bytes, streaming);
     interleave(sizes, [&](size_t b, size_t i) {
       auto& op = passed[b][i];
       copier(reinterpret_cast<void*>(op.dst_addr), reinterpret_cast<const void*>(op.src_addr),
@@ -118,7 +118,7 @@ public:
             return src ? "rank " + std::to_string(owner) : std::string{"the reader"};
           }))
       return post_result::failed(std::move(err));
-    copy_ops(batch.ops, bulk_copier{streaming > 0 && batch.total_bytes() >= streaming},
+    copy_ops(batch.ops, bulk_copier::for_post(batch.total_bytes(), streaming),
              [](const read_op& op) { return std::make_pair(op.remote_addr, op.local_addr); });
     return post_result::done();
   }

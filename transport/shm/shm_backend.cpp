@@ -281,7 +281,7 @@ post_result shm_backend::checked_copy(const std::vector<Op>& ops, const endpoint
         uint64_t bytes = 0;
         for (auto& op : ops)
           bytes += op.size_bytes;
-        bulk_copier copier{streaming_ > 0 && bytes >= streaming_};
+        auto copier = bulk_copier::for_post(bytes, streaming_);
         for (size_t i = 0; i < ops.size(); ++i) {
           auto* mine = reinterpret_cast<uint8_t*>(own(ops[i]));
           if (names.into_peer)
@@ -341,7 +341,7 @@ std::vector<post_result> shm_backend::post_group(const std::vector<const write_b
         std::vector<size_t> sizes;
         for (auto b : passed)
           sizes.push_back(batches[b]->ops.size());
-        bulk_copier copier{streaming_ > 0 && bytes >= streaming_};
+        auto copier = bulk_copier::for_post(bytes, streaming_);
         interleave(sizes, [&](size_t p, size_t i) {
           auto& op = batches[passed[p]]->ops[i];
           copier(at_peer[passed[p]][i], reinterpret_cast<const uint8_t*>(op.src_addr),
