@@ -1,6 +1,7 @@
 // kvroom's C++ API for Python (pybind11): the runtime, ranks, senders and
-// receivers. The Python package (kvroom/__init__.py) wraps what this returns
-// in SGLang's shapes (KVPoll, KVTransferError).
+// receivers. The Python package (kvroom/__init__.py) wraps the runtime and
+// ranks; senders and receivers are these types themselves, returning the
+// package's KVPoll and KVTransferError (registered at its import).
 //
 // Threading: no Python runs on a CAF thread (nothing here calls back into
 // Python); calls that wait (starting and stopping ranks) release the GIL;
@@ -80,12 +81,39 @@ std::vector<int64_t> indices(const py::handle& x, const char* what) {
   return out;
 }
 
+/// The package's KVTransferError (registered once by `_set_error_class`):
+/// `failure()` returns one, as SGLang's `failure_exception()` raises one.
+/// Until it is registered, the fields as a tuple.
+PyObject* error_class = nullptr;
+
+py::object error_of(const kv_transfer_error& f) {
+  auto fields = py::make_tuple(f.bootstrap_room, f.failure_reason, f.is_from_another_rank,
+                               f.origin_rank, to_string(f.cause));
+  if (!error_class)
+    return std::move(fields);
+  return py::reinterpret_borrow<py::object>(error_class)(*fields);
+}
+
 py::object failure_of(room_handle& h) {
   auto f = h.failure();
   if (!f)
     return py::none();
-  return py::make_tuple(f->bootstrap_room, f->failure_reason, f->is_from_another_rank,
-                        f->origin_rank, to_string(f->cause));
+  return error_of(*f);
+}
+
+/// KV buffer indices (a layer's K and V): any iterable of ints.
+std::vector<int32_t> buffers_of(const py::handle& x) {
+  if (!py::isinstance<py::sequence>(x) && py::isinstance<py::iterable>(x))
+    return buffers_of(py::list(py::reinterpret_borrow<py::iterable>(x)));
+  auto all = indices(x, "kv_buffers");
+  std::vector<int32_t> out;
+  out.reserve(all.size());
+  for (auto b : all) {
+    if (b < std::numeric_limits<int32_t>::min() || b > std::numeric_limits<int32_t>::max())
+      throw py::value_error("kv_buffers: " + std::to_string(b) + " is not a buffer index");
+    out.push_back(static_cast<int32_t>(b));
+  }
+  return out;
 }
 
 // -- poll() without pybind11's dispatcher --------------------------------------
@@ -266,6 +294,15 @@ PYBIND11_MODULE(_core, m) {
       }
     },
     "What poll() returns, by number (the package's KVPoll members).");
+  m.def(
+    "_set_error_class",
+    [](const py::object& cls) {
+      if (!PyCallable_Check(cls.ptr()))
+        throw py::type_error("_set_error_class takes the KVTransferError class");
+      Py_XDECREF(error_class);
+      error_class = cls.inc_ref().ptr();
+    },
+    "What failure() returns (the package's KVTransferError).");
 
   py::class_<runtime>(m, "Runtime")
     .def(py::init([](bool network, const std::string& secret_file, const std::string& log_level,
@@ -396,7 +433,7 @@ PYBIND11_MODULE(_core, m) {
              raise(h.error());
            return *h;
          },
-         py::arg("room"), py::keep_alive<0, 1>())
+         py::arg("room"), py::keep_alive<0, 1>(), "Opens the prefill side of a room: a Sender.")
     .def("make_receiver",
          [](py_rank& r, uint64_t room, int32_t prefill_dp_rank) {
            auto h = r.get().make_receiver(room, prefill_dp_rank);
@@ -404,7 +441,8 @@ PYBIND11_MODULE(_core, m) {
              raise(h.error());
            return *h;
          },
-         py::arg("room"), py::arg("prefill_dp_rank") = 0, py::keep_alive<0, 1>())
+         py::arg("room"), py::arg("prefill_dp_rank") = 0, py::keep_alive<0, 1>(),
+         "Opens the decode side of a room, fed by DP group ``prefill_dp_rank``: a Receiver.")
     .def("open_rooms", [](py_rank& r) { return r.get().open_rooms(); })
     .def_property_readonly("calls_after_conclusion",
                            [](py_rank& r) { return r.get().calls_after_conclusion(); })
@@ -449,59 +487,88 @@ PYBIND11_MODULE(_core, m) {
          py::arg("side"))
     .def("close", &py_rank::close);
 
+  // Sender and Receiver are the package's handle types themselves: a
+  // scheduler calls them for every request, and a Python class around them
+  // cost a frame per call and an object per handle (python_loop.py: 15 %
+  // of its rooms/s).
   auto common = [](auto& cls) {
     using handle = typename std::decay_t<decltype(cls)>::type;
     add_fast_poll(cls);
-    cls.def_property_readonly("room", [](handle& h) { return h.room(); })
-      .def("failure", [](handle& h) { return failure_of(h); })
-      .def("group_failure",
-           [](handle& h) {
-             auto f = h.group_failure();
-             return py::make_tuple(f.bootstrap_room, f.failure_reason, f.is_from_another_rank,
-                                   f.origin_rank, to_string(f.cause));
-           })
+    cls.def_property_readonly("room", [](handle& h) { return h.room(); },
+                              "The bootstrap room's id.")
+      .def("failure", [](handle& h) { return failure_of(h); },
+           "The room's KVTransferError once ``poll()`` returned Failed, else None.")
+      .def("group_failure", [](handle& h) { return error_of(h.group_failure()); },
+           "The KVTransferError of a room the scheduler's group says failed (a MIN\n"
+           "all-reduce over its ranks' polls): ``failure()`` once this rank knows,\n"
+           "until then one marked ``is_from_another_rank`` with ``origin_rank`` -1\n"
+           "(its root cause follows the fan-out; a later call gives it). Never\n"
+           "claims this rank as the origin.")
       .def("abort", [](handle& h, const std::string& why) { check(h.abort(why)); },
-           py::arg("reason") = "")
-      .def("clear", [](handle& h) { check(h.clear()); });
+           py::arg("reason") = "",
+           "Fails the room everywhere; its reason reads \"aborted by <side>\n"
+           "scheduler[: reason]\".")
+      .def("clear", [](handle& h) { check(h.clear()); },
+           "Ends this rank's part of the room (after it concluded, or to give it up).");
   };
-  py::class_<kv_sender> sender(m, "Sender");
+  py::class_<kv_sender> sender(m, "Sender", "Prefill side of one room (made by ``Rank.make_sender``).");
   common(sender);
   sender
     .def("init",
          [](kv_sender& s, uint64_t num_kv_indices, int64_t aux_index) {
            check(s.init(num_kv_indices, aux_index));
          },
-         py::arg("num_kv_indices"), py::arg("aux_index") = 0)
+         py::arg("num_kv_indices"), py::arg("aux_index") = 0,
+         "Declares the pages the room will send and its aux slot.")
     .def("send",
          [](kv_sender& s, const py::handle& kv_indices, bool is_last,
             const py::handle& state_indices) {
            check(s.send(indices(kv_indices, "kv_indices"), is_last,
                         optional_indices(state_indices, "state_indices")));
          },
-         py::arg("kv_indices"), py::arg("is_last"), py::arg("state_indices") = py::none())
+         py::arg("kv_indices"), py::arg("is_last"), py::arg("state_indices") = py::none(),
+         "Sends a chunk of pages. ``state_indices`` (hybrid models): the\n"
+         "request's state slots or window pages, with the last chunk only.")
     .def("send_buffers",
-         [](kv_sender& s, const py::handle& kv_indices, const std::vector<int32_t>& kv_buffers,
+         [](kv_sender& s, const py::handle& kv_indices, const py::handle& kv_buffers,
             bool is_last, const py::handle& state_indices) {
-           check(s.send_buffers(indices(kv_indices, "kv_indices"), kv_buffers, is_last,
-                                optional_indices(state_indices, "state_indices")));
+           check(s.send_buffers(indices(kv_indices, "kv_indices"), buffers_of(kv_buffers),
+                                is_last, optional_indices(state_indices, "state_indices")));
          },
          py::arg("kv_indices"), py::arg("kv_buffers"), py::arg("is_last"),
-         py::arg("state_indices") = py::none())
-    .def("decode_prefix_len", [](kv_sender& s) { return s.decode_prefix_len(); });
-  py::class_<kv_receiver> receiver(m, "Receiver");
+         py::arg("state_indices") = py::none(),
+         "Pages of some KV buffers only (``kv_buffers``: indices into the\n"
+         "rank's KV buffers, a layer's K and V), sent as soon as the forward\n"
+         "pass computed that layer. Every buffer receives the declared pages\n"
+         "in order; the last chunk leaves none unsent.")
+    .def("decode_prefix_len", [](kv_sender& s) { return s.decode_prefix_len(); },
+         "Tokens the decode side holds already (its radix cache), known from\n"
+         "WaitingForInput on: send and declare only the pages after them.");
+  py::class_<kv_receiver> receiver(m, "Receiver",
+                                   "Decode side of one room (made by ``Rank.make_receiver``).");
   common(receiver);
-  receiver.def("init",
-               [](kv_receiver& r, const py::handle& kv_indices, int64_t aux_index,
-                  const py::handle& state_indices, int64_t decode_prefix_len) {
-                 check(r.init(indices(kv_indices, "kv_indices"), aux_index,
-                              optional_indices(state_indices, "state_indices"),
-                              decode_prefix_len));
-               },
-               py::arg("kv_indices"), py::arg("aux_index") = 0,
-               py::arg("state_indices") = py::none(), py::arg("decode_prefix_len") = 0)
-    .def("landed",
-         [](kv_receiver& r, const std::vector<int32_t>& kv_buffers) {
-           return r.landed(kv_buffers);
+  receiver
+    .def("init",
+         [](kv_receiver& r, const py::handle& kv_indices, int64_t aux_index,
+            const py::handle& state_indices, int64_t decode_prefix_len) {
+           check(r.init(indices(kv_indices, "kv_indices"), aux_index,
+                        optional_indices(state_indices, "state_indices"), decode_prefix_len));
          },
-         py::arg("kv_buffers"));
+         py::arg("kv_indices"), py::arg("aux_index") = 0, py::arg("state_indices") = py::none(),
+         py::arg("decode_prefix_len") = 0,
+         "Grants the room its destination pages and aux slot.\n"
+         "``decode_prefix_len``: tokens this rank holds already (a radix cache\n"
+         "hit); ``kv_indices`` are the pages after them.")
+    .def("landed",
+         [](kv_receiver& r, const py::handle& kv_buffers) {
+           return r.landed(buffers_of(kv_buffers));
+         },
+         py::arg("kv_buffers"),
+         "Whether every one of ``kv_buffers`` (indices into the rank's KV\n"
+         "buffers: a layer's K and V) holds every byte this room puts there,\n"
+         "so that layer may be computed while the rest still moves (vLLM's\n"
+         "``wait_for_layer_load``). True for all once the room succeeded;\n"
+         "buffer by buffer where the room's one source writes whole pages and\n"
+         "the integrity check is off. A room that then reads Failed failed:\n"
+         "its pages are recomputed whatever landed.");
 }

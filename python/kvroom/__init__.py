@@ -54,6 +54,9 @@ class KVTransferError(Exception):
         return f"KVTransferError(bootstrap_room={self.bootstrap_room}): {self.failure_reason}"
 
 
+_core._set_error_class(KVTransferError)
+
+
 def buffer_of(array, page_bytes):
     """(address, size, page bytes) of a C-contiguous numpy array, for
     ``Runtime.add_rank``'s ``kv``/``aux`` lists. The caller keeps the array
@@ -103,84 +106,11 @@ class SharedBuffer:
         self.close()
 
 
-class _Handle:
-    __slots__ = ("_impl", "poll")
-
-    def __init__(self, impl):
-        self._impl = impl
-        # poll() is the engine's method itself, bound once: no Python frame
-        # between a scheduler and the read (KVPoll, see _POLL).
-        self.poll = impl.poll
-
-    @property
-    def room(self):
-        return self._impl.room
-
-    def failure(self):
-        """The room's KVTransferError once ``poll()`` returned Failed, else None."""
-        f = self._impl.failure()
-        return None if f is None else KVTransferError(*f)
-
-    def group_failure(self):
-        """The KVTransferError of a room the scheduler's group says failed
-        (a MIN all-reduce over its ranks' polls): ``failure()`` once this rank
-        knows, until then one marked ``is_from_another_rank`` with
-        ``origin_rank`` -1 (its root cause follows the fan-out; a later call
-        gives it). Never claims this rank as the origin."""
-        return KVTransferError(*self._impl.group_failure())
-
-    def abort(self, reason=""):
-        """Fails the room everywhere; its reason reads "aborted by <side>
-        scheduler[: reason]"."""
-        self._impl.abort(reason)
-
-    def clear(self):
-        self._impl.clear()
-
-
-class Sender(_Handle):
-    """Prefill side of one room."""
-    __slots__ = ()
-
-    def init(self, num_kv_indices, aux_index=0):
-        self._impl.init(num_kv_indices, aux_index)
-
-    def send(self, kv_indices, is_last, state_indices=None):
-        """``state_indices`` (hybrid models): the request's state slots or
-        window pages, with the last chunk only."""
-        self._impl.send(kv_indices, is_last, state_indices)
-
-    def send_buffers(self, kv_indices, kv_buffers, is_last, state_indices=None):
-        """Pages of some KV buffers only (``kv_buffers``: indices into the
-        rank's KV buffers, a layer's K and V), sent as soon as the forward
-        pass computed that layer. Every buffer receives the declared pages
-        in order; the last chunk leaves none unsent."""
-        self._impl.send_buffers(kv_indices, list(kv_buffers), is_last, state_indices)
-
-    def decode_prefix_len(self):
-        """Tokens the decode side holds already (its radix cache), known from
-        WaitingForInput on: send and declare only the pages after them."""
-        return self._impl.decode_prefix_len()
-
-
-class Receiver(_Handle):
-    """Decode side of one room."""
-    __slots__ = ()
-
-    def init(self, kv_indices, aux_index=0, state_indices=None, decode_prefix_len=0):
-        """``decode_prefix_len``: tokens this rank holds already (a radix
-        cache hit); ``kv_indices`` are the pages after them."""
-        self._impl.init(kv_indices, aux_index, state_indices, decode_prefix_len)
-
-    def landed(self, kv_buffers):
-        """Whether every one of ``kv_buffers`` (indices into the rank's KV
-        buffers: a layer's K and V) holds every byte this room puts there,
-        so that layer may be computed while the rest still moves (vLLM's
-        ``wait_for_layer_load``). True for all once the room succeeded;
-        buffer by buffer where the room's one source writes whole pages and
-        the integrity check is off. A room that then reads Failed failed:
-        its pages are recomputed whatever landed."""
-        return self._impl.landed(list(kv_buffers))
+# A room's handles are the engine's types themselves (no Python frame on a
+# call a scheduler makes for every request): Sender (prefill) and Receiver
+# (decode), whose poll() returns KVPoll and failure() a KVTransferError.
+Sender = _core.Sender
+Receiver = _core.Receiver
 
 
 class Rank:
@@ -189,6 +119,12 @@ class Rank:
     def __init__(self, impl, buffers):
         self._impl = impl
         self._buffers = buffers  # keeps registered numpy arrays alive
+        # Opening a room is per request: the engine's methods, bound once.
+        #: ``make_sender(room)``: the prefill side of a room, a :class:`Sender`.
+        self.make_sender = impl.make_sender
+        #: ``make_receiver(room, prefill_dp_rank=0)``: the decode side, a
+        #: :class:`Receiver` fed by DP group ``prefill_dp_rank``.
+        self.make_receiver = impl.make_receiver
 
     @property
     def id(self):
@@ -197,12 +133,6 @@ class Rank:
     @property
     def control_address(self):
         return self._impl.control_address
-
-    def make_sender(self, room):
-        return Sender(self._impl.make_sender(room))
-
-    def make_receiver(self, room, prefill_dp_rank=0):
-        return Receiver(self._impl.make_receiver(room, prefill_dp_rank))
 
     def open_rooms(self):
         return self._impl.open_rooms()

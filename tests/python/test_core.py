@@ -65,6 +65,30 @@ def test_kvpoll_has_sglangs_names_and_numbers():
         ("Success", 4)]
 
 
+def test_handles_are_the_packages_types_and_take_any_sequence(pair):
+    """Sender and Receiver are the engine's types (no Python wrapper): what
+    a scheduler gets is a kvroom.Sender/Receiver, failure() a
+    KVTransferError, and buffer lists may be any iterable of ints."""
+    rt, p, d, src, dst = pair
+    s, r = p.make_sender(41), d.make_receiver(41)
+    assert isinstance(s, kvroom.Sender) and isinstance(r, kvroom.Receiver)
+    assert (s.room, r.room) == (41, 41) and r.failure() is None
+    assert type(r.poll()) is KVPoll
+    assert r.landed(b for b in (0, 1)) is False and r.landed(np.array([0], np.int32)) is False
+    with pytest.raises(TypeError):
+        r.landed(["0"])
+    with pytest.raises(TypeError):
+        s.send("pages", True)
+    assert "init" in (kvroom.Receiver.init.__doc__ or "")
+    s.abort("from the test")
+    assert until(lambda: r.poll() == KVPoll.Failed)
+    err = r.failure()
+    assert isinstance(err, KVTransferError) and err.is_from_another_rank and err.cause == "abort"
+    assert "from the test" in str(err) and isinstance(r.group_failure(), KVTransferError)
+    s.clear()
+    r.clear()
+
+
 @pytest.mark.parametrize("chunks", [1, 2, 3])
 def test_room_lands_byte_exact(pair, chunks):
     rt, p, d, src, dst = pair
