@@ -114,16 +114,20 @@ Receiver = _core.Receiver
 
 
 class Rank:
-    """One prefill or decode rank (made by ``Runtime.add_rank``)."""
+    """One prefill or decode rank (made by ``Runtime.add_rank``).
+
+    ``make_sender(room)`` opens the prefill side of a room (a
+    :class:`Sender`), ``make_receiver(room, prefill_dp_rank=0)`` the decode
+    side fed by that DP group (a :class:`Receiver`); both raise
+    :class:`Error` when the room is open already or the rank is at its
+    limit of rooms."""
 
     def __init__(self, impl, buffers):
         self._impl = impl
         self._buffers = buffers  # keeps registered numpy arrays alive
-        # Opening a room is per request: the engine's methods, bound once.
-        #: ``make_sender(room)``: the prefill side of a room, a :class:`Sender`.
+        # Opening a room is per request: the engine's methods, bound once
+        # (no Python frame of ours on the way; see the class docstring).
         self.make_sender = impl.make_sender
-        #: ``make_receiver(room, prefill_dp_rank=0)``: the decode side, a
-        #: :class:`Receiver` fed by DP group ``prefill_dp_rank``.
         self.make_receiver = impl.make_receiver
 
     @property
