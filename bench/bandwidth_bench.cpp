@@ -47,6 +47,11 @@ public:
   /// realistic, sliced, scattered, paths, integrity. One part alone is what
   /// a profile of it wants.
   std::string parts = "points,realistic,sliced,scattered,paths,integrity";
+  /// Each point and its baseline are measured this many times in turn and
+  /// the best of each kept: on this shared 2-core machine one window of a
+  /// tcp point and one of its socket read 82-111 % of each other at 4 MiB
+  /// within a minute.
+  int64_t alternations = 2;
   bool runs(const std::string& part) const {
     if (skip_realistic && (part == "realistic" || part == "sliced" || part == "scattered"))
       return false;
@@ -61,7 +66,10 @@ public:
       .add(skip_realistic, "skip-realistic",
            "skip the realistic KV layout through rooms (realistic, sliced, scattered)")
       .add(parts, "parts",
-           "parts to run, comma-separated: points,realistic,sliced,scattered,paths,integrity");
+           "parts to run, comma-separated: points,realistic,sliced,scattered,paths,integrity")
+      .add(alternations, "alternations",
+           "points: each point and its baseline measured this many times in turn, the best "
+           "of each kept");
   }
 };
 
@@ -580,9 +588,14 @@ int bench_bandwidth(int argc, char** argv) {
   std::string listed;
   for (auto& n : names)
     listed += (listed.empty() ? "" : ",") + n;
+  if (cfg.alternations < 1) {
+    std::fprintf(stderr, "--alternations must be at least 1\n");
+    return 2;
+  }
   std::printf("kvroom-bench bandwidth: transports %s; each point %.2f s and its baseline %.2f s, "
-              "same buffers (memcpy: local, shm, verbs; plain socket stream: tcp; cudaMemcpy: cuda)\n",
-              listed.c_str(), per_point, per_point);
+              "in turn %lld times, the best of each; same buffers (memcpy: local, shm, verbs; "
+              "plain socket stream: tcp; cudaMemcpy: cuda)\n",
+              listed.c_str(), per_point, per_point, static_cast<long long>(cfg.alternations));
   std::printf("%-9s %10s %6s %10s %10s %-10s %7s\n", "transport", "block", "batch", "GB/s",
               "base GB/s", "baseline", "ratio");
   std::vector<std::string> rows;
@@ -595,6 +608,11 @@ int bench_bandwidth(int argc, char** argv) {
         if (skip || block <= 0 || batch <= 0 || bytes > max_batch_bytes)
           continue;
         auto p = measure(name, block, batch, per_point);
+        for (int64_t a = 1; a < cfg.alternations && p.skipped.empty(); ++a) {
+          auto again = measure(name, block, batch, per_point);
+          p.gbps = std::max(p.gbps, again.gbps);
+          p.baseline_gbps = std::max(p.baseline_gbps, again.baseline_gbps);
+        }
         if (!p.skipped.empty()) {
           std::printf("%-9s skipped: %s\n", name.c_str(), p.skipped.c_str());
           rows.push_back(json_object{}.str("transport", name).str("skipped", p.skipped).dump(6));
