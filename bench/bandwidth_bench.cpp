@@ -48,9 +48,9 @@ public:
   /// a profile of it wants.
   std::string parts = "points,realistic,sliced,scattered,paths,integrity";
   /// Each point and its baseline are measured this many times in turn and
-  /// the best of each kept: on this shared 2-core machine one window of a
-  /// tcp point and one of its socket read 82-111 % of each other at 4 MiB
-  /// within a minute.
+  /// the best of each kept: on a shared 2-core machine one window of either
+  /// can lose a fifth to a neighbour (tcp at 4 MiB x 8 read 0.82-1.39 of
+  /// its socket across runs of one day).
   int64_t alternations = 2;
   bool runs(const std::string& part) const {
     if (skip_realistic && (part == "realistic" || part == "sliced" || part == "scattered"))
