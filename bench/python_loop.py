@@ -70,12 +70,10 @@ def main():
     bench = arg("bench", "")
     rt = kvroom.Runtime()
     slots = conc
-    caches = {}
     ranks = {}
     for side in ("prefill", "decode"):
         kv = [np.zeros(PAGE * slots, np.uint8) for _ in range(2)]
         aux = np.zeros(AUX * slots, np.uint8)
-        caches[side] = (kv, aux)
         ranks[side] = rt.add_rank(side, kv=[kvroom.buffer_of(b, PAGE) for b in kv],
                                   aux=[kvroom.buffer_of(aux, AUX)], keep=(kv, aux))
     p, d = ranks["prefill"], ranks["decode"]
