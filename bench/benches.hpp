@@ -18,6 +18,15 @@ int bench_processes(int argc, char** argv);
 int bench_detect(int argc, char** argv);
 int bench_scale(int argc, char** argv);
 int bench_layers(int argc, char** argv);
+/// `kvroom-bench caf-echo`: publishes an actor that answers each request
+/// with its value, for `caf_round_trips_us` in a parent process.
+int bench_caf_echo(int argc, char** argv);
+
+/// `n` request/reply round trips between an actor here and one in a child
+/// process (`caf-echo`) through CAF's middleman, each system configured as
+/// `kvroom serve --threads=threads [--caf-clock]`, in microseconds; empty
+/// with `why` set when it could not be measured.
+std::vector<double> caf_round_trips_us(int64_t threads, bool caf_clock, int n, std::string& why);
 
 /// Tiny rooms per second in one process, `tp`P x `tp`D with `concurrency`
 /// in flight, over `seconds` after a short warm-up: the in-process baseline

@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
     return bench_scale(argc - 1, argv + 1);
   if (cmd == "layers")
     return bench_layers(argc - 1, argv + 1);
+  // Not a benchmark: the other end of `processes`' CAF round trips.
+  if (cmd == "caf-echo")
+    return bench_caf_echo(argc - 1, argv + 1);
   std::fprintf(stderr, "kvroom-bench: unknown benchmark '%s'\n", cmd.c_str());
   return 2;
 }

@@ -364,6 +364,21 @@ int bench_processes(int argc, char** argv) {
       .num("room_p99_us", p99)
       .num("tcp_rtt_p50_us", r50)
       .num("tcp_rtt_p99_us", r99);
+    // What one control message and its answer cost between two processes
+    // through CAF's middleman alone, configured as the ranks are: a room
+    // crosses processes at least once each way, so this is its floor.
+    std::string why;
+    auto caf = caf_round_trips_us(cfg.threads, cfg.caf_clock, cfg.latency_rooms, why);
+    if (caf.empty()) {
+      std::printf("CAF middleman round trip: not measured (%s)\n", why.c_str());
+    } else {
+      auto c50 = percentile(caf, 50), c99 = percentile(caf, 99);
+      std::printf("CAF middleman round trip between an actor in each process, configured as "
+                  "the ranks, same run, %zu round trips: p50 %.1f us, p99 %.1f us (%.1f loopback "
+                  "round trips; room p50 = %.2f CAF round trips)\n",
+                  caf.size(), c50, c99, r50 > 0 ? c50 / r50 : 0.0, c50 > 0 ? p50 / c50 : 0.0);
+      lat.num("caf_rtt_p50_us", c50).num("caf_rtt_p99_us", c99);
+    }
   }
   // The goals, each against a baseline of this run: the same shape in one
   // process, and the loopback round trip.
