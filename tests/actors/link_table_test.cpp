@@ -286,7 +286,9 @@ TEST_CASE("link timing: the backoff and reconnect rules") {
   CHECK(link_timing::reconnect_ms(400) == 500);
   CHECK(link_timing::reconnect_ms(500) == 500);
   CHECK(link_timing::yield_ms(0) == 20);
-  CHECK(link_timing::yield_ms(99) == 119);
+  CHECK(link_timing::yield_ms(19) == 39);
+  CHECK(link_timing::yield_ms(20) == 20);
+  CHECK(link_timing::yield_ms(UINT32_MAX) < 40);
   CHECK(link_timing::rejoin_ms(249) == 299);
 }
 
