@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -110,7 +111,14 @@ std::vector<double> caf_round_trips_us(int64_t threads, bool caf_clock, int n, s
     finish();
     return out;
   }
-  auto port = static_cast<uint16_t>(std::stoul(harness::slurp(port_file)));
+  auto text = harness::slurp(port_file);
+  auto parsed = std::strtoul(text.c_str(), nullptr, 10);
+  if (parsed == 0 || parsed > 65535) {
+    why = "the echo process wrote no port ('" + text + "')";
+    finish();
+    return out;
+  }
+  auto port = static_cast<uint16_t>(parsed);
   std::string failed;
   {
     caf::actor_system_config cfg;
