@@ -286,7 +286,7 @@ int bench_processes(int argc, char** argv) {
       }
       int64_t first = INT64_MAX, last = 0;
       uint64_t ok = 0, failed = 0;
-      std::vector<int64_t> done_at;
+      int64_t first_done_at = INT64_MAX;
       // Open to conclusion on each side's TP rank 0: with the rooms in
       // flight, what throughput is made of (rooms/s = in flight / latency).
       std::vector<double> prefill_us, decode_us;
@@ -301,7 +301,7 @@ int bench_processes(int argc, char** argv) {
           // A room counts once: on decode tp0, which verified its bytes.
           if (p.name == "d0") {
             (r.state == kv_poll::success && r.data_error.empty() ? ok : failed) += 1;
-            done_at.push_back(r.at_ms);
+            first_done_at = std::min(first_done_at, r.at_ms);
           }
         }
       }
@@ -310,7 +310,7 @@ int bench_processes(int argc, char** argv) {
       // The first room waits for the first link (its dial, the higher id's
       // yield, the handshake): a short run counts it in its rate, and a
       // regression of it (the sweep that once served it, 2 s) shows here.
-      auto first_done = done_at.empty() ? 0 : *std::min_element(done_at.begin(), done_at.end()) - first;
+      auto first_done = first_done_at == INT64_MAX ? 0 : first_done_at - first;
       char groups[32];
       std::snprintf(groups, sizeof(groups), "%lldPx%lldD", static_cast<long long>(tp),
                     static_cast<long long>(tp));

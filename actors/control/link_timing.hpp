@@ -56,8 +56,8 @@ public:
   /// queue, while the first room between a decode rank and a prefill rank
   /// waits for all of it whenever the prefill rank did not dial first (its
   /// rooms want no link to decode before one reaches them, unless they
-  /// declare a layout): 20-119 ms read 76-135 ms from the first open to the
-  /// first room done in `kvroom-bench processes`, 20-39 ms 34-54 ms.
+  /// declare a layout): 20-119 ms read 44-135 ms from the first open to the
+  /// first room done in `kvroom-bench processes`, 20-39 ms 34-64 ms.
   static uint64_t yield_ms(uint32_t draw) noexcept {
     return 20 + draw % 20;
   }
