@@ -54,9 +54,15 @@ private:
   };
   struct xfer {
     CUevent_st* event = nullptr;
+    int device = 0; // the event's: events belong to their device's context
     xfer_status status = xfer_status::in_progress;
     std::string reason;
   };
+
+  /// An event of `device` for a batch's completion: a spare one, or new.
+  caf::expected<CUevent_st*> take_event(int device);
+  /// Back to the spares once complete (destroyed beyond `max_spare_events`).
+  void give_event(CUevent_st* event, int device);
 
   caf::expected<uint64_t> ipc_base(const device_region& r, int device);
   caf::expected<CUstream_st*> stream_for(rank_id peer, int device);
@@ -71,6 +77,12 @@ private:
   std::map<std::pair<std::string, int>, uint64_t> opened_;
   std::set<std::pair<int, int>> peer_access_;
   std::unordered_map<xfer_id, xfer> xfers_;
+  /// Events of finished batches, by device, for the next batches. Creating
+  /// and destroying one per batch was most of what a one-write batch cost
+  /// beyond its cudaMemcpyAsync (see `take_event`).
+  std::map<int, std::vector<CUevent_st*>> spare_events_;
+  /// Spares kept per device: more than a worker keeps in flight.
+  static constexpr size_t max_spare_events = 64;
   xfer_id next_xfer_ = 1;
 };
 
