@@ -64,6 +64,9 @@ private:
     for (auto& op : batch.ops)
       if ((sum += op.size_bytes) > limit)
         return true;
+    for (auto& w : batch.strided)
+      if ((sum += w.total_bytes()) > limit)
+        return true;
     return false;
   }
 

@@ -38,6 +38,8 @@ std::string to_string(xfer_status x);
 struct backend_caps {
   uint32_t max_batch_ops = 0;  ///< most writes in one posted batch
   bool reads = false;          ///< serves `post_read` (a pull)
+  /// Moves `write_batch::strided` itself (else a rank plans none for it).
+  bool strided_writes = false;
 };
 
 /// Id of one memory registration, unique within a backend.

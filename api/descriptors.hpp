@@ -185,6 +185,37 @@ typename Inspector::result_type inspect(Inspector& f, write_op& x) {
            x.size_bytes);
 }
 
+/// `count` writes of `size_bytes` each at fixed strides: write k copies
+/// [src_addr + k * src_stride, +size_bytes) to [dst_addr + k * dst_stride,
+/// +size_bytes). Head slicing of token-major (NHD) pages moves each token's
+/// row of heads on its own: 16,384 writes of 512 B a decode rank for a
+/// realistic room's chunk, which as plain writes cost more to plan, carry
+/// and check than to copy. One of these stands for a buffer's pages' rows.
+struct strided_write {
+  uint64_t src_addr = 0;
+  uint64_t dst_addr = 0;
+  uint64_t size_bytes = 0;
+  uint64_t count = 0;
+  uint64_t src_stride = 0;
+  uint64_t dst_stride = 0;
+
+  /// Bytes it moves (overflow is refused where it is checked: a span).
+  uint64_t total_bytes() const noexcept {
+    return size_bytes * count;
+  }
+
+  /// From its first write's start to its last one's end, on the source
+  /// (`src`) or destination side; false when that overflows, or when
+  /// `count` or `size_bytes` is 0 (a strided write moves something).
+  bool span(bool src, uint64_t& out) const noexcept;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, strided_write& x) {
+  return f(caf::meta::type_name("kvroom.strided_write"), x.src_addr, x.dst_addr, x.size_bytes,
+           x.count, x.src_stride, x.dst_stride);
+}
+
 /// What a data-plane backend posts at once: every write of one chunk of one
 /// room to one peer. `room` names it for diagnostics, grants and fault plans.
 struct write_batch {
@@ -205,15 +236,29 @@ struct write_batch {
   int32_t dst_device_id = -1;
   /// How many of the last `ops` carry aux data rather than KV pages.
   uint32_t aux_ops = 0;
+  /// KV writes in runs at fixed strides, beside `ops` (aux and state stay
+  /// in `ops`). A rank plans them only for a data plane whose caps say
+  /// `strided_writes`; a backend that does not move them itself posts
+  /// `expand_strided(batch)`.
+  std::vector<strided_write> strided = {};
 
   uint64_t total_bytes() const noexcept;
+
+  /// Descriptors it carries: its writes and its strided writes.
+  size_t descriptors() const noexcept {
+    return ops.size() + strided.size();
+  }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, write_batch& x) {
   return f(caf::meta::type_name("kvroom.write_batch"), x.room, x.peer, x.alternates, x.key,
-           x.ops, x.src_device_id, x.dst_device_id, x.aux_ops);
+           x.ops, x.src_device_id, x.dst_device_id, x.aux_ops, x.strided);
 }
+
+/// `batch` with each strided write as its plain writes, before its own
+/// (so its last `aux_ops` writes stay last) and nothing strided left.
+write_batch expand_strided(const write_batch& batch);
 
 /// One read of a pull: `size_bytes` of the peer's registered memory at
 /// `remote_addr` into this rank's registered memory at `local_addr`.

@@ -406,7 +406,7 @@ public:
   }
 
   post_result post(const write_batch& batch) override {
-    descriptors_->fetch_add(batch.ops.size(), std::memory_order_relaxed);
+    descriptors_->fetch_add(batch.descriptors(), std::memory_order_relaxed);
     return forwarding_backend::post(batch);
   }
 
@@ -506,8 +506,9 @@ double mapped_gbps(caf::actor_system& sys, int ptp, int dtp, page_order order, d
 /// `backend::post_group`, in the planner's page-by-page order), against
 /// the whole pages of equal TP (one write a buffer), in GB/s of bytes
 /// landed: the backend's checks and copies without the rooms around them.
-/// NHD slices are 512 B (one token's two heads) at a 1 KiB stride; HND
-/// slices are 8 KiB (two heads' tokens).
+/// NHD slices are 512 B (one token's two heads) at a 1 KiB stride, one
+/// strided write a buffer as a room plans them for a local data plane;
+/// HND slices are 8 KiB (two heads' tokens).
 double sliced_copy_ratio(page_order order, double seconds) {
   constexpr uint64_t buffers = 64, pages = 16, tokens = 16, head_bytes = 256;
   constexpr uint64_t src_page = 4 * tokens * head_bytes, dst_page = 2 * tokens * head_bytes;
@@ -543,9 +544,10 @@ double sliced_copy_ratio(page_order order, double seconds) {
           sliced[d].ops.push_back({at(src, page + d * dst_page), dst_at(d, b, p), dst_page});
           continue;
         }
-        for (uint64_t t = 0; t < tokens; ++t)
-          sliced[d].ops.push_back({at(src, page + t * 4 * head_bytes + d * 2 * head_bytes),
-                                   dst_at(d, b, p) + t * 2 * head_bytes, 2 * head_bytes});
+        if (p == 0)
+          sliced[d].strided.push_back({at(src, page + d * 2 * head_bytes), dst_at(d, b, p),
+                                       2 * head_bytes, pages * tokens, 4 * head_bytes,
+                                       2 * head_bytes});
       }
     }
   }

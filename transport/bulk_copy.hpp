@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kvroom/api/descriptors.hpp"
+
 namespace kvroom::detail {
 
 /// How the memcpy backends (local, shm) copy a batch: with the cache, as
@@ -95,6 +97,56 @@ void interleave(const std::vector<size_t>& sizes, Copy copy) {
     for (size_t l = 0; l < lists; ++l)
       if (i < sizes[l])
         copy(l, i);
+}
+
+/// The writes of a list of strided writes, one after another (each
+/// strided write's rows in order).
+class strided_rows {
+public:
+  explicit strided_rows(const std::vector<strided_write>& ws) noexcept
+    : at_(ws.data()), end_(ws.data() + ws.size()) {
+  }
+
+  /// The next write, false after the last.
+  bool next(uint64_t& src, uint64_t& dst, uint64_t& len) noexcept {
+    while (at_ != end_ && k_ == at_->count) {
+      ++at_;
+      k_ = 0;
+    }
+    if (at_ == end_)
+      return false;
+    src = at_->src_addr + k_ * at_->src_stride;
+    dst = at_->dst_addr + k_ * at_->dst_stride;
+    len = at_->size_bytes;
+    ++k_;
+    return true;
+  }
+
+private:
+  const strided_write* at_;
+  const strided_write* end_;
+  uint64_t k_ = 0;
+};
+
+/// Calls `copy(src, dst, len)` for every write of the strided lists, one
+/// write of each list in turn (as `interleave` does for plain writes): the
+/// decode ranks sharing a token-major page take their heads of each token
+/// row in turn, so the source is read once, in order.
+template <class Copy>
+void interleave_rows(const std::vector<const std::vector<strided_write>*>& lists, Copy copy) {
+  std::vector<strided_rows> rows;
+  rows.reserve(lists.size());
+  for (auto* l : lists)
+    rows.emplace_back(*l);
+  uint64_t src = 0, dst = 0, len = 0;
+  for (bool any = true; any;) {
+    any = false;
+    for (auto& r : rows)
+      if (r.next(src, dst, len)) {
+        copy(src, dst, len);
+        any = true;
+      }
+  }
 }
 
 } // namespace kvroom::detail

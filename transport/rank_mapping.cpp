@@ -390,7 +390,8 @@ caf::expected<std::vector<write_op>>
 plan_mapped_writes(const decode_mapping& m, const prefill_place& src,
                    const parallel_layout& src_layout, const parallel_layout& dst_layout,
                    const memory_layout& src_mem, const memory_layout& dst_mem,
-                   const std::vector<int64_t>& src_pages, const std::vector<int64_t>& dst_pages) {
+                   const std::vector<int64_t>& src_pages, const std::vector<int64_t>& dst_pages,
+                   std::vector<strided_write>* strided) {
   if (src_pages.size() != dst_pages.size())
     return make_error(errc::invalid_argument,
                       "chunk has " + std::to_string(src_pages.size()) + " source pages but "
@@ -420,7 +421,14 @@ plan_mapped_writes(const decode_mapping& m, const prefill_place& src,
   // A few more for the tail's state and aux writes (plan_part appends them:
   // growing a 16,384-write vector by one copied all of it).
   std::vector<write_op> ops;
-  ops.reserve(std::min(mine * src_pages.size(), max_planned_writes) + 8);
+  // Writes planned in all, strided ones counted by their rows.
+  size_t planned = 0;
+  if (strided == nullptr)
+    ops.reserve(std::min(mine * src_pages.size(), max_planned_writes) + 8);
+  auto too_many = [] {
+    return make_error(errc::limit_reached,
+                      "chunk needs more than " + std::to_string(max_planned_writes) + " writes");
+  };
   // A buffer's slices page by page: the writes of one page (an NHD page's
   // 16 tokens) follow each other, so the source is read in order, and the
   // batches of a chunk for the decode ranks sharing this page take their
@@ -452,9 +460,39 @@ plan_mapped_writes(const decode_mapping& m, const prefill_place& src,
       continue;
     auto& sb = src_mem.kv[group.front()->src_buffer];
     auto& db = dst_mem.kv[group.front()->dst_buffer];
+    // Rows: the page's slices are of one length at fixed, rising strides.
+    auto* g0 = group.front();
+    bool rows = strided != nullptr && group.size() > 1 && group[1]->src_offset > g0->src_offset
+                && group[1]->dst_offset > g0->dst_offset;
+    uint64_t src_stride = rows ? group[1]->src_offset - g0->src_offset : 0;
+    uint64_t dst_stride = rows ? group[1]->dst_offset - g0->dst_offset : 0;
+    for (size_t k = 1; rows && k < group.size(); ++k)
+      rows = group[k]->length == g0->length
+             && group[k]->src_offset == g0->src_offset + k * src_stride
+             && group[k]->dst_offset == g0->dst_offset + k * dst_stride;
     for (size_t i = 0; i < src_pages.size(); ++i) {
       auto src_page = sb.mem.addr + static_cast<uint64_t>(src_pages[i]) * sb.page_size_bytes;
       auto dst_page = db.mem.addr + static_cast<uint64_t>(dst_pages[i]) * db.page_size_bytes;
+      if (rows) {
+        if ((planned += group.size()) > max_planned_writes)
+          return too_many();
+        strided_write w{src_page + g0->src_offset, dst_page + g0->dst_offset, g0->length,
+                        group.size(), src_stride, dst_stride};
+        auto& ws = *strided;
+        if (!ws.empty()) {
+          // The previous page's rows continue into this page's: one write.
+          auto& prev = ws.back();
+          if (prev.size_bytes == w.size_bytes && prev.src_stride == src_stride
+              && prev.dst_stride == dst_stride
+              && prev.src_addr + prev.count * src_stride == w.src_addr
+              && prev.dst_addr + prev.count * dst_stride == w.dst_addr) {
+            prev.count += w.count;
+            continue;
+          }
+        }
+        ws.push_back(w);
+        continue;
+      }
       for (auto* w : group) {
         write_op op{src_page + w->src_offset, dst_page + w->dst_offset, w->length};
         if (!ops.empty() && ops.back().src_addr + ops.back().size_bytes == op.src_addr
@@ -462,10 +500,8 @@ plan_mapped_writes(const decode_mapping& m, const prefill_place& src,
           ops.back().size_bytes += op.size_bytes;
           continue;
         }
-        if (ops.size() == max_planned_writes)
-          return make_error(errc::limit_reached, "chunk needs more than "
-                                                   + std::to_string(max_planned_writes)
-                                                   + " writes");
+        if (++planned > max_planned_writes)
+          return too_many();
         ops.push_back(op);
       }
     }
@@ -477,13 +513,18 @@ caf::expected<std::vector<write_op>>
 plan_part(const part_spec& part, const std::vector<int64_t>& src_pages,
           const std::vector<int64_t>& dst_pages, bool tail, int64_t src_aux, int64_t dst_aux,
           const std::vector<int64_t>& src_state, const std::vector<int64_t>& dst_state,
-          uint32_t& aux_ops) {
+          uint32_t& aux_ops, std::vector<strided_write>* strided) {
   aux_ops = 0;
+  if (strided != nullptr)
+    strided->clear();
   auto& src = *part.src_mem;
   auto& dst = *part.dst_mem;
   auto ops = part.mapping ? plan_mapped_writes(*part.mapping, part.src_place, *part.src_parallel,
-                                               *part.dst_parallel, src, dst, src_pages, dst_pages)
+                                               *part.dst_parallel, src, dst, src_pages, dst_pages,
+                                               strided)
                           : plan_writes(src, dst, src_pages, dst_pages);
+  if (!ops && strided != nullptr)
+    strided->clear(); // nothing is planned partially
   if (!ops || !tail || !part.sends_aux())
     return ops;
   // A hybrid model's state, then the aux slot, which stays last.

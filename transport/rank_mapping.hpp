@@ -138,11 +138,18 @@ caf::expected<std::vector<int32_t>> prefill_targets(const std::vector<parallel_l
 /// coalesce (whole-page slices of consecutive pages become one). Every
 /// buffer and index is checked first (page sizes must be what the layouts
 /// say); nothing is planned partially.
+///
+/// With `strided` (for a data plane with `backend_caps::strided_writes`),
+/// a buffer whose page slices are several of one length at fixed strides
+/// (an NHD page's token rows) goes there instead: one strided write a page,
+/// merged across pages whose rows continue the stride. What it stands for
+/// is exactly the writes planned without it (rank_mapping_test).
 caf::expected<std::vector<write_op>>
 plan_mapped_writes(const decode_mapping& m, const prefill_place& src,
                    const parallel_layout& src_layout, const parallel_layout& dst_layout,
                    const memory_layout& src_mem, const memory_layout& dst_mem,
-                   const std::vector<int64_t>& src_pages, const std::vector<int64_t>& dst_pages);
+                   const std::vector<int64_t>& src_pages, const std::vector<int64_t>& dst_pages,
+                   std::vector<strided_write>* strided = nullptr);
 
 /// One part of a room: what one prefill rank writes into one decode rank.
 /// Prefill plans each chunk's batch with it; decode plans the whole part
@@ -170,10 +177,11 @@ struct part_spec {
 /// state pages (src_state[i] -> dst_state[i]) and aux slot (src_aux ->
 /// dst_aux), which stay last: `aux_ops` says how many of the last writes
 /// carry aux data. Nothing is planned partially; the error names the input.
+/// `strided`: as for `plan_mapped_writes` (KV writes only; cleared first).
 caf::expected<std::vector<write_op>>
 plan_part(const part_spec& part, const std::vector<int64_t>& src_pages,
           const std::vector<int64_t>& dst_pages, bool tail, int64_t src_aux, int64_t dst_aux,
           const std::vector<int64_t>& src_state, const std::vector<int64_t>& dst_state,
-          uint32_t& aux_ops);
+          uint32_t& aux_ops, std::vector<strided_write>* strided = nullptr);
 
 } // namespace kvroom

@@ -102,9 +102,13 @@ caf::error plan_for(self_ptr self, prefill_target& t, const prefill_room_state::
     part.src_mem = &src_sub;
     part.dst_mem = &dst_sub;
   }
+  // Strided writes where the data plane moves them and nothing here needs
+  // the plain ones: a pull hands them to the reader, integrity hashes them.
+  auto& dp = core.params().data_plane;
+  bool strided = dp && !t.dst.pull && !st.hashing && dp->caps().strided_writes;
   auto ops = plan_part(part, chunk.kv_indices, dst_pages, chunk.is_last,
                        st.aux_index, t.dst.aux_index, st.state_indices, t.dst.state_indices,
-                       batch.aux_ops);
+                       batch.aux_ops, strided ? &batch.strided : nullptr);
   if (!ops)
     return make_error(errc::invalid_argument, "cannot plan transfer to "
                                                 + to_string(t.dst.decode_rank) + ": "
@@ -130,7 +134,7 @@ caf::error plan_for(self_ptr self, prefill_target& t, const prefill_room_state::
     aux.dst_device_id = aux_device_id(t.peer->layout);
     batch.ops.resize(batch.ops.size() - batch.aux_ops);
     batch.aux_ops = 0;
-    if (!batch.ops.empty())
+    if (batch.descriptors() > 0)
       out.push_back(std::move(batch));
     out.push_back(std::move(aux));
     return caf::none;
@@ -233,7 +237,9 @@ bool send_one_chunk(self_ptr self) {
       auto& t = st.targets[st.job_targets[base + i]];
       if (t.dst.pull || !t.peer)
         continue;
-      auto lands = bytes_per_buffer(t.peer->layout.kv, batches[i].ops);
+      auto lands = bytes_per_buffer(t.peer->layout.kv, batches[i].strided.empty()
+                                                         ? batches[i].ops
+                                                         : expand_strided(batches[i]).ops);
       if (!lands.empty())
         st.job_lands.emplace_back(first_id + i, std::move(lands));
     }

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <thread>
 
@@ -880,4 +881,36 @@ TEST_CASE("tcp: a batch the post already knows failed is answered failed, not in
   CHECK(is(res.error, errc::transport_error));
   INFO(describe(res.error));
   CHECK(describe(res.error).find("tcp to 127.0.0.1:") != std::string::npos);
+}
+
+TEST_CASE("expand_strided: each strided write's rows in order, before the plain writes") {
+  write_batch b;
+  b.room = 7;
+  b.key = 9;
+  b.aux_ops = 1;
+  b.ops = {{1000, 2000, 8}, {3000, 4000, 16}};
+  b.strided = {{10, 20, 4, 3, 8, 4}, {100, 200, 2, 1, 0, 0}};
+  CHECK(b.total_bytes() == 8 + 16 + 12 + 2);
+  CHECK(b.descriptors() == 4);
+  auto x = expand_strided(b);
+  CHECK(x.room == 7);
+  CHECK(x.key == 9);
+  CHECK(x.aux_ops == 1);
+  CHECK(x.strided.empty());
+  REQUIRE(x.ops.size() == 6);
+  std::vector<std::array<uint64_t, 3>> got;
+  for (auto& op : x.ops)
+    got.push_back({op.src_addr, op.dst_addr, op.size_bytes});
+  CHECK(got
+        == std::vector<std::array<uint64_t, 3>>{
+          {10, 20, 4}, {18, 24, 4}, {26, 28, 4}, {100, 200, 2}, {1000, 2000, 8}, {3000, 4000, 16}});
+  CHECK(x.total_bytes() == b.total_bytes());
+  uint64_t span = 0;
+  CHECK(b.strided[0].span(true, span));
+  CHECK(span == 2 * 8 + 4);
+  CHECK(b.strided[0].span(false, span));
+  CHECK(span == 2 * 4 + 4);
+  CHECK_FALSE(strided_write{0, 0, 4, 0, 8, 8}.span(true, span));
+  CHECK_FALSE(strided_write{UINT64_MAX - 10, 0, 4, 3, 8, 8}.span(true, span));
+  CHECK_FALSE(strided_write{0, 0, 4, 3, UINT64_MAX / 2 + 1, 8}.span(true, span));
 }

@@ -357,6 +357,66 @@ TEST_CASE("batches posted together end each as if posted alone", "[conformance]"
   }
 }
 
+TEST_CASE("strided writes land as the writes they stand for, alone and together",
+          "[conformance]") {
+  // Token rows of head-sliced NHD pages: each token's two halves go to two
+  // decode ranks' pages (halves of `dst` here), one strided write a page
+  // run, next to a plain write; transports that do not move strided writes
+  // themselves expand them (caps say which), with the same result.
+  for (uint64_t streaming : {uint64_t{1}, uint64_t{16} << 20}) {
+    INFO(row().name << ": streaming from " << streaming << " bytes");
+    constexpr size_t row_bytes = 1024, rows = 64, half = row_bytes / 2;
+    constexpr size_t n = row_bytes * rows;
+    pair_of_ranks p{2 * n, streaming};
+    auto src = p.src.addr();
+    auto dst = p.dst.addr();
+    auto a = p.batch({});
+    auto b = p.batch({{src + n, dst + n, 100}}); // a plain write beside
+    a.strided.push_back({src, dst, half, rows / 2, row_bytes, half});
+    a.strided.push_back({src + rows / 2 * row_bytes, dst + rows / 2 * half, half, rows / 2,
+                         row_bytes, half});
+    b.strided.push_back({src + half, dst + n / 2, half, rows, row_bytes, half});
+    auto res = p.run_group({a, b});
+    CHECK(res[0].first);
+    CHECK(res[1].first);
+    auto got = p.dst.read();
+    for (size_t r = 0; r < rows; ++r) {
+      REQUIRE(std::memcmp(p.bytes.data() + r * row_bytes, got.data() + r * half, half) == 0);
+      REQUIRE(std::memcmp(p.bytes.data() + r * row_bytes + half, got.data() + n / 2 + r * half,
+                          half)
+              == 0);
+    }
+    CHECK(std::memcmp(p.bytes.data() + n, got.data() + n, 100) == 0);
+    CHECK(std::all_of(got.begin() + n + 100, got.end(), [](uint8_t x) { return x == 0; }));
+  }
+  SECTION("one whose span leaves registered memory, or overflows, is refused and moves nothing") {
+    pair_of_ranks p{8192};
+    auto src = p.src.addr();
+    auto dst = p.dst.addr();
+    auto post = [&](strided_write w) {
+      auto b = p.batch({{src, dst + 4096, 64}});
+      b.strided.push_back(w);
+      return p.run_group({b}).front();
+    };
+    // Its last row runs a byte past the end of the peer's memory.
+    auto res = post({src, dst, 64, 2, 64, 8192 - 64 + 1});
+    CHECK_FALSE(res.first);
+    CHECK_THAT(res.second, Catch::Contains("outside rank 2's registered memory"));
+    CHECK_FALSE(post({src, dst, 64, 3, UINT64_MAX / 2, 64}).first);
+    CHECK_FALSE(post({src, dst, 64, 2, 64, UINT64_MAX - 63}).first);
+    CHECK(all_zero(p.dst.read()));
+    // Nothing to move is not a strided write.
+    if (p.sender->caps().strided_writes) {
+      CHECK_FALSE(post({src, dst, 64, 0, 64, 64}).first);
+      CHECK_FALSE(post({src, dst, 0, 4, 64, 64}).first);
+    }
+    CHECK(all_zero(p.dst.read()));
+    REQUIRE(post({src, dst, 64, 2, 64, 64}).first);
+    auto got = p.dst.read();
+    CHECK(std::memcmp(p.bytes.data(), got.data(), 128) == 0);
+  }
+}
+
 TEST_CASE("a destination outside the peer's registered memory is refused and nothing moves",
           "[conformance]") {
   pair_of_ranks p{8192};

@@ -410,3 +410,116 @@ TEST_CASE("rank mapping: a shared mapping is computed once per layouts, bounded,
   CHECK(again->get() != first->get());               // dropped, made anew
   CHECK((*first)->writes.size() == (*again)->writes.size()); // still valid where held
 }
+
+TEST_CASE("mapped writes with strided rows stand for exactly the plain writes, in fewer "
+          "descriptors") {
+  // Byte by byte: destination address -> source address, from a plan.
+  auto bytes_of = [](const std::vector<write_op>& ops, const std::vector<strided_write>& ws) {
+    std::map<uint64_t, uint64_t> out;
+    auto put = [&](uint64_t src, uint64_t dst, uint64_t len) {
+      for (uint64_t b = 0; b < len; ++b)
+        REQUIRE(out.emplace(dst + b, src + b).second); // nothing written twice
+    };
+    for (auto& op : ops)
+      put(op.src_addr, op.dst_addr, op.size_bytes);
+    for (auto& w : ws)
+      for (uint64_t k = 0; k < w.count; ++k)
+        put(w.src_addr + k * w.src_stride, w.dst_addr + k * w.dst_stride, w.size_bytes);
+    return out;
+  };
+  struct point {
+    int32_t ptp, dtp, heads;
+    page_order sorder, dorder;
+    bool mla;
+    std::vector<int64_t> src_pages, dst_pages;
+    bool rows; // some buffer's slices are token rows
+  };
+  const std::vector<int64_t> in_order{0, 1, 2, 3, 4}, permuted{4, 0, 3, 1, 2};
+  const int64_t npages = 6;
+  for (auto& g : std::vector<point>{
+         {2, 4, 8, page_order::nhd, page_order::nhd, false, in_order, in_order, true},
+         {2, 4, 8, page_order::nhd, page_order::nhd, false, permuted, in_order, true},
+         {1, 8, 8, page_order::nhd, page_order::nhd, false, in_order, permuted, true},
+         {4, 2, 8, page_order::nhd, page_order::nhd, false, in_order, {1, 2, 3, 4, 5}, true},
+         {2, 4, 8, page_order::hnd, page_order::hnd, false, in_order, in_order, false},
+         {2, 2, 8, page_order::nhd, page_order::nhd, false, in_order, in_order, false},
+         {2, 4, 8, page_order::nhd, page_order::hnd, false, permuted, in_order, false},
+         {2, 4, 8, page_order::nhd, page_order::nhd, true, in_order, in_order, false},
+         {2, 16, 8, page_order::nhd, page_order::nhd, false, in_order, in_order, true}}) {
+    INFO("prefill TP " << g.ptp << " " << to_string(g.sorder) << ", decode TP " << g.dtp << " "
+                       << to_string(g.dorder) << (g.mla ? ", MLA" : ""));
+    std::vector<parallel_layout> prefill, decode;
+    for (int32_t t = 0; t < g.ptp; ++t)
+      prefill.push_back(layout(g.ptp, t, 1, 0, g.heads, g.sorder, g.mla));
+    for (int32_t t = 0; t < g.dtp; ++t)
+      decode.push_back(layout(g.dtp, t, 1, 0, g.heads, g.dorder, g.mla));
+    auto room = map_room(prefill, decode);
+    REQUIRE(room);
+    // Addresses only: nothing is copied.
+    auto mem_of = [&](const parallel_layout& x, uint64_t base) {
+      memory_layout mem;
+      for (int32_t b = 0; b < x.kv_buffers(); ++b)
+        mem.kv.push_back(paged_buffer{
+          mem_desc{base + static_cast<uint64_t>(b) * (1u << 20), x.page_bytes() * npages, -1},
+          x.page_bytes()});
+      return mem;
+    };
+    size_t with_rows = 0;
+    for (auto& d : decode) {
+      auto dst_mem = mem_of(d, 1ull << 40);
+      auto& m = room->decode[static_cast<size_t>(d.tp_rank)];
+      for (auto& x : prefill) {
+        auto src_mem = mem_of(x, (1ull << 32) * static_cast<uint64_t>(1 + x.tp_rank));
+        prefill_place at{x.tp_rank, x.pp_rank};
+        auto plain = plan_mapped_writes(m, at, x, d, src_mem, dst_mem, g.src_pages, g.dst_pages);
+        std::vector<strided_write> ws{strided_write{1, 2, 3, 4, 5, 6}}; // replaced
+        auto ops = plan_mapped_writes(m, at, x, d, src_mem, dst_mem, g.src_pages, g.dst_pages,
+                                      &ws);
+        REQUIRE(plain);
+        REQUIRE(ops);
+        ws.erase(ws.begin()); // what was there before stays: plan_part clears it
+        CHECK(bytes_of(*ops, ws) == bytes_of(*plain, {}));
+        CHECK(ops->size() + ws.size() <= plain->size());
+        for (auto& w : ws) {
+          CHECK(w.count >= 2);
+          CHECK(w.size_bytes > 0);
+        }
+        with_rows += ws.size();
+      }
+    }
+    CHECK((with_rows > 0) == g.rows);
+  }
+  SECTION("plan_part clears what it is given and keeps aux and state in the plain writes") {
+    auto p = layout(2, 0, 1, 0, 8, page_order::nhd, false);
+    auto d = layout(4, 0, 1, 0, 8, page_order::nhd, false);
+    std::vector<parallel_layout> group{p, layout(2, 1, 1, 0, 8, page_order::nhd, false)};
+    auto m = map_decode_rank(group, d);
+    REQUIRE(m);
+    auto mem_of = [&](const parallel_layout& x, uint64_t base) {
+      memory_layout mem;
+      for (int32_t b = 0; b < x.kv_buffers(); ++b)
+        mem.kv.push_back(paged_buffer{
+          mem_desc{base + static_cast<uint64_t>(b) * (1u << 20), x.page_bytes() * npages, -1},
+          x.page_bytes()});
+      mem.aux.push_back(paged_buffer{mem_desc{base + (1u << 30), 64 * 4, -1}, 64});
+      return mem;
+    };
+    auto sm = mem_of(p, 1ull << 32);
+    auto dm = mem_of(d, 1ull << 40);
+    part_spec part{&sm, &dm, &*m, prefill_place{0, 0}, &p, &d};
+    std::vector<strided_write> ws{strided_write{1, 2, 3, 4, 5, 6}};
+    uint32_t aux_ops = 0;
+    auto ops = plan_part(part, in_order, in_order, true, 1, 2, {}, {}, aux_ops, &ws);
+    REQUIRE(ops);
+    REQUIRE(aux_ops == 1);
+    CHECK(ops->back().src_addr == (1ull << 32) + (1u << 30) + 64);
+    CHECK(ops->back().dst_addr == (1ull << 40) + (1u << 30) + 128);
+    REQUIRE_FALSE(ws.empty());
+    for (auto& w : ws)
+      CHECK(w.count == static_cast<uint64_t>(tokens) * in_order.size()); // pages merged
+    // A refused plan leaves nothing behind.
+    auto bad = plan_part(part, {0, 99}, {0, 1}, true, 1, 2, {}, {}, aux_ops, &ws);
+    CHECK_FALSE(bad);
+    CHECK(ws.empty());
+  }
+}

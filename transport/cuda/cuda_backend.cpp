@@ -232,6 +232,10 @@ void cuda_backend::enable_peer_access(int from, int to) {
 }
 
 post_result cuda_backend::post(const write_batch& batch) {
+  // Strided writes move as the plain writes they stand for (no caps
+  // `strided_writes`: a rank plans none for this backend alone).
+  if (!batch.strided.empty())
+    return post(expand_strided(batch));
   // Every batch is posted to the device and completes later (or is
   // refused now, before anything moves).
   auto id = post_batch(batch);

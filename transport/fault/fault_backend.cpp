@@ -89,14 +89,16 @@ post_result fault_backend::post(const write_batch& batch) {
   if (!point)
     return inner_->post(batch);
   if (*point == fault_point::flip) {
-    if (batch.src_device_id >= 0 || batch.ops.empty())
+    if (batch.src_device_id >= 0 || (batch.ops.empty() && batch.strided.empty()))
       return post_result::failed(make_error(errc::unsupported,
                                             "a flip fault needs host memory (room "
                                               + std::to_string(batch.room) + ")"));
     // The last byte of the first write changes on its way; its source is
     // itself again once the transport has read it.
-    auto* byte = reinterpret_cast<uint8_t*>(batch.ops.front().src_addr
-                                            + batch.ops.front().size_bytes - 1);
+    auto last = batch.ops.empty()
+                  ? batch.strided.front().src_addr + batch.strided.front().size_bytes - 1
+                  : batch.ops.front().src_addr + batch.ops.front().size_bytes - 1;
+    auto* byte = reinterpret_cast<uint8_t*>(last);
     auto was = *byte;
     *byte = static_cast<uint8_t>(was ^ 0xA5);
     auto res = inner_->post(batch);

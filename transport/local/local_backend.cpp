@@ -66,7 +66,12 @@ public:
     grace_period::reader section;
     if (auto err = check_write(section, src_instance, dst_instance, batch))
       return post_result::failed(std::move(err));
-    copy_ops(batch.ops, bulk_copier::for_post(batch.total_bytes(), streaming),
+    bulk_copier copier = bulk_copier::for_post(batch.total_bytes(), streaming);
+    strided_rows rows{batch.strided};
+    uint64_t from = 0, to = 0, len = 0;
+    while (rows.next(from, to, len))
+      copier(reinterpret_cast<void*>(to), reinterpret_cast<const void*>(from), len);
+    copy_ops(batch.ops, copier,
              [](const write_op& op) { return std::make_pair(op.src_addr, op.dst_addr); });
     return post_result::done();
   }
@@ -83,6 +88,7 @@ public:
     out.reserve(batches.size());
     std::vector<const write_op*> passed;
     std::vector<size_t> sizes;
+    std::vector<const std::vector<strided_write>*> strided;
     uint64_t bytes = 0;
     grace_period::reader section;
     for (size_t i = 0; i < batches.size(); ++i) {
@@ -95,9 +101,14 @@ public:
       out.push_back(post_result::done());
       passed.push_back(batches[i]->ops.data());
       sizes.push_back(batches[i]->ops.size());
+      if (!batches[i]->strided.empty())
+        strided.push_back(&batches[i]->strided);
       bytes += batches[i]->total_bytes();
     }
     auto copier = bulk_copier::for_post(bytes, streaming);
+    interleave_rows(strided, [&](uint64_t from, uint64_t to, uint64_t len) {
+      copier(reinterpret_cast<void*>(to), reinterpret_cast<const void*>(from), len);
+    });
     interleave(sizes, [&](size_t b, size_t i) {
       auto& op = passed[b][i];
       copier(reinterpret_cast<void*>(op.dst_addr), reinterpret_cast<const void*>(op.src_addr),
@@ -118,7 +129,8 @@ public:
             return src ? "rank " + std::to_string(owner) : std::string{"the reader"};
           }))
       return post_result::failed(std::move(err));
-    copy_ops(batch.ops, bulk_copier::for_post(batch.total_bytes(), streaming),
+    bulk_copier copier = bulk_copier::for_post(batch.total_bytes(), streaming);
+    copy_ops(batch.ops, copier,
              [](const read_op& op) { return std::make_pair(op.remote_addr, op.local_addr); });
     return post_result::done();
   }
@@ -143,17 +155,21 @@ private:
     return check(
       section, src_instance, dst_instance, batch.peer, batch.ops, "write",
       [](const write_op& op) { return std::make_pair(op.src_addr, op.dst_addr); },
-      [owner](bool src) { return src ? std::string{"the sender"} : "rank " + std::to_string(owner); });
+      [owner](bool src) { return src ? std::string{"the sender"} : "rank " + std::to_string(owner); },
+      &batch.strided);
   }
 
   /// Whether every op (`ends(op)`: its source and destination addresses)
   /// lies in registered memory: sources in `src_instance`'s, destinations
   /// in `dst_instance`'s (`who(true)`, `who(false)` name them). Called inside
   /// `section`, which stays open over the copies that follow.
+  /// `strided` (writes only): each strided write's whole span must lie in
+  /// registered memory on its side, its rows being inside that span.
   template <class Op, class Ends, class Who>
   caf::error check(const grace_period::reader& section, uint64_t src_instance,
                    uint64_t dst_instance, const endpoint_desc& peer, const std::vector<Op>& ops,
-                   const char* what, Ends ends, Who who) {
+                   const char* what, Ends ends, Who who,
+                   const std::vector<strided_write>* strided = nullptr) {
     auto& dir = backends_.read();
     auto* src_table = find(dir, src_instance);
     auto* dst_table = find(dir, dst_instance);
@@ -177,11 +193,30 @@ private:
                             + region_table::range(to, len) + " is outside " + who(false)
                             + "'s registered memory");
     }
+    for (size_t i = 0; strided != nullptr && i < strided->size(); ++i) {
+      auto& w = (*strided)[i];
+      uint64_t src_span = 0, dst_span = 0;
+      if (!w.span(true, src_span) || !w.span(false, dst_span))
+        return make_error(errc::invalid_argument,
+                          "strided write " + std::to_string(i)
+                            + " moves nothing, or its span overflows (" + std::to_string(w.count)
+                            + " writes of " + std::to_string(w.size_bytes) + " B)");
+      if (!src.covers(w.src_addr, src_span, src_hint))
+        return make_error(errc::not_registered,
+                          "strided write " + std::to_string(i) + ": source span "
+                            + region_table::range(w.src_addr, src_span) + " is outside "
+                            + who(true) + "'s registered memory");
+      if (!dst.covers(w.dst_addr, dst_span, dst_hint))
+        return make_error(errc::out_of_range,
+                          "strided write " + std::to_string(i) + ": destination span "
+                            + region_table::range(w.dst_addr, dst_span) + " is outside "
+                            + who(false) + "'s registered memory");
+    }
     return caf::none;
   }
 
   template <class Op, class Ends>
-  static void copy_ops(const std::vector<Op>& ops, bulk_copier&& copier, Ends ends) {
+  static void copy_ops(const std::vector<Op>& ops, bulk_copier& copier, Ends ends) {
     for (auto& op : ops) {
       auto [from, to] = ends(op);
       copier(reinterpret_cast<void*>(to), reinterpret_cast<const void*>(from), op.size_bytes);
@@ -216,6 +251,7 @@ backend_caps local_backend::caps() const {
   backend_caps out;
   out.max_batch_ops = 1u << 20;
   out.reads = true;
+  out.strided_writes = true;
   return out;
 }
 

@@ -377,7 +377,8 @@ post_result multipath_backend::post(const write_batch& batch) {
   auto key = next_key_.fetch_add(k, std::memory_order_relaxed);
   std::vector<write_batch> parts;
   if (k > 1) {
-    parts = slice_batch(batch, k, key);
+    // Slices split writes: strided ones first become the writes they are.
+    parts = slice_batch(batch.strided.empty() ? batch : expand_strided(batch), k, key);
     sliced_.fetch_add(1, std::memory_order_relaxed);
   } else {
     parts.push_back(batch);

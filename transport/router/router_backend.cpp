@@ -25,6 +25,8 @@ backend_caps router_backend::caps() const {
   for (auto& p : parts_) {
     auto c = p->caps();
     out.reads |= c.reads;
+    // Any part: the others expand strided writes themselves.
+    out.strided_writes |= c.strided_writes;
     out.max_batch_ops = out.max_batch_ops == 0 ? c.max_batch_ops
                                                : std::min(out.max_batch_ops, c.max_batch_ops);
   }

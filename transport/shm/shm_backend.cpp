@@ -140,6 +140,10 @@ caf::error shm_backend::map_segment(const std::string& name) {
 }
 
 post_result shm_backend::post(const write_batch& batch) {
+  // Strided writes move as the plain writes they stand for (no caps
+  // `strided_writes`: a rank plans none for this backend alone).
+  if (!batch.strided.empty())
+    return post(expand_strided(batch));
   if (!reachable(batch.peer, batch.src_device_id, batch.dst_device_id))
     return post_result::failed(check_peer(batch.peer, batch.src_device_id, batch.dst_device_id));
   return copy(batch);
@@ -298,6 +302,9 @@ post_result shm_backend::checked_copy(const std::vector<Op>& ops, const endpoint
 }
 
 std::vector<post_result> shm_backend::post_group(const std::vector<const write_batch*>& batches) {
+  for (auto* b : batches)
+    if (!b->strided.empty())
+      return backend::post_group(batches); // batch by batch, each expanded
   static const copy_names names{"write", "source", "the sender", "destination",
                                 errc::not_registered, true};
   auto src = [](const write_op& op) { return op.src_addr; };

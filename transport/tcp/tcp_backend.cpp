@@ -666,6 +666,10 @@ post_result tcp_backend::posted_as(xfer_id id) {
 }
 
 post_result tcp_backend::post(const write_batch& batch) {
+  // Strided writes move as the plain writes they stand for (no caps
+  // `strided_writes`: a rank plans none for this backend alone).
+  if (!batch.strided.empty())
+    return post(expand_strided(batch));
   if (auto err = check_shape(batch.peer, batch.src_device_id, batch.dst_device_id,
                              batch.ops.size(), "batch", "writes"))
     return post_result::failed(std::move(err));

@@ -320,6 +320,10 @@ const verbs_backend::region* verbs_backend::local_region(uint64_t addr, uint64_t
 }
 
 post_result verbs_backend::post(const write_batch& batch) {
+  // Strided writes move as the plain writes they stand for (no caps
+  // `strided_writes`: a rank plans none for this backend alone).
+  if (!batch.strided.empty())
+    return post(expand_strided(batch));
   // Every batch is posted to the device and completes later (or is
   // refused now, before anything moves).
   auto id = post_batch(batch);
