@@ -567,6 +567,87 @@ double sliced_copy_ratio(page_order order, double seconds) {
   return whole_rate > 0 ? sliced_rate / whole_rate : 0.0;
 }
 
+/// Head slicing in GPU memory (the cuda transport): one prefill rank's NHD
+/// part of a realistic room for its two decode ranks, `sliced_copy_ratio`'s
+/// shape, posted as a room plans it (one strided write a buffer: one
+/// cudaMemcpy2DAsync), as the plain writes those stand for (one
+/// cudaMemcpyAsync a 512 B token row: how every transport moved them
+/// before), and as equal TP's whole pages, in GB/s landed.
+struct device_sliced {
+  double strided = 0, rows = 0, whole = 0;
+  std::string skipped;
+};
+
+device_sliced device_sliced_gbps(const std::string& name, double seconds) {
+  constexpr uint64_t buffers = 64, pages = 16, tokens = 16, head_bytes = 256;
+  constexpr uint64_t src_page = 4 * tokens * head_bytes, dst_page = 2 * tokens * head_bytes;
+  constexpr uint64_t bytes = buffers * pages * src_page;
+  device_sliced out;
+  auto sender = make_backend(backend_config{name, 1, {}});
+  auto receiver = make_backend(backend_config{name, 2, {}});
+  buffer src{name, bytes}, dst{name, bytes};
+  if (!sender || !receiver || !src.error().empty() || !dst.error().empty()) {
+    out.skipped = !sender     ? describe(sender.error())
+                  : !receiver ? describe(receiver.error())
+                              : src.error() + dst.error();
+    return out;
+  }
+  auto& s = **sender;
+  auto& r = **receiver;
+  if (!s.register_memory({src.addr(), bytes, src.device()})
+      || !r.register_memory({dst.addr(), bytes, dst.device()})) {
+    out.skipped = "cannot register the buffers";
+    return out;
+  }
+  write_batch whole, sliced[2], rows[2];
+  for (auto* wb : {&whole, &sliced[0], &sliced[1]}) {
+    wb->peer = r.endpoint();
+    wb->src_device_id = src.device();
+    wb->dst_device_id = dst.device();
+  }
+  for (uint64_t b = 0; b < buffers; ++b) {
+    auto base = b * pages * src_page;
+    whole.ops.push_back({src.addr() + base, dst.addr() + base, pages * src_page});
+    for (uint64_t d = 0; d < 2; ++d)
+      sliced[d].strided.push_back({src.addr() + base + d * 2 * head_bytes,
+                                   dst.addr() + d * bytes / 2 + b * pages * dst_page,
+                                   2 * head_bytes, pages * tokens, 4 * head_bytes,
+                                   2 * head_bytes});
+  }
+  for (int d = 0; d < 2; ++d)
+    rows[d] = expand_strided(sliced[d]);
+  // GB/s of `group` posted again and again, each round waited for.
+  auto rate = [&](std::vector<const write_batch*> group) {
+    uint64_t n = 0;
+    auto t0 = clock_type::now();
+    do {
+      for (auto& res : s.post_group(group)) {
+        if (res.status == xfer_status::failed) {
+          out.skipped = describe(res.error);
+          return 0.0;
+        }
+        if (res.status != xfer_status::in_progress)
+          continue;
+        std::string reason;
+        auto st = xfer_status::in_progress;
+        while (st == xfer_status::in_progress)
+          st = s.poll(res.id, reason);
+        s.release(res.id);
+        if (st != xfer_status::done) {
+          out.skipped = reason;
+          return 0.0;
+        }
+      }
+      ++n;
+    } while (since(t0) < seconds);
+    return static_cast<double>(n * bytes) / since(t0) / 1e9;
+  };
+  out.whole = rate({&whole});
+  out.strided = rate({&sliced[0], &sliced[1]});
+  out.rows = rate({&rows[0], &rows[1]});
+  return out;
+}
+
 } // namespace
 
 int bench_bandwidth(int argc, char** argv) {
@@ -602,8 +683,28 @@ int bench_bandwidth(int argc, char** argv) {
               "base GB/s", "baseline", "ratio");
   std::vector<std::string> rows;
   std::vector<goal> goals;
+  std::vector<std::string> device_sliced_rows;
   for (auto& name : names) {
     bool skip = !cfg.runs("points");
+    if (!skip && name == "cuda") {
+      auto ds = device_sliced_gbps(name, std::max(0.2, per_point));
+      if (ds.skipped.empty()) {
+        std::printf("cuda head-sliced 2P -> 4D NHD copies (16 MiB, 512 B token rows): strided "
+                    "%.2f GB/s, row by row %.2f GB/s, whole pages (equal TP) %.2f GB/s "
+                    "(%.0f%% / %.0f%% of whole pages)\n",
+                    ds.strided, ds.rows, ds.whole, 100 * ds.strided / ds.whole,
+                    100 * ds.rows / ds.whole);
+        device_sliced_rows.push_back(json_object{}
+                                       .str("transport", name)
+                                       .num("strided_gb_per_s", ds.strided)
+                                       .num("rows_gb_per_s", ds.rows)
+                                       .num("whole_pages_gb_per_s", ds.whole)
+                                       .dump(6));
+      } else {
+        std::printf("cuda head-sliced copies skipped: %s\n", ds.skipped.c_str());
+      }
+      std::fflush(stdout);
+    }
     for (auto block : blocks) {
       for (auto batch : batches) {
         auto bytes = static_cast<uint64_t>(block) * static_cast<uint64_t>(batch);
@@ -824,6 +925,7 @@ int bench_bandwidth(int argc, char** argv) {
                .num("realistic_kv_memcpy_gb_per_s", kv_base)
                .num("realistic_kv_memcpy_one_slot_gb_per_s", kv_warm)
                .raw("head_sliced", json_array(mapped))
+               .raw("device_head_sliced", json_array(device_sliced_rows))
                .raw("scattered_pages", json_array(scatter))
                .raw("tcp_two_paths", json_array(multi))
                .raw("integrity_xxh3", json_array(hashed))

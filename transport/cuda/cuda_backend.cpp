@@ -132,6 +132,7 @@ std::string cuda_backend::name() const {
 backend_caps cuda_backend::caps() const {
   backend_caps out;
   out.max_batch_ops = 1u << 20;
+  out.strided_writes = true; // one cudaMemcpy2DAsync each
   return out;
 }
 
@@ -232,10 +233,6 @@ void cuda_backend::enable_peer_access(int from, int to) {
 }
 
 post_result cuda_backend::post(const write_batch& batch) {
-  // Strided writes move as the plain writes they stand for (no caps
-  // `strided_writes`: a rank plans none for this backend alone).
-  if (!batch.strided.empty())
-    return post(expand_strided(batch));
   // Every batch is posted to the device and completes later (or is
   // refused now, before anything moves).
   auto id = post_batch(batch);
@@ -244,6 +241,27 @@ post_result cuda_backend::post(const write_batch& batch) {
   return post_result::in_progress(*id);
 }
 
+namespace {
+
+/// One copy the device makes: `height` rows of `width` bytes at pitches
+/// `spitch` and `dpitch` (a plain write: one row), as cudaMemcpy2DAsync
+/// takes them.
+struct device_copy {
+  uint64_t src = 0;
+  uint64_t dst = 0;
+  uint64_t width = 0;
+  uint64_t height = 1;
+  uint64_t spitch = 0;
+  uint64_t dpitch = 0;
+};
+
+/// Pitches cudaMemcpy2DAsync takes (cudaDevAttrMaxPitch is 2^31 - 1 on
+/// every GPU of the last decade); a strided write beyond it, or whose rows
+/// overlap, is copied row by row.
+constexpr uint64_t max_pitch = (uint64_t{1} << 31) - 1;
+
+} // namespace
+
 caf::expected<xfer_id> cuda_backend::post_batch(const write_batch& batch) {
   if (batch.peer.transport != "cuda")
     return make_error(errc::invalid_argument,
@@ -251,36 +269,50 @@ caf::expected<xfer_id> cuda_backend::post_batch(const write_batch& batch) {
   if (batch.peer.domain != host_domain())
     return make_error(errc::invalid_argument, "cuda: rank " + std::to_string(batch.peer.owner)
                                                 + " is on another host");
-  if (batch.ops.size() > caps().max_batch_ops)
+  if (batch.descriptors() > caps().max_batch_ops)
     return make_error(errc::invalid_argument, "cuda: batch too large");
   bool same_process = batch.peer.address == token_;
   int device = batch.src_device_id >= 0 ? batch.src_device_id
                                         : std::max(batch.dst_device_id, 0);
-  // Resolve every write before enqueueing one: a bad batch moves nothing.
-  std::vector<uint64_t> dsts;
-  dsts.reserve(batch.ops.size());
-  for (auto& op : batch.ops) {
-    bool src_ok = op.size_bytes == 0
+  // Every write as a copy of rows, strided ones first (as expand_strided
+  // orders them). Resolve every one before enqueueing one: a bad batch
+  // moves nothing.
+  std::vector<device_copy> copies;
+  copies.reserve(batch.descriptors());
+  for (size_t i = 0; i < batch.strided.size(); ++i) {
+    auto& w = batch.strided[i];
+    uint64_t src_span = 0, dst_span = 0;
+    if (!w.span(true, src_span) || !w.span(false, dst_span))
+      return make_error(errc::invalid_argument,
+                        "cuda: strided write " + std::to_string(i)
+                          + " moves nothing, or its span overflows");
+    copies.push_back({w.src_addr, w.dst_addr, w.size_bytes, w.count, w.src_stride, w.dst_stride});
+  }
+  for (auto& op : batch.ops)
+    copies.push_back({op.src_addr, op.dst_addr, op.size_bytes, 1, op.size_bytes, op.size_bytes});
+  for (auto& c : copies) {
+    // The rows' span on each side: checked whole (a strided write's rows
+    // lie inside it).
+    auto src_len = (c.height - 1) * c.spitch + c.width;
+    auto dst_len = (c.height - 1) * c.dpitch + c.width;
+    bool src_ok = c.width == 0
                   || std::any_of(regions_.begin(), regions_.end(), [&](auto& r) {
-                       return r.mem.covers(op.src_addr, op.size_bytes, r.mem.device_id);
+                       return r.mem.covers(c.src, src_len, r.mem.device_id);
                      });
     if (!src_ok)
-      return make_error(errc::out_of_range, "source "
-                                              + region_table::range(op.src_addr, op.size_bytes)
+      return make_error(errc::out_of_range, "source " + region_table::range(c.src, src_len)
                                               + " is outside the sender's registered memory");
-    auto target = route_device_write(batch.peer, same_process, op.dst_addr, op.size_bytes);
+    auto target = route_device_write(batch.peer, same_process, c.dst, dst_len);
     if (!target)
       return target.error();
-    if (!target->through_ipc) {
-      dsts.push_back(op.dst_addr);
+    if (!target->through_ipc)
       continue;
-    }
     if (auto err = cudaSetDevice(device); err != cudaSuccess)
       return cuda_fail("cudaSetDevice", err);
     auto base = ipc_base(batch.peer.device[target->region], device);
     if (!base)
       return base.error();
-    dsts.push_back(*base + target->ipc_offset);
+    c.dst = *base + target->ipc_offset;
   }
   if (auto err = cudaSetDevice(device); err != cudaSuccess)
     return cuda_fail("cudaSetDevice", err);
@@ -291,18 +323,39 @@ caf::expected<xfer_id> cuda_backend::post_batch(const write_batch& batch) {
     return stream.error();
   auto id = next_xfer_++;
   auto& x = xfers_[id];
-  for (size_t i = 0; i < batch.ops.size(); ++i) {
-    auto& op = batch.ops[i];
-    if (op.size_bytes == 0)
+  auto enqueue = [&](const device_copy& c) {
+    if (c.height == 1)
+      return cudaMemcpyAsync(reinterpret_cast<void*>(c.dst), reinterpret_cast<const void*>(c.src),
+                             c.width, cudaMemcpyDefault, *stream);
+    if (c.spitch >= c.width && c.dpitch >= c.width && c.spitch <= max_pitch
+        && c.dpitch <= max_pitch) {
+      // One call for a buffer's token rows: head slicing of NHD pages as
+      // cudaMemcpyAsync a row was 16,384 calls a realistic chunk.
+      auto err = cudaMemcpy2DAsync(reinterpret_cast<void*>(c.dst), c.dpitch,
+                                   reinterpret_cast<const void*>(c.src), c.spitch, c.width,
+                                   c.height, cudaMemcpyDefault, *stream);
+      if (err == cudaSuccess)
+        return err;
+      // Refused as a whole (its arguments are checked before anything is
+      // enqueued): the same rows one by one, which any device takes.
+      cudaGetLastError();
+    }
+    for (uint64_t k = 0; k < c.height; ++k)
+      if (auto err = cudaMemcpyAsync(reinterpret_cast<void*>(c.dst + k * c.dpitch),
+                                     reinterpret_cast<const void*>(c.src + k * c.spitch), c.width,
+                                     cudaMemcpyDefault, *stream);
+          err != cudaSuccess)
+        return err;
+    return cudaSuccess;
+  };
+  for (size_t i = 0; i < copies.size(); ++i) {
+    if (copies[i].width == 0)
       continue;
-    auto err = cudaMemcpyAsync(reinterpret_cast<void*>(dsts[i]),
-                               reinterpret_cast<const void*>(op.src_addr), op.size_bytes,
-                               cudaMemcpyDefault, *stream);
-    if (err != cudaSuccess) {
+    if (auto err = enqueue(copies[i]); err != cudaSuccess) {
       // Earlier copies are enqueued already: the batch fails, it is not refused.
       cudaGetLastError();
       x.status = xfer_status::failed;
-      x.reason = "cuda: cudaMemcpyAsync of write " + std::to_string(i) + " to rank "
+      x.reason = "cuda: copy " + std::to_string(i) + " to rank "
                  + std::to_string(batch.peer.owner) + ": " + cuda_text(err);
       break;
     }

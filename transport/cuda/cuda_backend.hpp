@@ -21,8 +21,9 @@ namespace kvroom::detail {
 /// cudaPointerGetAttributes) and, for GPU memory, the CUDA IPC handle of
 /// its allocation, so ranks in other processes on this host can map it.
 /// A batch is validated whole against both sides' registrations, then
-/// enqueued as cudaMemcpyAsync calls on a non-blocking stream per (peer,
-/// device) with one event behind them; `poll` queries the event, on the
+/// enqueued as cudaMemcpyAsync calls (cudaMemcpy2DAsync for a strided
+/// write's rows) on a non-blocking stream per (peer, device) with one event
+/// behind them; `poll` queries the event, on the
 /// transfer worker's thread, never an actor scheduler thread.
 class cuda_backend final : public backend {
 public:
