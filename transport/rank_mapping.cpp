@@ -470,6 +470,11 @@ plan_mapped_writes(const decode_mapping& m, const prefill_place& src,
       rows = group[k]->length == g0->length
              && group[k]->src_offset == g0->src_offset + k * src_stride
              && group[k]->dst_offset == g0->dst_offset + k * dst_stride;
+    // Writes merge only within this buffer pair: buffers registered one by
+    // one may lie back to back in memory (a caching allocator's), and a
+    // write across two registrations is outside either.
+    auto ops_here = ops.size();
+    auto strided_here = strided ? strided->size() : 0;
     for (size_t i = 0; i < src_pages.size(); ++i) {
       auto src_page = sb.mem.addr + static_cast<uint64_t>(src_pages[i]) * sb.page_size_bytes;
       auto dst_page = db.mem.addr + static_cast<uint64_t>(dst_pages[i]) * db.page_size_bytes;
@@ -479,7 +484,7 @@ plan_mapped_writes(const decode_mapping& m, const prefill_place& src,
         strided_write w{src_page + g0->src_offset, dst_page + g0->dst_offset, g0->length,
                         group.size(), src_stride, dst_stride};
         auto& ws = *strided;
-        if (!ws.empty()) {
+        if (ws.size() > strided_here) {
           // The previous page's rows continue into this page's: one write.
           auto& prev = ws.back();
           if (prev.size_bytes == w.size_bytes && prev.src_stride == src_stride
@@ -495,7 +500,7 @@ plan_mapped_writes(const decode_mapping& m, const prefill_place& src,
       }
       for (auto* w : group) {
         write_op op{src_page + w->src_offset, dst_page + w->dst_offset, w->length};
-        if (!ops.empty() && ops.back().src_addr + ops.back().size_bytes == op.src_addr
+        if (ops.size() > ops_here && ops.back().src_addr + ops.back().size_bytes == op.src_addr
             && ops.back().dst_addr + ops.back().size_bytes == op.dst_addr) {
           ops.back().size_bytes += op.size_bytes;
           continue;

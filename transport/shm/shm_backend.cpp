@@ -66,6 +66,7 @@ backend_caps shm_backend::caps() const {
   backend_caps out;
   out.max_batch_ops = 1u << 20;
   out.reads = true;
+  out.strided_writes = true;
   return out;
 }
 
@@ -140,10 +141,8 @@ caf::error shm_backend::map_segment(const std::string& name) {
 }
 
 post_result shm_backend::post(const write_batch& batch) {
-  // Strided writes move as the plain writes they stand for (no caps
-  // `strided_writes`: a rank plans none for this backend alone).
   if (!batch.strided.empty())
-    return post(expand_strided(batch));
+    return std::move(post_group({&batch}).front()); // where they are resolved
   if (!reachable(batch.peer, batch.src_device_id, batch.dst_device_id))
     return post_result::failed(check_peer(batch.peer, batch.src_device_id, batch.dst_device_id));
   return copy(batch);
@@ -301,10 +300,39 @@ post_result shm_backend::checked_copy(const std::vector<Op>& ops, const endpoint
   }
 }
 
+caf::error shm_backend::resolve_strided(const region_table::view& regions, const mappings& maps,
+                                        const write_batch& batch, std::vector<strided_write>& out,
+                                        const std::string*& missing) const {
+  out.clear();
+  peer_hint hint;
+  size_t own_hint = 0;
+  for (size_t i = 0; i < batch.strided.size(); ++i) {
+    auto w = batch.strided[i];
+    uint64_t src_span = 0, dst_span = 0;
+    if (!w.span(true, src_span) || !w.span(false, dst_span))
+      return make_error(errc::invalid_argument,
+                        "strided write " + std::to_string(i)
+                          + " moves nothing, or its span overflows (" + std::to_string(w.count)
+                          + " writes of " + std::to_string(w.size_bytes) + " B)");
+    if (!regions.covers(w.src_addr, src_span, own_hint))
+      return make_error(errc::not_registered, "strided write " + std::to_string(i)
+                                                + ": source span "
+                                                + region_table::range(w.src_addr, src_span)
+                                                + " is outside the sender's registered memory");
+    auto* at = hinted(hint, w.dst_addr, dst_span);
+    if (!at)
+      at = resolve(maps, batch.peer, w.dst_addr, dst_span, hint, missing);
+    if (!at)
+      return missing ? caf::none
+                     : unresolved(batch.peer, w.dst_addr, dst_span, hint, "strided write", i,
+                                  "destination");
+    w.dst_addr = reinterpret_cast<uint64_t>(at);
+    out.push_back(w);
+  }
+  return caf::none;
+}
+
 std::vector<post_result> shm_backend::post_group(const std::vector<const write_batch*>& batches) {
-  for (auto* b : batches)
-    if (!b->strided.empty())
-      return backend::post_group(batches); // batch by batch, each expanded
   static const copy_names names{"write", "source", "the sender", "destination",
                                 errc::not_registered, true};
   auto src = [](const write_op& op) { return op.src_addr; };
@@ -314,6 +342,8 @@ std::vector<post_result> shm_backend::post_group(const std::vector<const write_b
   // in turn under one view.
   std::vector<post_result> out(batches.size(), post_result::done());
   std::vector<std::vector<uint8_t*>> at_peer(batches.size());
+  // Strided writes with their destinations where they are mapped here.
+  std::vector<std::vector<strided_write>> rows_at_peer(batches.size());
   for (size_t b = 0; b < batches.size(); ++b) {
     auto& batch = *batches[b];
     if (!reachable(batch.peer, batch.src_device_id, batch.dst_device_id))
@@ -334,8 +364,11 @@ std::vector<post_result> shm_backend::post_group(const std::vector<const write_b
         if (out[b].status != xfer_status::done)
           continue;
         auto& batch = *batches[b];
-        if (auto err = resolve_all(regions, maps, batch.ops, batch.peer, names, src, dst,
-                                   at_peer[b].data(), missing))
+        auto err = resolve_all(regions, maps, batch.ops, batch.peer, names, src, dst,
+                               at_peer[b].data(), missing);
+        if (!err && !missing && !batch.strided.empty())
+          err = resolve_strided(regions, maps, batch, rows_at_peer[b], missing);
+        if (err)
           out[b] = post_result::failed(std::move(err));
         else if (missing)
           missing_for = b;
@@ -349,6 +382,13 @@ std::vector<post_result> shm_backend::post_group(const std::vector<const write_b
         for (auto b : passed)
           sizes.push_back(batches[b]->ops.size());
         auto copier = bulk_copier::for_post(bytes, streaming_);
+        std::vector<const std::vector<strided_write>*> lists;
+        for (auto b : passed)
+          if (!rows_at_peer[b].empty())
+            lists.push_back(&rows_at_peer[b]);
+        interleave_rows(lists, [&](uint64_t from, uint64_t to, uint64_t len) {
+          copier(reinterpret_cast<uint8_t*>(to), reinterpret_cast<const uint8_t*>(from), len);
+        });
         interleave(sizes, [&](size_t p, size_t i) {
           auto& op = batches[passed[p]]->ops[i];
           copier(at_peer[passed[p]][i], reinterpret_cast<const uint8_t*>(op.src_addr),

@@ -91,6 +91,12 @@ private:
                          const copy_names& names, Own own, Theirs theirs, uint8_t** at_peer,
                          const std::string*& missing) const;
 
+  /// The same for `batch`'s strided writes, each span checked whole: into
+  /// `out`, each with its destination where the peer's span is mapped here.
+  caf::error resolve_strided(const region_table::view& regions, const mappings& maps,
+                             const write_batch& batch, std::vector<strided_write>& out,
+                             const std::string*& missing) const;
+
   /// The peer region the last op fell in, and its mapping: a batch's ops
   /// run through one buffer after another, and a scan of the peer's regions
   /// (a buffer per layer and K/V) plus a look-up of its segment by name per
