@@ -1,11 +1,25 @@
 #include "kvroom/transport/bulk_copy.hpp"
 
+#include <string>
+
+#include "kvroom/api/errors.hpp"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <emmintrin.h>
 #define KVROOM_STREAMING_STORES 1
 #endif
 
 namespace kvroom::detail {
+
+caf::error strided_spans(const strided_write& w, size_t i, uint64_t& src_span,
+                         uint64_t& dst_span) {
+  if (w.span(true, src_span) && w.span(false, dst_span))
+    return caf::none;
+  return make_error(errc::invalid_argument,
+                    "strided write " + std::to_string(i) + " moves nothing, or its span overflows ("
+                      + std::to_string(w.count) + " writes of " + std::to_string(w.size_bytes)
+                      + " B)");
+}
 
 #ifdef KVROOM_STREAMING_STORES
 

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "caf/error.hpp"
+
 #include "kvroom/api/descriptors.hpp"
 
 namespace kvroom::detail {
@@ -98,6 +100,12 @@ void interleave(const std::vector<size_t>& sizes, Copy copy) {
       if (i < sizes[l])
         copy(l, i);
 }
+
+/// Both spans of strided write `i` of a batch (`strided_write::span`), or
+/// the error that refuses the batch: a strided write that moves nothing or
+/// whose span overflows.
+caf::error strided_spans(const strided_write& w, size_t i, uint64_t& src_span,
+                         uint64_t& dst_span);
 
 /// The writes of a list of strided writes, one after another (each
 /// strided write's rows in order).

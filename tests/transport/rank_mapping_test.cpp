@@ -411,6 +411,24 @@ TEST_CASE("rank mapping: a shared mapping is computed once per layouts, bounded,
   CHECK((*first)->writes.size() == (*again)->writes.size()); // still valid where held
 }
 
+namespace {
+
+/// Addresses only (nothing is copied): `x`'s KV buffers of `npages` pages
+/// from `base`, 1 MiB apart, and with `aux` an aux buffer of 4 slots of 64 B.
+memory_layout addresses_only(const parallel_layout& x, uint64_t base, int64_t npages,
+                             bool aux = false) {
+  memory_layout mem;
+  for (int32_t b = 0; b < x.kv_buffers(); ++b)
+    mem.kv.push_back(paged_buffer{
+      mem_desc{base + static_cast<uint64_t>(b) * (1u << 20), x.page_bytes() * npages, -1},
+      x.page_bytes()});
+  if (aux)
+    mem.aux.push_back(paged_buffer{mem_desc{base + (1u << 30), 64 * 4, -1}, 64});
+  return mem;
+}
+
+} // namespace
+
 TEST_CASE("mapped writes with strided rows stand for exactly the plain writes, in fewer "
           "descriptors") {
   // Byte by byte: destination address -> source address, from a plan.
@@ -455,21 +473,13 @@ TEST_CASE("mapped writes with strided rows stand for exactly the plain writes, i
       decode.push_back(layout(g.dtp, t, 1, 0, g.heads, g.dorder, g.mla));
     auto room = map_room(prefill, decode);
     REQUIRE(room);
-    // Addresses only: nothing is copied.
-    auto mem_of = [&](const parallel_layout& x, uint64_t base) {
-      memory_layout mem;
-      for (int32_t b = 0; b < x.kv_buffers(); ++b)
-        mem.kv.push_back(paged_buffer{
-          mem_desc{base + static_cast<uint64_t>(b) * (1u << 20), x.page_bytes() * npages, -1},
-          x.page_bytes()});
-      return mem;
-    };
     size_t with_rows = 0;
     for (auto& d : decode) {
-      auto dst_mem = mem_of(d, 1ull << 40);
+      auto dst_mem = addresses_only(d, 1ull << 40, npages);
       auto& m = room->decode[static_cast<size_t>(d.tp_rank)];
       for (auto& x : prefill) {
-        auto src_mem = mem_of(x, (1ull << 32) * static_cast<uint64_t>(1 + x.tp_rank));
+        auto src_mem = addresses_only(x, (1ull << 32) * static_cast<uint64_t>(1 + x.tp_rank),
+                                      npages);
         prefill_place at{x.tp_rank, x.pp_rank};
         auto plain = plan_mapped_writes(m, at, x, d, src_mem, dst_mem, g.src_pages, g.dst_pages);
         std::vector<strided_write> ws{strided_write{1, 2, 3, 4, 5, 6}}; // replaced
@@ -548,17 +558,8 @@ TEST_CASE("mapped writes with strided rows stand for exactly the plain writes, i
     std::vector<parallel_layout> group{p, layout(2, 1, 1, 0, 8, page_order::nhd, false)};
     auto m = map_decode_rank(group, d);
     REQUIRE(m);
-    auto mem_of = [&](const parallel_layout& x, uint64_t base) {
-      memory_layout mem;
-      for (int32_t b = 0; b < x.kv_buffers(); ++b)
-        mem.kv.push_back(paged_buffer{
-          mem_desc{base + static_cast<uint64_t>(b) * (1u << 20), x.page_bytes() * npages, -1},
-          x.page_bytes()});
-      mem.aux.push_back(paged_buffer{mem_desc{base + (1u << 30), 64 * 4, -1}, 64});
-      return mem;
-    };
-    auto sm = mem_of(p, 1ull << 32);
-    auto dm = mem_of(d, 1ull << 40);
+    auto sm = addresses_only(p, 1ull << 32, npages, true);
+    auto dm = addresses_only(d, 1ull << 40, npages, true);
     part_spec part{&sm, &dm, &*m, prefill_place{0, 0}, &p, &d};
     std::vector<strided_write> ws{strided_write{1, 2, 3, 4, 5, 6}};
     uint32_t aux_ops = 0;

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "kvroom/api/errors.hpp"
+#include "kvroom/transport/bulk_copy.hpp"
 #include "kvroom/transport/cuda/cuda_error.hpp"
 #include "kvroom/transport/cuda/device_route.hpp"
 #include "kvroom/transport/host_id.hpp"
@@ -243,21 +244,9 @@ post_result cuda_backend::post(const write_batch& batch) {
 
 namespace {
 
-/// One copy the device makes: `height` rows of `width` bytes at pitches
-/// `spitch` and `dpitch` (a plain write: one row), as cudaMemcpy2DAsync
-/// takes them.
-struct device_copy {
-  uint64_t src = 0;
-  uint64_t dst = 0;
-  uint64_t width = 0;
-  uint64_t height = 1;
-  uint64_t spitch = 0;
-  uint64_t dpitch = 0;
-};
-
-/// Pitches cudaMemcpy2DAsync takes (cudaDevAttrMaxPitch is 2^31 - 1 on
-/// every GPU of the last decade); a strided write beyond it, or whose rows
-/// overlap, is copied row by row.
+/// Pitches cudaMemcpy2DAsync takes (`cudaDeviceProp::memPitch`, 2^31 - 1
+/// on the GPUs we know); a strided write beyond it, or whose rows overlap,
+/// is copied row by row, as one the call refuses.
 constexpr uint64_t max_pitch = (uint64_t{1} << 31) - 1;
 
 } // namespace
@@ -274,35 +263,35 @@ caf::expected<xfer_id> cuda_backend::post_batch(const write_batch& batch) {
   bool same_process = batch.peer.address == token_;
   int device = batch.src_device_id >= 0 ? batch.src_device_id
                                         : std::max(batch.dst_device_id, 0);
-  // Every write as a copy of rows, strided ones first (as expand_strided
-  // orders them). Resolve every one before enqueueing one: a bad batch
-  // moves nothing.
-  std::vector<device_copy> copies;
+  // Every write as rows (a plain one: one row), strided ones first (as
+  // expand_strided orders them), each with its span on both sides.
+  // Resolve every one before enqueueing one: a bad batch moves nothing.
+  std::vector<strided_write> copies;
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
   copies.reserve(batch.descriptors());
+  spans.reserve(batch.descriptors());
   for (size_t i = 0; i < batch.strided.size(); ++i) {
-    auto& w = batch.strided[i];
     uint64_t src_span = 0, dst_span = 0;
-    if (!w.span(true, src_span) || !w.span(false, dst_span))
-      return make_error(errc::invalid_argument,
-                        "cuda: strided write " + std::to_string(i)
-                          + " moves nothing, or its span overflows");
-    copies.push_back({w.src_addr, w.dst_addr, w.size_bytes, w.count, w.src_stride, w.dst_stride});
+    if (auto err = strided_spans(batch.strided[i], i, src_span, dst_span))
+      return err;
+    copies.push_back(batch.strided[i]);
+    spans.emplace_back(src_span, dst_span);
   }
-  for (auto& op : batch.ops)
+  for (auto& op : batch.ops) {
     copies.push_back({op.src_addr, op.dst_addr, op.size_bytes, 1, op.size_bytes, op.size_bytes});
-  for (auto& c : copies) {
-    // The rows' span on each side: checked whole (a strided write's rows
-    // lie inside it).
-    auto src_len = (c.height - 1) * c.spitch + c.width;
-    auto dst_len = (c.height - 1) * c.dpitch + c.width;
-    bool src_ok = c.width == 0
+    spans.emplace_back(op.size_bytes, op.size_bytes);
+  }
+  for (size_t i = 0; i < copies.size(); ++i) {
+    auto& c = copies[i];
+    auto [src_len, dst_len] = spans[i];
+    bool src_ok = c.size_bytes == 0
                   || std::any_of(regions_.begin(), regions_.end(), [&](auto& r) {
-                       return r.mem.covers(c.src, src_len, r.mem.device_id);
+                       return r.mem.covers(c.src_addr, src_len, r.mem.device_id);
                      });
     if (!src_ok)
-      return make_error(errc::out_of_range, "source " + region_table::range(c.src, src_len)
+      return make_error(errc::out_of_range, "source " + region_table::range(c.src_addr, src_len)
                                               + " is outside the sender's registered memory");
-    auto target = route_device_write(batch.peer, same_process, c.dst, dst_len);
+    auto target = route_device_write(batch.peer, same_process, c.dst_addr, dst_len);
     if (!target)
       return target.error();
     if (!target->through_ipc)
@@ -312,7 +301,7 @@ caf::expected<xfer_id> cuda_backend::post_batch(const write_batch& batch) {
     auto base = ipc_base(batch.peer.device[target->region], device);
     if (!base)
       return base.error();
-    c.dst = *base + target->ipc_offset;
+    c.dst_addr = *base + target->ipc_offset;
   }
   if (auto err = cudaSetDevice(device); err != cudaSuccess)
     return cuda_fail("cudaSetDevice", err);
@@ -323,33 +312,34 @@ caf::expected<xfer_id> cuda_backend::post_batch(const write_batch& batch) {
     return stream.error();
   auto id = next_xfer_++;
   auto& x = xfers_[id];
-  auto enqueue = [&](const device_copy& c) {
-    if (c.height == 1)
-      return cudaMemcpyAsync(reinterpret_cast<void*>(c.dst), reinterpret_cast<const void*>(c.src),
-                             c.width, cudaMemcpyDefault, *stream);
-    if (c.spitch >= c.width && c.dpitch >= c.width && c.spitch <= max_pitch
-        && c.dpitch <= max_pitch) {
+  auto enqueue = [&](const strided_write& c) {
+    if (c.count == 1)
+      return cudaMemcpyAsync(reinterpret_cast<void*>(c.dst_addr),
+                             reinterpret_cast<const void*>(c.src_addr), c.size_bytes,
+                             cudaMemcpyDefault, *stream);
+    if (c.src_stride >= c.size_bytes && c.dst_stride >= c.size_bytes
+        && c.src_stride <= max_pitch && c.dst_stride <= max_pitch) {
       // One call for a buffer's token rows: head slicing of NHD pages as
       // cudaMemcpyAsync a row was 16,384 calls a realistic chunk.
-      auto err = cudaMemcpy2DAsync(reinterpret_cast<void*>(c.dst), c.dpitch,
-                                   reinterpret_cast<const void*>(c.src), c.spitch, c.width,
-                                   c.height, cudaMemcpyDefault, *stream);
+      auto err = cudaMemcpy2DAsync(reinterpret_cast<void*>(c.dst_addr), c.dst_stride,
+                                   reinterpret_cast<const void*>(c.src_addr), c.src_stride,
+                                   c.size_bytes, c.count, cudaMemcpyDefault, *stream);
       if (err == cudaSuccess)
         return err;
       // Refused as a whole (its arguments are checked before anything is
       // enqueued): the same rows one by one, which any device takes.
       cudaGetLastError();
     }
-    for (uint64_t k = 0; k < c.height; ++k)
-      if (auto err = cudaMemcpyAsync(reinterpret_cast<void*>(c.dst + k * c.dpitch),
-                                     reinterpret_cast<const void*>(c.src + k * c.spitch), c.width,
-                                     cudaMemcpyDefault, *stream);
+    for (uint64_t k = 0; k < c.count; ++k)
+      if (auto err = cudaMemcpyAsync(reinterpret_cast<void*>(c.dst_addr + k * c.dst_stride),
+                                     reinterpret_cast<const void*>(c.src_addr + k * c.src_stride),
+                                     c.size_bytes, cudaMemcpyDefault, *stream);
           err != cudaSuccess)
         return err;
     return cudaSuccess;
   };
   for (size_t i = 0; i < copies.size(); ++i) {
-    if (copies[i].width == 0)
+    if (copies[i].size_bytes == 0)
       continue;
     if (auto err = enqueue(copies[i]); err != cudaSuccess) {
       // Earlier copies are enqueued already: the batch fails, it is not refused.

@@ -196,11 +196,8 @@ private:
     for (size_t i = 0; strided != nullptr && i < strided->size(); ++i) {
       auto& w = (*strided)[i];
       uint64_t src_span = 0, dst_span = 0;
-      if (!w.span(true, src_span) || !w.span(false, dst_span))
-        return make_error(errc::invalid_argument,
-                          "strided write " + std::to_string(i)
-                            + " moves nothing, or its span overflows (" + std::to_string(w.count)
-                            + " writes of " + std::to_string(w.size_bytes) + " B)");
+      if (auto err = strided_spans(w, i, src_span, dst_span))
+        return err;
       if (!src.covers(w.src_addr, src_span, src_hint))
         return make_error(errc::not_registered,
                           "strided write " + std::to_string(i) + ": source span "
