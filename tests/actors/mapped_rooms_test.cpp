@@ -5,6 +5,7 @@
 // room's pages.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "kvroom/kit/harness.hpp"
 #include "kvroom/kit/testkit.hpp"
+#include "kvroom/transport/forwarding_backend.hpp"
 
 using namespace kvroom;
 using namespace std::chrono_literals;
@@ -31,6 +33,32 @@ struct deployment_shape {
   /// and pages, as SGLang's decode does, and hold the model the prefill
   /// group declares at that size.
   bool decode_declares = true;
+  /// When set: the strided writes the prefill ranks' data planes were
+  /// asked to post, counted.
+  std::shared_ptr<std::atomic<uint64_t>> strided_posted;
+};
+
+/// The rank's own data plane, counting the strided writes it is asked to
+/// post (alone or in a group, which it passes on as a group).
+class strided_counter : public forwarding_backend {
+public:
+  strided_counter(backend_ptr inner, std::shared_ptr<std::atomic<uint64_t>> n)
+    : forwarding_backend(std::move(inner)), n_(std::move(n)) {
+  }
+
+  post_result post(const write_batch& batch) override {
+    *n_ += batch.strided.size();
+    return forwarding_backend::post(batch);
+  }
+
+  std::vector<post_result> post_group(const std::vector<const write_batch*>& batches) override {
+    for (auto* b : batches)
+      *n_ += b->strided.size();
+    return inner_->post_group(batches);
+  }
+
+private:
+  std::shared_ptr<std::atomic<uint64_t>> n_;
 };
 
 /// Rank `i` of a side: TP rank i % tp of PP stage i / tp (each stage holds
@@ -87,6 +115,13 @@ side make_side(runtime& rt, const deployment_shape& s, bool prefill) {
       c.parallel = x;
     c.integrity = s.integrity;
     c.timeouts = room_timeouts{10'000, 10'000, 10'000};
+    if (prefill && s.strided_posted)
+      c.data_plane = [n = s.strided_posted](const backend_config& bc) -> caf::expected<backend_ptr> {
+        auto inner = make_backend(bc);
+        if (!inner)
+          return inner.error();
+        return backend_ptr{std::make_unique<strided_counter>(std::move(*inner), n)};
+      };
     auto r = rt.add_rank(c);
     if (!r)
       FAIL("add_rank: " << describe(r.error()));
@@ -167,8 +202,12 @@ TEST_CASE("mapped rooms: decode TP above prefill TP takes head slices (2P -> 4D)
     run_rooms(s, 3);
   }
   SECTION("NHD") {
+    // Each token's heads are a row of a strided write (one a buffer's
+    // pages), not a write of their own.
     s.prefill_order = s.decode_order = page_order::nhd;
+    s.strided_posted = std::make_shared<std::atomic<uint64_t>>(0);
     run_rooms(s, 3);
+    CHECK(*s.strided_posted > 0);
   }
 }
 
@@ -410,6 +449,13 @@ TEST_CASE("mapped rooms with the integrity check: every part hashed in the room'
   s.decode_tp = 2;
   s.decode_order = page_order::nhd;
   run_rooms(s, 2);
+  // NHD on both sides, hashed: the plain writes, which the hash walks.
+  s.prefill_order = page_order::nhd;
+  s.strided_posted = std::make_shared<std::atomic<uint64_t>>(0);
+  run_rooms(s, 2);
+  CHECK(*s.strided_posted == 0);
+  s.strided_posted.reset();
+  s.prefill_order = page_order::hnd;
   s.prefill_tp = 2;
   s.decode_tp = 4;
   s.decode_order = page_order::hnd;
