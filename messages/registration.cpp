@@ -27,6 +27,7 @@ void add_message_types(caf::actor_system_config& cfg) {
     .add_message_type<transport_control>("kvroom.transport_control")
     .add_message_type<rank_down>("kvroom.rank_down")
     .add_message_type<write_op>("kvroom.write_op")
+    .add_message_type<strided_write>("kvroom.strided_write")
     .add_message_type<write_batch>("kvroom.write_batch")
     .add_message_type<sender_init>("kvroom.sender_init")
     .add_message_type<sender_chunk>("kvroom.sender_chunk")
