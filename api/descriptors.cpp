@@ -34,14 +34,10 @@ uint64_t write_batch::total_bytes() const noexcept {
 }
 
 write_batch expand_strided(const write_batch& batch) {
-  write_batch out;
-  out.room = batch.room;
-  out.peer = batch.peer;
-  out.alternates = batch.alternates;
-  out.key = batch.key;
-  out.src_device_id = batch.src_device_id;
-  out.dst_device_id = batch.dst_device_id;
-  out.aux_ops = batch.aux_ops;
+  // Every other field as it is, including any added later; the writes anew.
+  write_batch out = batch;
+  out.strided.clear();
+  out.ops.clear();
   size_t n = batch.ops.size();
   for (auto& w : batch.strided)
     n += w.count;
