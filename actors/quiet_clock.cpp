@@ -6,6 +6,8 @@
 #include "caf/policy/work_stealing.hpp"
 #include "caf/scheduler/coordinator.hpp"
 
+#include "quiet_worker.hpp"
+
 namespace kvroom::detail {
 
 namespace {
@@ -86,13 +88,13 @@ bool load_quiet_scheduler(caf::actor_system_config& cfg, caf::atom_value policy)
   using caf::actor_system;
   if (policy == caf::atom("stealing")) {
     cfg.module_factories.push_back([](actor_system& sys) -> actor_system::module* {
-      return new quiet_coordinator<caf::policy::work_stealing>(sys);
+      return new quiet_coordinator<quiet_policy<caf::policy::work_stealing>>(sys);
     });
     return true;
   }
   if (policy == caf::atom("sharing")) {
     cfg.module_factories.push_back([](actor_system& sys) -> actor_system::module* {
-      return new quiet_coordinator<caf::policy::work_sharing>(sys);
+      return new quiet_coordinator<quiet_policy<caf::policy::work_sharing>>(sys);
     });
     return true;
   }
