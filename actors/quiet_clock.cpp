@@ -21,13 +21,28 @@ void mark(caf::abstract_actor* self) {
 /// clock. The base still starts its own clock's thread, which nothing
 /// then uses (it sleeps until the system stops).
 template <class Policy>
-class quiet_coordinator : public caf::scheduler::coordinator<Policy> {
+class quiet_coordinator : public caf::scheduler::coordinator<Policy>, public resume_count {
 public:
   using super = caf::scheduler::coordinator<Policy>;
   using super::super;
 
   quiet_clock& clock() noexcept override {
     return clock_;
+  }
+
+  uint64_t resumed() const noexcept override {
+#if CAF_LOG_LEVEL == CAF_LOG_LEVEL_QUIET
+    if (!started_.load(std::memory_order_acquire))
+      return 0;
+    // The workers exist from the start on, until the system is gone.
+    auto& self = const_cast<quiet_coordinator&>(*this);
+    uint64_t n = 0;
+    for (size_t i = 0; i < self.num_workers(); ++i)
+      n += self.worker_by_id(i)->resumed();
+    return n;
+#else
+    return 0;
+#endif
   }
 
 protected:
@@ -39,6 +54,7 @@ protected:
       this->system().thread_terminates();
     }};
     super::start();
+    started_.store(true, std::memory_order_release);
   }
 
   void stop() override {
@@ -51,6 +67,7 @@ protected:
 private:
   quiet_clock clock_;
   std::thread timer_;
+  std::atomic<bool> started_{false};
 };
 
 } // namespace
@@ -99,6 +116,11 @@ bool load_quiet_scheduler(caf::actor_system_config& cfg, caf::atom_value policy)
     return true;
   }
   return false;
+}
+
+uint64_t resumed_jobs(caf::actor_system& sys) {
+  auto* counter = dynamic_cast<const resume_count*>(&sys.scheduler());
+  return counter != nullptr ? counter->resumed() : 0;
 }
 
 const quiet_clock* quiet_clock_of(caf::actor_system& sys) {

@@ -19,6 +19,7 @@
 // CAF does although it logs nothing (quiet_worker.hpp).
 
 #include <atomic>
+#include <cstdint>
 #include <thread>
 
 #include "caf/actor_system_config.hpp"
@@ -69,9 +70,22 @@ private:
   std::atomic<uint64_t> skipped_{0};
 };
 
+/// What kvroom's scheduler module counts of its workers.
+class resume_count {
+public:
+  virtual ~resume_count() = default;
+
+  /// Jobs resumed by all workers so far (0 with a CAF built to log).
+  virtual uint64_t resumed() const noexcept = 0;
+};
+
 /// Makes `cfg`'s actor system run `policy` ("stealing" or "sharing") with a
 /// quiet_clock; false (and nothing loaded) for any other policy.
 bool load_quiet_scheduler(caf::actor_system_config& cfg, caf::atom_value policy);
+
+/// Jobs the workers of `sys` resumed so far: an actor scheduled from idle
+/// once, for any number of messages. 0 when its scheduler is another.
+uint64_t resumed_jobs(caf::actor_system& sys);
 
 /// The quiet clock of `sys`, or nullptr when its scheduler is another.
 const quiet_clock* quiet_clock_of(caf::actor_system& sys);
