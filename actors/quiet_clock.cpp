@@ -6,7 +6,7 @@
 #include "caf/policy/work_stealing.hpp"
 #include "caf/scheduler/coordinator.hpp"
 
-#include "quiet_worker.hpp"
+#include "kvroom/actors/quiet_worker.hpp"
 
 namespace kvroom::detail {
 

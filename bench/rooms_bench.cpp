@@ -8,7 +8,7 @@
 
 #include "caf/all.hpp"
 
-#include "kvroom/actors/quiet_clock.hpp"
+#include "kvroom/kit/engine.hpp"
 #include "kvroom/kit/harness.hpp"
 #include "kvroom/kit/testkit.hpp"
 
