@@ -98,3 +98,49 @@ TEST_CASE("quiet clock: off, the system runs CAF's own clock") {
   runtime rt{quiet_options(false)};
   CHECK(detail::quiet_clock_of(rt.system()) == nullptr);
 }
+
+TEST_CASE("quiet workers: each job runs without CAF's logger, and the workers count them") {
+  runtime rt{quiet_options(true)};
+  auto& sys = rt.system();
+  auto before = detail::resumed_jobs(sys);
+  // A spawn from a job sets CAF's logger on its worker's thread (CAF's
+  // spawn does); the worker clears it before its next job, so the probe,
+  // whichever thread runs it after the spawner, sees none.
+  auto spawner = sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
+    return {[=](caf::atom_value) {
+      self->spawn([](caf::event_based_actor*) -> caf::behavior { return {}; });
+      return caf::logger::current_logger() != nullptr;
+    }};
+  });
+  auto probe = sys.spawn([]() -> caf::behavior {
+    return {[](caf::atom_value) { return caf::logger::current_logger() == nullptr; }};
+  });
+  caf::scoped_actor self{sys};
+  int spawner_had = 0, probe_had_none = 0;
+  for (int i = 0; i < 20; ++i) {
+    self->request(spawner, 5s, caf::atom("spawn"))
+      .receive([&](bool had) { spawner_had += had ? 1 : 0; }, [](caf::error&) {});
+    self->request(probe, 5s, caf::atom("probe"))
+      .receive([&](bool none) { probe_had_none += none ? 1 : 0; }, [](caf::error&) {});
+  }
+  CHECK(spawner_had == 20);
+#if CAF_LOG_LEVEL == CAF_LOG_LEVEL_QUIET
+  CHECK(probe_had_none == 20);
+  CHECK(detail::resumed_jobs(sys) >= before + 40);
+#else
+  // A CAF built to log keeps CAF's own worker and logger.
+  CHECK(probe_had_none == 0);
+  CHECK(detail::resumed_jobs(sys) == 0);
+#endif
+  self->send_exit(spawner, caf::exit_reason::user_shutdown);
+  self->send_exit(probe, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("quiet workers: off, the system runs CAF's own workers") {
+  runtime rt{quiet_options(false)};
+  caf::scoped_actor self{rt.system()};
+  auto echo = rt.system().spawn([]() -> caf::behavior { return {[](int x) { return x; }}; });
+  self->request(echo, 5s, 1).receive([](int) {}, [](caf::error&) {});
+  CHECK(detail::resumed_jobs(rt.system()) == 0);
+  self->send_exit(echo, caf::exit_reason::user_shutdown);
+}
