@@ -132,6 +132,23 @@ caf::error rank::start() {
   if (s.cfg.parallel)
     entry.parallel = *s.cfg.parallel;
   s.entry = std::make_shared<const rank_entry>(std::move(entry));
+  auto shared = std::make_shared<room_context>();
+  shared->self = s.ref;
+  shared->manager = s.manager;
+  shared->inbox = inbox;
+  shared->timeouts = s.cfg.timeouts;
+  shared->self_entry = s.entry;
+  shared->worker = s.worker;
+  shared->shortcut = s.shortcut;
+  shared->max_queued_chunks = s.cfg.limits.max_queued_chunks;
+  shared->transport = s.cfg.transport == "local" ? "auto" : s.cfg.transport;
+  shared->protocol.fence = !s.cfg.chaos.no_fence;
+  shared->protocol.one_decider = !s.cfg.chaos.local_decisions;
+  shared->monitor_manager = s.cfg.chaos.keep_room_monitors;
+  shared->trust = s.trust;
+  // Decode rooms grant and revoke writes, prefill rooms reads (a pull).
+  shared->data_plane = s.data_plane;
+  s.room_shared = std::move(shared);
   // A manager or worker that dies takes the rank's rooms with it: say so.
   auto who = to_string(s.ref);
   s.manager->attach_functor([who](const caf::error& reason) {
@@ -202,6 +219,7 @@ rank::~rank() {
     --s.rt.live_ranks_;
   }
   inbox_ = nullptr;
+  s.room_shared.reset();
   s.inbox.reset();
   s.data_plane.reset();
 }
@@ -216,6 +234,7 @@ void rank::abandon() {
   tmp->wait_for(s.manager, s.worker);
   s.manager = nullptr;
   s.worker = nullptr;
+  s.room_shared.reset();
   inbox_ = nullptr;
   s.inbox.reset();
 }
@@ -245,23 +264,9 @@ caf::expected<Handle> rank::open(room_id room, role side, int32_t peer_dp,
                       "prefill_dp_rank must not be negative");
   room_params p;
   p.room = room;
-  p.self = s.ref;
-  p.manager = s.manager;
-  p.inbox = caf::actor_cast<caf::actor>(*s.inbox);
+  p.shared = s.room_shared;
   p.listener = listener;
-  p.timeouts = s.cfg.timeouts;
-  p.self_entry = s.entry;
-  p.worker = s.worker;
-  p.shortcut = s.shortcut;
   p.peer_dp_rank = peer_dp;
-  p.max_queued_chunks = s.cfg.limits.max_queued_chunks;
-  p.transport = s.cfg.transport == "local" ? "auto" : s.cfg.transport;
-  p.protocol.fence = !s.cfg.chaos.no_fence;
-  p.protocol.one_decider = !s.cfg.chaos.local_decisions;
-  p.monitor_manager = s.cfg.chaos.keep_room_monitors;
-  p.trust = s.trust;
-  // Decode rooms grant and revoke writes, prefill rooms reads (a pull).
-  p.data_plane = s.data_plane;
   p.pull = side == role::decode && s.cfg.pull;
   auto& sys = s.rt.system();
   // The room announces itself to the manager as its first act, so the

@@ -18,6 +18,7 @@
 namespace kvroom {
 
 class multipath_backend;
+struct room_context;
 class trust_table;
 
 struct rank::state {
@@ -40,6 +41,8 @@ struct rank::state {
   caf::actor manager;
   caf::actor worker;
   std::shared_ptr<inline_path> shortcut;
+  /// What every room of this rank is spawned with (set once started).
+  std::shared_ptr<const room_context> room_shared;
   std::shared_ptr<rank_metrics> metrics;
   std::unique_ptr<caf::scoped_actor> inbox;
   std::unordered_map<room_id, std::shared_ptr<detail::room_slot>> rooms;

@@ -26,14 +26,14 @@ void maybe_send_dst(self_ptr self) {
     return;
   // Those prefill ranks, and no one else, may write these pages for this
   // room until the room concludes (data planes that check grants: tcp).
-  auto& dp = core.params().data_plane;
+  auto& dp = core.shared().data_plane;
   if (core.params().pull) {
     // Nothing writes here; what this rank reads lands only inside these.
-    st.pulling().own_ranges = room_grant(core.params().self_entry->layout,
+    st.pulling().own_ranges = room_grant(core.shared().self_entry->layout,
                                          st.init.kv_indices, st.init.aux_index,
                                          st.init.state_indices);
   } else if (dp && dp->enforces_grants()) {
-    auto ranges = room_grant(core.params().self_entry->layout, st.init.kv_indices,
+    auto ranges = room_grant(core.shared().self_entry->layout, st.init.kv_indices,
                              st.init.aux_index, st.init.state_indices);
     for (auto& s : st.sources)
       if (!dp->grant(core.params().room, s->rank.id, ranges)) {
@@ -54,7 +54,7 @@ void maybe_send_dst(self_ptr self) {
     core.dst_sent(s->rank.id, reports);
     dst_info info;
     info.room = core.params().room;
-    info.decode_rank = core.params().self;
+    info.decode_rank = core.shared().self;
     if (core.local(s->manager))
       info.decode_room = caf::actor_cast<caf::actor>(self);
     info.kv_indices = st.init.kv_indices;
@@ -64,7 +64,7 @@ void maybe_send_dst(self_ptr self) {
     info.pull = core.params().pull;
     // Straight to the prefill rank's manager; this rank's manager hears
     // where the pages went, in case this actor dies before the fence.
-    self->send(core.params().manager, dst_sent{info.room, s->rank.id});
+    self->send(core.shared().manager, dst_sent{info.room, s->rank.id});
     core.send_to_peer(s->manager, std::move(info));
   }
 }
@@ -109,8 +109,8 @@ std::vector<std::shared_ptr<const rank_entry>>
 pick_sources(self_ptr self, const std::vector<std::shared_ptr<const rank_entry>>& group) {
   auto& st = self->state;
   auto& core = st.core;
-  auto& mine = *core.params().self_entry;
-  auto& me = core.params().self;
+  auto& mine = *core.shared().self_entry;
+  auto& me = core.shared().self;
   std::vector<std::shared_ptr<const rank_entry>> out;
   if (!mine.has_parallel && !mapped_without_layout(group, me)) {
     for (auto& entry : group) {
@@ -188,7 +188,7 @@ void resolve(self_ptr self) {
     return;
   st.resolving = true;
   auto& p = st.core.params();
-  self->request(p.manager, st.core.timing().group_query(),
+  self->request(st.core.shared().manager, st.core.timing().group_query(),
                 resolve_group{role::prefill, p.peer_dp_rank})
     .then([=](group_reply& reply) { on_group(self, reply); },
           [=](caf::error&) { self->state.resolving = false; });
@@ -202,7 +202,7 @@ void land(self_ptr self, const buffer_bytes& landed) {
   if (landed.empty() || !st.counts_landing())
     return;
   if (!st.landing.active()) {
-    auto& kv = st.core.params().self_entry->layout.kv;
+    auto& kv = st.core.shared().self_entry->layout.kv;
     std::vector<uint64_t> expected(kv.size());
     for (size_t b = 0; b < kv.size(); ++b)
       expected[b] = st.init.kv_indices.size() * kv[b].page_size_bytes;
@@ -224,7 +224,7 @@ void report_part(self_ptr self, const room_effect& fx) {
   // The sender's room when it wrote to us itself (same process); from
   // another process the confirmation came through our manager.
   auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-  if (!core.local(sender) || sender == core.params().manager)
+  if (!core.local(sender) || sender == core.shared().manager)
     sender = nullptr;
   bool decider_here = st.decider && core.local(st.decider->manager);
   part_done part{core.params().room, fx.slot, fx.slots, fx.rank,
@@ -243,7 +243,7 @@ void report_part(self_ptr self, const room_effect& fx) {
 /// writes come from the same plan the sender used, over this rank's pages.
 std::string check_part(self_ptr self, const transfer_done& msg) {
   auto& st = self->state;
-  auto& me = *st.core.params().self_entry;
+  auto& me = *st.core.shared().self_entry;
   auto* src = st.source_of(msg.src_rank);
   auto who = "prefill rank " + std::to_string(msg.src_rank);
   if (src == nullptr)
@@ -324,7 +324,7 @@ std::string check_offer(const decode_room_state& st, const source_ready& msg) {
 void on_offer(self_ptr self, source_ready& msg) {
   auto& st = self->state;
   auto& core = st.core;
-  auto& me = core.params().self;
+  auto& me = core.shared().self;
   if (core.concluded())
     return; // the source hears of the conclusion (fan-out, fence)
   if (!core.params().pull || !st.dst_sent || msg.decode_rank != me.id) {
@@ -356,8 +356,8 @@ void on_offer(self_ptr self, source_ready& msg) {
     return;
   }
   auto kind = [](int32_t device) { return device < 0 ? mem_kind::host : mem_kind::device; };
-  auto paths = choose_paths(src->endpoints, core.params().self_entry->endpoints,
-                            core.params().transport,
+  auto paths = choose_paths(src->endpoints, core.shared().self_entry->endpoints,
+                            core.shared().transport,
                             memory_kinds{kind(msg.src_device_id), kind(msg.dst_device_id)});
   if (!paths) {
     core.fail_local("cannot reach prefill " + to_string(src->rank)
@@ -378,7 +378,7 @@ void on_offer(self_ptr self, source_ready& msg) {
   decode_room_state::pending_read pending{msg.src_rank, msg.job_id, std::move(msg.prefill_room),
                                          {}};
   if (msg.layer && st.counts_landing())
-    pending.lands = bytes_per_buffer(core.params().self_entry->layout.kv, msg.ops);
+    pending.lands = bytes_per_buffer(core.shared().self_entry->layout.kv, msg.ops);
   pull.reads.emplace(job.job_id, std::move(pending));
   if (pull.reads.size() == 1)
     core.reading(true);
@@ -386,7 +386,7 @@ void on_offer(self_ptr self, source_ready& msg) {
     st.started = true;
     core.advance(kv_poll::transferring);
   }
-  self->send(core.params().worker, std::move(job));
+  self->send(core.shared().worker, std::move(job));
 }
 
 /// Pull: the worker read a job (or could not: the room fails, this rank its
@@ -410,7 +410,7 @@ void on_read(self_ptr self, const transfer_result& res) {
     core.note_transfer(pull.bytes_read, pull.read_transport);
     land(self, r.lands);
   }
-  reads_done done{core.params().room, core.params().self.id, r.source_job, res.ok,
+  reads_done done{core.params().room, core.shared().self.id, r.source_job, res.ok,
                   res.reason, res.bytes};
   auto* src = st.source_of(r.source);
   if (!res.ok) {
@@ -443,7 +443,7 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
   group.id = -1;
   core.set_counterparts({group});
   core.route_parts([=](const room_effect& fx) { report_part(self, fx); });
-  self->state.hashing = p.self_entry->integrity != "off";
+  self->state.hashing = core.shared().self_entry->integrity != "off";
   // The manager pushes the prefill group with the room's opening; a room
   // that opened before the group registered asks again on its ticks.
   return self->state.core.behavior_with(
@@ -454,7 +454,7 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
         logger()->debug("room {}: receiver init ignored", msg.room);
         return;
       }
-      auto bad = check_init(st.core.params().self_entry->layout, msg);
+      auto bad = check_init(st.core.shared().self_entry->layout, msg);
       if (!bad.empty()) {
         st.core.fail_local("bad receiver init: " + bad, failure_cause::bad_input);
         return;
@@ -489,7 +489,7 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
     [=](const chunk_landed& msg) {
       auto& st = self->state;
       if (st.core.from_member() && st.is_source(msg.src_rank)
-          && msg.decode_rank == st.core.params().self.id)
+          && msg.decode_rank == st.core.shared().self.id)
         land(self, buffer_bytes{msg.kv_buffers, msg.bytes});
     },
     [=](source_ready& msg) {
@@ -498,7 +498,7 @@ caf::behavior decode_room(counted_actor<decode_room_state>* self,
     },
     [=](const transfer_result& msg) {
       // Only this rank's worker answers reads.
-      if (self->current_sender() == self->state.core.params().worker)
+      if (self->current_sender() == self->state.core.shared().worker)
         on_read(self, msg);
     },
     [=](tick_atom) {

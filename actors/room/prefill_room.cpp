@@ -57,7 +57,7 @@ void on_result(self_ptr self, const transfer_result& res);
 /// The part of this room that target `t` receives from this rank.
 part_spec part_of(self_ptr self, const prefill_target& t) {
   auto& st = self->state;
-  auto& me = *st.core.params().self_entry;
+  auto& me = *st.core.shared().self_entry;
   part_spec part;
   part.src_mem = &me.layout;
   part.dst_mem = &t.peer->layout;
@@ -104,7 +104,7 @@ caf::error plan_for(self_ptr self, prefill_target& t, const prefill_room_state::
   }
   // Strided writes where the data plane moves them and nothing here needs
   // the plain ones: a pull hands them to the reader, integrity hashes them.
-  auto& dp = core.params().data_plane;
+  auto& dp = core.shared().data_plane;
   bool strided = dp && !t.dst.pull && !st.hashing && dp->caps().strided_writes;
   auto ops = plan_part(part, chunk.kv_indices, dst_pages, chunk.is_last,
                        st.aux_index, t.dst.aux_index, st.state_indices, t.dst.state_indices,
@@ -119,7 +119,7 @@ caf::error plan_for(self_ptr self, prefill_target& t, const prefill_room_state::
   batch.peer = t.endpoint;
   batch.alternates = t.alternates;
   batch.ops = std::move(*ops);
-  auto& mine = core.params().self_entry->layout;
+  auto& mine = core.shared().self_entry->layout;
   batch.src_device_id = kv_device_id(mine);
   batch.dst_device_id = kv_device_id(t.peer->layout);
   if (t.aux_apart && batch.aux_ops > 0) {
@@ -149,7 +149,7 @@ caf::error plan_for(self_ptr self, prefill_target& t, const prefill_room_state::
 void offer_reads(self_ptr self, prefill_target& t, uint64_t job, write_batch batch, bool layer) {
   auto& core = self->state.core;
   auto& room = core.params().room;
-  auto& dp = core.params().data_plane;
+  auto& dp = core.shared().data_plane;
   if (dp && dp->enforces_read_grants()) {
     std::vector<byte_range> ranges;
     ranges.reserve(batch.ops.size());
@@ -165,7 +165,7 @@ void offer_reads(self_ptr self, prefill_target& t, uint64_t job, write_batch bat
   core.reads_granted();
   source_ready msg;
   msg.room = room;
-  msg.src_rank = core.params().self.id;
+  msg.src_rank = core.shared().self.id;
   msg.decode_rank = t.dst.decode_rank.id;
   msg.job_id = job;
   if (t.dst.decode_room)
@@ -246,7 +246,7 @@ bool send_one_chunk(self_ptr self) {
   // Small batches move right here when the data plane allows.
   std::vector<transfer_result> done_here;
   std::vector<bool> inline_done(batches.size(), false);
-  if (auto& shortcut = core.params().shortcut) {
+  if (auto& shortcut = core.shared().shortcut) {
     for (size_t i = 0; i < batches.size(); ++i) {
       if (st.targets[st.job_targets[base + i]].dst.pull)
         continue; // the decode rank reads it
@@ -268,7 +268,7 @@ bool send_one_chunk(self_ptr self) {
   if (first && !whole_inline)
     for (auto& t : st.targets)
       if (!t.dst.pull) // a pulling decode rank knows when its reads start
-        to_decode(self, t, transfer_started{room, core.params().self.id});
+        to_decode(self, t, transfer_started{room, core.shared().self.id});
   // The worker takes the chunk's pushed batches in one message: a copying
   // backend then interleaves the decode ranks' writes (head slicing reads
   // each source token once instead of once per decode rank).
@@ -283,9 +283,9 @@ bool send_one_chunk(self_ptr self) {
       pushed.push_back(transfer_job{room, first_id + i, std::move(batches[i])});
   }
   if (pushed.size() == 1)
-    self->send(core.params().worker, std::move(pushed.front()));
+    self->send(core.shared().worker, std::move(pushed.front()));
   else if (!pushed.empty())
-    self->send(core.params().worker, transfer_jobs{room, std::move(pushed)});
+    self->send(core.shared().worker, transfer_jobs{room, std::move(pushed)});
   for (auto& res : done_here)
     on_result(self, res);
   return !core.concluded();
@@ -296,7 +296,7 @@ void on_chunk(self_ptr self, sender_chunk& chunk) {
   auto& core = st.core;
   if (core.concluded()) {
     logger()->debug("room {} on {}: chunk after conclusion ignored",
-                    core.params().room, to_string(core.params().self));
+                    core.params().room, to_string(core.shared().self));
     return;
   }
   if (!st.initialized) {
@@ -319,8 +319,8 @@ void on_chunk(self_ptr self, sender_chunk& chunk) {
     core.fail_local(admitted.error, failure_cause::bad_input);
     return;
   }
-  if (st.queued.size() >= core.params().max_queued_chunks) {
-    core.fail_local("more than " + std::to_string(core.params().max_queued_chunks)
+  if (st.queued.size() >= core.shared().max_queued_chunks) {
+    core.fail_local("more than " + std::to_string(core.shared().max_queued_chunks)
                     + " chunks queued", failure_cause::bad_input);
     return;
   }
@@ -330,7 +330,7 @@ void on_chunk(self_ptr self, sender_chunk& chunk) {
   }
   if (chunk.is_last) {
     core.note_transfer_start();
-    auto& me = *core.params().self_entry;
+    auto& me = *core.shared().self_entry;
     auto why = check_state_indices(me.layout, chunk.state_indices);
     if (!why.empty()) {
       core.fail_local("bad send: " + why, failure_cause::bad_input);
@@ -358,7 +358,7 @@ void resolve_role(self_ptr self) {
   auto& core = st.core;
   if (st.role_known || core.concluded() || st.decode_tp <= 0)
     return;
-  auto& me = *core.params().self_entry;
+  auto& me = *core.shared().self_entry;
   std::vector<parallel_layout> layouts;
   for (auto& e : st.group) {
     if (!e->has_parallel) {
@@ -388,7 +388,7 @@ void resolve_role(self_ptr self) {
   core.mapped_group(group);
   if (st.targets.empty()) {
     logger()->debug("room {} on {}: a dummy (no decode rank of TP {} needs its heads)",
-                    core.params().room, to_string(core.params().self), st.decode_tp);
+                    core.params().room, to_string(core.shared().self), st.decode_tp);
     st.queued.clear();
     core.advance(kv_poll::waiting_for_input);
     // A commit heard before this rank knew it is a dummy was kept by the
@@ -414,7 +414,7 @@ void on_group(self_ptr self, group_reply& reply) {
 void on_dst(self_ptr self, dst_ready& msg) {
   auto& st = self->state;
   auto& core = st.core;
-  auto& me = core.params().self;
+  auto& me = core.shared().self;
   if (core.concluded()) {
     // The decode rank may not have been known when this room failed: tell
     // it now, with the original root cause.
@@ -434,7 +434,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
   if (st.mapped && !msg.peer->has_parallel) {
     // SGLang's decode ranks declare no heads: they hold this model at their
     // TP size (the registry checked that their pages are its pages).
-    auto implied = implied_layout(core.params().self_entry->parallel, msg.peer->rank.tp_size,
+    auto implied = implied_layout(core.shared().self_entry->parallel, msg.peer->rank.tp_size,
                                   msg.peer->rank.tp_rank, msg.peer->layout.kv);
     if (!implied) {
       core.fail_local("decode " + to_string(d) + " declares no parallel layout: "
@@ -511,7 +511,7 @@ void on_dst(self_ptr self, dst_ready& msg) {
     t->map = std::move(*m);
   }
   if (msg.info.pull) {
-    auto& dp = core.params().data_plane;
+    auto& dp = core.shared().data_plane;
     if (!dp || !dp->caps().reads) {
       core.fail_local("decode " + to_string(d) + " pulls, and this rank's data plane serves no "
                       "reads", failure_cause::transport);
@@ -519,9 +519,9 @@ void on_dst(self_ptr self, dst_ready& msg) {
     }
   }
   auto kind = [](int32_t device) { return device < 0 ? mem_kind::host : mem_kind::device; };
-  auto paths = choose_paths(msg.peer->endpoints, core.params().self_entry->endpoints,
-                            core.params().transport,
-                            memory_kinds{kind(kv_device_id(core.params().self_entry->layout)),
+  auto paths = choose_paths(msg.peer->endpoints, core.shared().self_entry->endpoints,
+                            core.shared().transport,
+                            memory_kinds{kind(kv_device_id(core.shared().self_entry->layout)),
                                          kind(kv_device_id(msg.peer->layout))});
   if (!paths) {
     core.fail_local("cannot reach decode " + to_string(d) + ": " + describe(paths.error()),
@@ -532,13 +532,13 @@ void on_dst(self_ptr self, dst_ready& msg) {
   t->alternates.assign(std::make_move_iterator(paths->begin() + 1),
                        std::make_move_iterator(paths->end()));
   // Aux apart from the KV on either side: its own paths, for its kinds.
-  auto& mine = core.params().self_entry->layout;
+  auto& mine = core.shared().self_entry->layout;
   t->aux_apart = !mine.aux.empty()
                  && (aux_device_id(mine) != kv_device_id(mine)
                      || aux_device_id(msg.peer->layout) != kv_device_id(msg.peer->layout));
   if (t->aux_apart) {
-    auto aux_paths = choose_paths(msg.peer->endpoints, core.params().self_entry->endpoints,
-                                  core.params().transport,
+    auto aux_paths = choose_paths(msg.peer->endpoints, core.shared().self_entry->endpoints,
+                                  core.shared().transport,
                                   memory_kinds{kind(aux_device_id(mine)),
                                                kind(aux_device_id(msg.peer->layout))});
     if (!aux_paths) {
@@ -606,7 +606,7 @@ void on_result(self_ptr self, const transfer_result& res) {
     return;
   if (!lands.empty()) {
     auto& t = st.targets[target];
-    to_decode(self, t, chunk_landed{core.params().room, core.params().self.id,
+    to_decode(self, t, chunk_landed{core.params().room, core.shared().self.id,
                                     t.dst.decode_rank.id, std::move(lands.buffers),
                                     std::move(lands.bytes)});
   }
@@ -647,7 +647,7 @@ void tell_part(self_ptr self, const room_effect& fx) {
   });
   if (t == st.targets.end())
     return;
-  auto& me = core.params().self;
+  auto& me = core.shared().self;
   if (fx.what == room_effect::kind::report_part) {
     part_done part{core.params().room, fx.slot, fx.slots, fx.rank, t->dst.decode_room, me.id,
                    caf::actor_cast<caf::actor>(self)};
@@ -665,9 +665,9 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
                            room_params params) {
   self->state.core.init(self, std::move(params));
   self->state.core.route_parts([=](const room_effect& fx) { tell_part(self, fx); });
-  auto& p = self->state.core.params();
-  self->state.mapped = p.self_entry->has_parallel;
-  self->state.hashing = p.self_entry->integrity != "off";
+  auto& entry = *self->state.core.shared().self_entry;
+  self->state.mapped = entry.has_parallel;
+  self->state.hashing = entry.integrity != "off";
   return self->state.core.behavior_with(
     [=](sender_init& msg) {
       auto& st = self->state;
@@ -677,7 +677,7 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
                         msg.room, st.initialized, to_string(core.protocol().state()));
         return;
       }
-      auto& aux = core.params().self_entry->layout.aux;
+      auto& aux = core.shared().self_entry->layout.aux;
       for (size_t b = 0; b < aux.size(); ++b) {
         if (msg.aux_index < 0
             || static_cast<uint64_t>(msg.aux_index) >= aux[b].num_pages()) {
@@ -690,7 +690,7 @@ caf::behavior prefill_room(counted_actor<prefill_room_state>* self,
       }
       st.initialized = true;
       st.declared_pages = msg.num_kv_indices;
-      st.ledger.emplace(core.params().self_entry->layout.kv.size(), msg.num_kv_indices);
+      st.ledger.emplace(core.shared().self_entry->layout.kv.size(), msg.num_kv_indices);
       st.aux_index = msg.aux_index;
       if (check_counts(self))
         send_next_chunk(self);

@@ -9,19 +9,19 @@ namespace kvroom {
 void room_core::init(caf::event_based_actor* self, room_params params) {
   self_ = self;
   params_ = std::move(params);
-  timing_ = room_timing{params_.timeouts};
-  auto prefill_dp = params_.self.side == role::prefill ? params_.self.dp_rank
+  timing_ = room_timing{shared().timeouts};
+  auto prefill_dp = shared().self.side == role::prefill ? shared().self.dp_rank
                                                        : params_.peer_dp_rank;
-  protocol_ = std::make_unique<room_protocol>(params_.room, params_.self, prefill_dp,
-                                              timing_, timing_.now(), params_.protocol);
+  protocol_ = std::make_unique<room_protocol>(params_.room, shared().self, prefill_dp,
+                                              timing_, timing_.now(), shared().protocol);
   // The room dies with its rank, but not by monitoring the manager: a CAF
   // 0.17 monitor stays on the monitored actor, with the dead room's storage,
   // until that actor exits. The manager ends its rooms when it exits.
-  if (params_.monitor_manager) {
-    self_->monitor(params_.manager);
+  if (shared().monitor_manager) {
+    self_->monitor(shared().manager);
     self_->set_down_handler([this](caf::down_msg&) { self_->quit(); });
   }
-  self_->send(params_.manager,
+  self_->send(shared().manager,
               room_opened{params_.room, caf::actor_cast<caf::actor>(self_),
                           prefill_dp});
 }
@@ -38,31 +38,31 @@ void room_core::publish(kv_poll state, kv_transfer_error error) {
   room_event ev{room, state, std::move(error), decode_prefix_len_};
   if (params_.listener)
     self_->send(params_.listener, ev);
-  if (params_.inbox)
-    self_->send(params_.inbox, std::move(ev));
+  if (shared().inbox)
+    self_->send(shared().inbox, std::move(ev));
 }
 
 void room_core::publish_landed(std::vector<int32_t> kv_buffers) {
-  if (kv_buffers.empty() || concluded() || !params_.inbox)
+  if (kv_buffers.empty() || concluded() || !shared().inbox)
     return;
-  self_->send(params_.inbox, room_landed{params_.room, std::move(kv_buffers)});
+  self_->send(shared().inbox, room_landed{params_.room, std::move(kv_buffers)});
 }
 
 void room_core::concluded(const room_effect& fx) {
   // The manager hears before the scheduler: its failure record and fan-out
   // never lag behind what the scheduler sees.
-  self_->send(params_.manager,
+  self_->send(shared().manager,
               room_concluded{params_.room, fx.state, fx.error, protocol_->counterparts(),
                              fx.fan_out, fx.requested, bytes_, transport_,
                              transfer_from_ms_});
 }
 
 void room_core::to_decider(const decider_ref& group, caf::message msg) {
-  self_->send(params_.manager, kvroom::to_decider{group.side, group.dp_rank, std::move(msg)});
+  self_->send(shared().manager, kvroom::to_decider{group.side, group.dp_rank, std::move(msg)});
 }
 
 void room_core::to_rank(rank_id rank, caf::message msg) {
-  self_->send(params_.manager, kvroom::to_rank{rank, std::move(msg)});
+  self_->send(shared().manager, kvroom::to_rank{rank, std::move(msg)});
 }
 
 void room_core::commit(room_id room, rank_id rank) {
@@ -88,7 +88,7 @@ void room_core::advance(kv_poll next) {
 void room_core::fail_local(std::string reason, failure_cause cause, bool requested) {
   if (protocol_->concluded()) {
     logger()->debug("room {} on {}: local failure after conclusion ignored: {}",
-                    params_.room, to_string(params_.self), reason);
+                    params_.room, to_string(shared().self), reason);
     return;
   }
   run(protocol_->fail_local(std::move(reason), cause, timing_.now(), requested));
@@ -98,7 +98,7 @@ void room_core::on_failed(const room_failed& msg) {
   if (msg.propagated && protocol_->concluded())
     logger()->debug("room {} on {}: failure from rank {} after conclusion "
                     "ignored: {}",
-                    params_.room, to_string(params_.self),
+                    params_.room, to_string(shared().self),
                     msg.error.origin_rank, msg.error.failure_reason);
   run(protocol_->on_failure(msg.error, !msg.propagated, msg.from, timing_.now()));
 }
@@ -111,7 +111,7 @@ void room_core::on_part(const part_done& part) {
   know_room(part.decode_rank, part.decode_room);
   know_room(part.prefill_rank, part.prefill_room);
   run(protocol_->part_done(part.slot, part.slots, part.decode_rank,
-                           part.prefill_rank == params_.self.id ? -1 : part.prefill_rank,
+                           part.prefill_rank == shared().self.id ? -1 : part.prefill_rank,
                            timing_.now()));
 }
 
@@ -126,7 +126,7 @@ void room_core::source_finished(const source_report& report) {
 void room_core::on_committed() {
   if (!protocol_->prepared() && !protocol_->concluded())
     logger()->debug("room {} on {}: commit before this rank's part was done, "
-                    "kept until it is", params_.room, to_string(params_.self));
+                    "kept until it is", params_.room, to_string(shared().self));
   run(protocol_->committed(timing_.now()));
 }
 
@@ -147,7 +147,7 @@ void room_core::fenced(rank_id prefill) {
 }
 
 void room_core::abort(const std::string& reason) {
-  auto by = "aborted by " + to_string(params_.self.side) + " scheduler";
+  auto by = "aborted by " + to_string(shared().self.side) + " scheduler";
   fail_local(reason.empty() ? by : by + ": " + reason, failure_cause::abort, true);
 }
 
@@ -156,20 +156,20 @@ void room_core::reading(bool in_flight) {
 }
 
 void room_core::revoke_grants() {
-  if (!params_.data_plane)
+  if (!shared().data_plane)
     return;
-  if (params_.self.side == role::decode)
-    params_.data_plane->revoke(params_.room);
+  if (shared().self.side == role::decode)
+    shared().data_plane->revoke(params_.room);
   else if (reads_granted_)
-    params_.data_plane->revoke_read(params_.room);
+    shared().data_plane->revoke_read(params_.room);
 }
 
 void room_core::clear() {
   // Reads of this room still waiting at the worker are dropped (those
   // under way complete: a scheduler that clears a live room gave its pages
   // up, as with a push whose sender has not fenced yet).
-  if (protocol_->reads_in_flight() && params_.worker)
-    self_->send(params_.worker, fence_room{params_.room});
+  if (protocol_->reads_in_flight() && shared().worker)
+    self_->send(shared().worker, fence_room{params_.room});
   run(protocol_->clear(timing_.now()));
   revoke_grants();
   self_->quit();

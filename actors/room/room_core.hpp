@@ -22,15 +22,16 @@
 
 namespace kvroom {
 
-/// What a room actor is spawned with.
-struct room_params {
-  room_id room = 0;
+/// What every room of a rank shares, made once when the rank starts. A
+/// room holds one pointer to it instead of a handle or shared pointer to
+/// each of these: their reference counts are shared by all of the rank's
+/// rooms, counted up on the scheduler's thread and down on CAF's workers,
+/// so each was a cache line moving between cores twice per room.
+struct room_context {
   rank_ref self;
   caf::actor manager;
   /// The scheduler's inbox; receives every state change.
   caf::actor inbox;
-  /// Optional subscriber (actor-based schedulers); receives the same events.
-  caf::actor listener;
   room_timeouts timeouts;
   /// This rank's registry entry: its layout and data-plane endpoint.
   std::shared_ptr<const rank_entry> self_entry;
@@ -38,8 +39,6 @@ struct room_params {
   caf::actor worker;
   /// Prefill rooms: small batches moved without the worker (may be null).
   std::shared_ptr<inline_path> shortcut;
-  /// Decode rooms: the prefill data-parallel group serving this room.
-  int32_t peer_dp_rank = 0;
   uint32_t max_queued_chunks = 1024;
   /// Prefill rooms: the transport to reach decode with, or "auto".
   std::string transport = "auto";
@@ -52,6 +51,17 @@ struct room_params {
   /// The rank's data plane: decode rooms grant writes, prefill rooms grant
   /// a pulling decode rank reads.
   std::shared_ptr<backend> data_plane;
+};
+
+/// What a room actor is spawned with.
+struct room_params {
+  room_id room = 0;
+  /// The rank's part, the same for all of its rooms (never null).
+  std::shared_ptr<const room_context> shared;
+  /// Optional subscriber (actor-based schedulers); receives the same events.
+  caf::actor listener;
+  /// Decode rooms: the prefill data-parallel group serving this room.
+  int32_t peer_dp_rank = 0;
   /// Decode rooms: read the prefill's pages (rank_config::pull).
   bool pull = false;
 };
@@ -67,6 +77,11 @@ public:
 
   const room_params& params() const noexcept {
     return params_;
+  }
+
+  /// What the rank's rooms share (params().shared).
+  const room_context& shared() const noexcept {
+    return *params_.shared;
   }
 
   const room_protocol& protocol() const noexcept {
@@ -94,7 +109,7 @@ public:
     if (local(dest))
       self_->send(dest, std::forward<T>(msg));
     else
-      self_->send(params_.manager, kvroom::to_peer{dest, caf::make_message(std::forward<T>(msg))});
+      self_->send(shared().manager, kvroom::to_peer{dest, caf::make_message(std::forward<T>(msg))});
   }
 
   /// The message being handled comes from this process or from a node that
@@ -114,7 +129,7 @@ public:
   bool from_member() const {
     auto& sender = self_->current_sender();
     return sender && (sender->node() == self_->node()
-                      || (params_.trust && params_.trust->contains(sender->node())));
+                      || (shared().trust && shared().trust->contains(sender->node())));
   }
 
   /// How a part's word (`report_part`, `tell_done`) travels: the room kind
@@ -246,7 +261,7 @@ public:
 
 private:
   void run(room_effects& effects) {
-    carry_out(params_.room, params_.self, effects, *this);
+    carry_out(params_.room, shared().self, effects, *this);
   }
 
   caf::event_based_actor* self_ = nullptr;
