@@ -86,7 +86,9 @@ caf::error room_handle::clear() {
     return make_error(errc::room_cleared,
                       room_text(slot_->room) + " was cleared already");
   slot_->cleared = true;
-  caf::anon_send(slot_->actor, room_clear{slot_->room});
+  // A room that published Success ended on its own (room_protocol::finished).
+  if (slot_->state != kv_poll::success)
+    caf::anon_send(slot_->actor, room_clear{slot_->room});
   owner_->forget(slot_->room);
   return caf::none;
 }

@@ -1,6 +1,7 @@
 #include "kvroom/actors/manager/manager_rooms.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "caf/all.hpp"
 
@@ -346,13 +347,55 @@ void on_dst_sent(manager_ptr self, const dst_sent& msg) {
   }
 }
 
+namespace {
+
+/// Answers rank `asking`'s decision request for a room whose actor ended
+/// (a bounced request, see `ask_room`) with what the room concluded: its
+/// entry still open here (its `room_concluded` came first, its down not
+/// yet) or its tombstone. A room killed before it concluded needs no
+/// answer: its carried protocol decides as the decider and fans out.
+void answer_for_ended(manager_ptr self, room_id room, rank_id asking) {
+  auto& st = self->state;
+  auto to = st.rooms->route(room);
+  std::optional<room_effect> answer;
+  if (to.where == route_t::open && is_terminal(to.room->state))
+    answer = room_protocol::answer_cleared(to.room->state == kv_poll::failed, to.room->error,
+                                           asking);
+  else if (to.where == route_t::tombstone)
+    answer = room_protocol::answer_cleared(to.grave->failed, to.grave->error, asking);
+  if (!answer)
+    return;
+  room_effects answers{std::move(*answer)};
+  manager_port port{self, room, nullptr};
+  carry_out(room, me(self), answers, port);
+}
+
+/// Hands an open room a decision request as a CAF request: a room ends on
+/// its own once it finished (room_protocol::finished), possibly with this
+/// request already on its way, and CAF bounces a request to an ended actor
+/// where it drops a plain message. The asker then hears from here what the
+/// room concluded instead of waiting out its decision window and
+/// concluding alone (a second origin). Requests are the failure path only.
+void ask_room(manager_ptr self, const caf::actor& room_actor, room_failed msg) {
+  auto room = msg.room;
+  auto asking = msg.from;
+  self->request(room_actor, caf::infinite, std::move(msg))
+    .then([] { /* the room took it: its answer goes through the managers */ },
+          [self, room, asking](const caf::error&) { answer_for_ended(self, room, asking); });
+}
+
+} // namespace
+
 void on_failed(manager_ptr self, room_failed& msg) {
   auto& st = self->state;
   auto room = msg.room;
   auto to = st.rooms->route(room);
   switch (to.where) {
     case route_t::open:
-      self->send(to.room->actor, std::move(msg));
+      if (msg.propagated)
+        self->send(to.room->actor, std::move(msg));
+      else
+        ask_room(self, to.room->actor, std::move(msg));
       return;
     case route_t::dead:
       run_dead(self, room,

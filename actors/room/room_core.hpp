@@ -262,6 +262,10 @@ public:
 private:
   void run(room_effects& effects) {
     carry_out(params_.room, shared().self, effects, *this);
+    // Ends in this job rather than in the later one a `room_clear` would
+    // cost: a room is otherwise idle when its scheduler clears it.
+    if (protocol_->finished())
+      self_->quit();
   }
 
   caf::event_based_actor* self_ = nullptr;

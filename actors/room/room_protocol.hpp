@@ -194,6 +194,16 @@ public:
     return fsm_.concluded();
   }
 
+  /// Success is concluded and published here: nothing of the room is left
+  /// to do on this rank, so its actor may end before the scheduler clears
+  /// it. Every later word about the room (a peer's late question, a
+  /// duplicate confirmation) goes to the manager's tombstone, which answers
+  /// as the room would: Success. A Failed room lives until it is cleared:
+  /// its failure record is kept while the scheduler may ask for it.
+  bool finished() const noexcept {
+    return fsm_.state() == kv_poll::success && published_ == kv_poll::success;
+  }
+
   /// The root cause; meaningful only once Failed.
   const kv_transfer_error& failure() const noexcept {
     return fsm_.failure();

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "kvroom/actors/room/room_protocol.hpp"
 #include "ranks.hpp"
@@ -55,8 +56,41 @@ public:
     return ranks_.at(id);
   }
 
-  /// Carries out what rank `id` decided.
+  /// Carries out what rank `id` decided; with `end_finished`, a rank whose
+  /// room finished ends there, as its actor does (room_core::run).
   void run(rank_id id, room_effects fx) {
+    carry(id, std::move(fx));
+    if (end_finished && at(id).finished())
+      ended_.insert(id);
+  }
+
+  bool ended(rank_id id) const {
+    return ended_.count(id) > 0;
+  }
+
+  /// Rank `id`'s room actor dies: what was on its way to it is lost (a
+  /// commit sent straight to its actor, as in one process), and its manager
+  /// carries the room on with an orphaned protocol (carry_on_dead).
+  void kill(rank_id id) {
+    queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
+                                [&](const envelope& m) { return m.to == id; }),
+                 queue_.end());
+    auto self = at(id).self();
+    std::vector<rank_ref> decode;
+    if (self.side == role::prefill)
+      decode = at(id).counterparts();
+    ranks_.erase(id);
+    ranks_.emplace(id, room_protocol::orphaned(room, self, 0, timeouts(), now, {}, {}, {},
+                                               decode));
+    run(id, at(id).fail_local("room actor exited", failure_cause::other, now));
+  }
+
+  /// Decision requests a tombstone answered.
+  int tombstone_answers() const {
+    return tombstone_answers_;
+  }
+
+  void carry(rank_id id, room_effects fx) {
     for (auto& e : fx) {
       switch (e.what) {
         case room_effect::kind::publish:
@@ -102,6 +136,17 @@ public:
   }
 
   void deliver(const envelope& m) {
+    if (ended_.count(m.to) > 0) {
+      // The rank's room actor ended when it finished: its manager's
+      // tombstone takes the word (manager_rooms.cpp, route_t::tombstone):
+      // it answers a decision request with what the room concluded and
+      // drops everything else.
+      if (m.kind == envelope::request) {
+        ++tombstone_answers_;
+        run(m.to, {room_protocol::answer_cleared(false, {}, m.from)});
+      }
+      return;
+    }
     auto& p = at(m.to);
     switch (m.kind) {
       case envelope::request:
@@ -117,6 +162,14 @@ public:
         run(m.to, p.fenced(m.from, now));
         break;
     }
+  }
+
+  /// Delivers one queued message, picked by `rng`.
+  void deliver_one(std::mt19937_64& rng) {
+    auto i = std::uniform_int_distribution<size_t>{0, queue_.size() - 1}(rng);
+    auto m = queue_[i];
+    queue_.erase(queue_.begin() + static_cast<long>(i));
+    deliver(m);
   }
 
   /// Delivers everything queued, in FIFO order or shuffled by `rng`.
@@ -209,6 +262,8 @@ public:
   uint64_t now = 1000;
   /// Failed prefill ranks fence their decode rank by themselves.
   bool auto_fence = true;
+  /// Ranks whose room finished end, and their tombstone answers for them.
+  bool end_finished = false;
 
 private:
   std::map<rank_id, room_protocol> ranks_;
@@ -216,6 +271,8 @@ private:
   std::map<rank_id, kv_transfer_error> errors_;
   std::map<rank_id, int> publishes_;
   std::deque<envelope> queue_;
+  std::set<rank_id> ended_;
+  int tombstone_answers_ = 0;
   int origin_counts_ = 0;
   int fence_expiries_ = 0;
 };
@@ -614,4 +671,92 @@ TEST_CASE("a room that times out before its peers came says so by its class") {
   net.settle();
   for (auto id : {p0, p1, d0, d1})
     CHECK(net.error(id).cause == failure_cause::timeout_bootstrapping);
+}
+
+TEST_CASE("a room is finished once Success is published, and never while the fence holds it or it failed") {
+  room_net net;
+  net.transfer_all();
+  // p1 got d0's pages too and has not finished writing them.
+  net.at(d0).dst_sent(p1);
+  for (auto id : {p0, p1, d0, d1})
+    CHECK_FALSE(net.at(id).finished());
+  net.part_done(p1, d1);
+  net.part_done(p0, d0);
+  net.settle();
+  for (auto id : {p0, p1, d1}) {
+    CHECK(net.published(id) == kv_poll::success);
+    CHECK(net.at(id).finished());
+  }
+  // d0 concluded Success, held from its scheduler while p1 may still write.
+  CHECK(net.at(d0).state() == kv_poll::success);
+  CHECK(net.at(d0).fence_held());
+  CHECK_FALSE(net.at(d0).finished());
+  net.run(d0, net.at(d0).source_done(p1, net.now));
+  CHECK(net.published(d0) == kv_poll::success);
+  CHECK(net.at(d0).finished());
+
+  room_net failed;
+  failed.transfer_all();
+  failed.run(d1, failed.at(d1).fail_local("fault", failure_cause::fault, failed.now));
+  failed.settle();
+  failed.check_one_origin();
+  for (auto id : {p0, p1, d0, d1})
+    CHECK_FALSE(failed.at(id).finished());
+}
+
+TEST_CASE("rooms that end when they finish conclude as rooms that live until cleared, in any order") {
+  // A failure (an abort, or a room actor killed and carried on by its
+  // manager) raced against the commit, in random orders: the decider may
+  // finish (and its actor end) before a proposal reaches it; its tombstone
+  // must then answer as the room would have. A killed rank lost the commit
+  // sent to its actor, so only that answer concludes it.
+  int answered = 0;
+  for (uint64_t seed = 1; seed <= 400; ++seed) {
+    std::map<rank_id, kv_poll> outcome[2];
+    for (int mode = 0; mode < 2; ++mode) {
+      std::mt19937_64 rng{seed};
+      room_net net;
+      net.end_finished = mode == 1;
+      net.transfer_all();
+      std::vector<rank_id> all{p0, p1, d0, d1};
+      auto faulty = all[rng() % 4];
+      bool kill = rng() % 2 == 0;
+      auto fault = [&] {
+        if (net.ended(faulty))
+          return; // a room whose actor ended can be neither killed nor aborted
+        // A room killed after it concluded is buried, not carried on: its
+        // manager heard its conclusion first.
+        if (kill && !net.at(faulty).concluded())
+          net.kill(faulty);
+        else
+          net.run(faulty, net.at(faulty).fail_local("aborted", failure_cause::abort, net.now, true));
+      };
+      // Before every part is done, or after k deliveries of what the commit
+      // set moving.
+      bool before = rng() % 4 == 0;
+      if (before)
+        fault();
+      net.part_done(p1, d1);
+      net.part_done(p0, d0);
+      auto k = rng() % (net.queued() + 1);
+      for (uint64_t i = 0; !before && i < k && net.queued() > 0; ++i)
+        net.deliver_one(rng);
+      if (!before)
+        fault();
+      net.settle(&rng);
+      INFO("seed " << seed << ", ending finished rooms: " << mode);
+      for (auto id : all) {
+        CHECK(is_terminal(net.published(id)));
+        outcome[mode][id] = net.published(id);
+      }
+      if (net.published(p0) == kv_poll::failed)
+        net.check_one_origin();
+      answered += net.tombstone_answers();
+    }
+    INFO("seed " << seed);
+    CHECK(outcome[0] == outcome[1]);
+  }
+  // The race the case is about happened: a decider ended while a proposal
+  // was still on its way to it.
+  CHECK(answered > 0);
 }
