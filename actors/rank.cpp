@@ -268,11 +268,19 @@ caf::expected<Handle> rank::open(room_id room, role side, int32_t peer_dp,
   p.listener = listener;
   p.peer_dp_rank = peer_dp;
   p.pull = side == role::decode && s.cfg.pull;
+  p.opened_ms = room_timing::now();
   auto& sys = s.rt.system();
-  // The room announces itself to the manager as its first act, so the
-  // manager hears of it before anything else the room sends.
-  auto actor = side == role::prefill ? sys.spawn(prefill_room, std::move(p))
-                                     : sys.spawn(decode_room, std::move(p));
+  // The actor starts with its first message (lazy_init): a job of its own
+  // only to start would be one more scheduling per room, and most rooms
+  // hear from their scheduler or manager at once. The manager hears of the
+  // room from here, in the room's name, before anything the room sends,
+  // and its answer (the prefill group, parked destinations) or the
+  // scheduler's init starts it; a room that hears from nobody is started
+  // by the manager's first tick, its deadlines counted from `opened_ms`.
+  auto actor = side == role::prefill ? sys.spawn<caf::lazy_init>(prefill_room, std::move(p))
+                                     : sys.spawn<caf::lazy_init>(decode_room, std::move(p));
+  caf::send_as(actor, s.manager,
+               room_opened{room, actor, side == role::prefill ? s.ref.dp_rank : peer_dp});
   auto slot = std::make_shared<detail::room_slot>();
   slot->room = room;
   slot->side = side;

@@ -376,8 +376,9 @@ typename Inspector::result_type inspect(Inspector& f, room_concluded& x) {
 
 // -- room / scheduler -> manager -----------------------------------------------
 
-/// A room actor announces itself to its rank's manager (its first message);
-/// the manager adds it to the room directory and hands it anything parked.
+/// A rank announces a room it opened to its manager, in the room actor's
+/// name and before anything the room sends; the manager adds it to the room
+/// directory and hands it anything parked.
 struct room_opened {
   room_id room = 0;
   caf::actor room_actor;

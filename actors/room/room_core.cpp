@@ -13,7 +13,7 @@ void room_core::init(caf::event_based_actor* self, room_params params) {
   auto prefill_dp = shared().self.side == role::prefill ? shared().self.dp_rank
                                                        : params_.peer_dp_rank;
   protocol_ = std::make_unique<room_protocol>(params_.room, shared().self, prefill_dp,
-                                              timing_, timing_.now(), shared().protocol);
+                                              timing_, params_.opened_ms, shared().protocol);
   // The room dies with its rank, but not by monitoring the manager: a CAF
   // 0.17 monitor stays on the monitored actor, with the dead room's storage,
   // until that actor exits. The manager ends its rooms when it exits.
@@ -21,9 +21,7 @@ void room_core::init(caf::event_based_actor* self, room_params params) {
     self_->monitor(shared().manager);
     self_->set_down_handler([this](caf::down_msg&) { self_->quit(); });
   }
-  self_->send(shared().manager,
-              room_opened{params_.room, caf::actor_cast<caf::actor>(self_),
-                          prefill_dp});
+  // The manager heard of the room from its rank already (rank::open).
 }
 
 // -- room_port ------------------------------------------------------------------

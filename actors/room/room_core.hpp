@@ -64,6 +64,10 @@ struct room_params {
   int32_t peer_dp_rank = 0;
   /// Decode rooms: read the prefill's pages (rank_config::pull).
   bool pull = false;
+  /// When the scheduler opened the room (`room_timing::now()`): its
+  /// deadlines count from here. The actor itself starts with its first
+  /// message (see rank::open), which may come much later.
+  uint64_t opened_ms = 0;
 };
 
 /// The part every room actor shares: a shell around `room_protocol` that
