@@ -365,13 +365,17 @@ struct room_concluded {
   uint64_t bytes = 0;
   std::string transport;
   uint64_t transfer_from_ms = 0;
+  /// The room's actor ends with this message (room_protocol::finished) and
+  /// took the manager's monitor off first: no down message follows, this
+  /// one closes the room.
+  bool ended = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, room_concluded& x) {
   return f(caf::meta::type_name("kvroom.room_concluded"), x.room, x.state,
            x.error, x.counterparts, x.fan_out, x.requested, x.bytes, x.transport,
-           x.transfer_from_ms);
+           x.transfer_from_ms, x.ended);
 }
 
 // -- room / scheduler -> manager -----------------------------------------------

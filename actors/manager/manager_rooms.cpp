@@ -279,6 +279,9 @@ void on_concluded(manager_ptr self, const room_concluded& msg) {
   st.failures->concluded(msg.room, msg.state, msg.error, msg.requested);
   if (msg.state == kv_poll::failed && msg.fan_out)
     fan_out(self, msg.error, msg.counterparts);
+  // The room's actor ended with this word and sends no down message.
+  if (msg.ended)
+    on_room_down(self, msg.room, caf::exit_reason::normal);
 }
 
 void on_room_down(manager_ptr self, room_id room, const caf::error& reason) {

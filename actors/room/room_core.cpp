@@ -1,6 +1,7 @@
 #include "kvroom/actors/room/room_core.hpp"
 
 #include "caf/all.hpp"
+#include "caf/default_attachable.hpp"
 
 #include "kvroom/api/logging.hpp"
 
@@ -49,10 +50,23 @@ void room_core::publish_landed(std::vector<int32_t> kv_buffers) {
 void room_core::concluded(const room_effect& fx) {
   // The manager hears before the scheduler: its failure record and fan-out
   // never lag behind what the scheduler sees.
+  // A room that finished with this conclusion (Success published with it,
+  // no fence holding it) ends in this job: its word closes it at the
+  // manager, which then needs no down message (see run()).
+  ending_ = protocol_->finished();
   self_->send(shared().manager,
               room_concluded{params_.room, fx.state, fx.error, protocol_->counterparts(),
                              fx.fan_out, fx.requested, bytes_, transport_,
-                             transfer_from_ms_});
+                             transfer_from_ms_, ending_});
+}
+
+void room_core::end() {
+  // The manager learned of the end from the conclusion: its monitor would
+  // only send a down message for it to look up and drop.
+  if (ending_)
+    self_->detach(caf::default_attachable::observe_token{
+      caf::actor_cast<caf::actor_addr>(shared().manager), caf::default_attachable::monitor});
+  self_->quit();
 }
 
 void room_core::to_decider(const decider_ref& group, caf::message msg) {

@@ -269,8 +269,9 @@ private:
     // Ends in this job rather than in the later one a `room_clear` would
     // cost: a room is otherwise idle when its scheduler clears it.
     if (protocol_->finished())
-      self_->quit();
+      end();
   }
+  void end();
 
   caf::event_based_actor* self_ = nullptr;
   room_params params_;
@@ -286,6 +287,8 @@ private:
   std::string transport_;
   int64_t decode_prefix_len_ = 0;
   bool reads_granted_ = false;
+  /// The room's conclusion told the manager it ends with it.
+  bool ending_ = false;
   void revoke_grants();
 };
 
