@@ -504,6 +504,45 @@ TEST_CASE("late messages after conclusion or clear change nothing") {
   }
 }
 
+TEST_CASE("a room that succeeded leaves its manager without its scheduler's clear; a failed one stays until cleared") {
+  group::options opt;
+  opt.tp = 1;
+  group g{opt};
+  auto& actors = g.rt.system().registry();
+  auto before = actors.running();
+  auto h = open_room(g, 21);
+  drive_room(g, h, 21, {0}, {0}, 0, 0);
+  REQUIRE(reaches(h.receivers[0], kv_poll::success));
+  REQUIRE(reaches(h.senders[0], kv_poll::success));
+  // Neither handle was cleared: the room actors ended with their Success
+  // and told their managers, which closed them (tombstones, no records).
+  CHECK(eventually([&] { return actors.running() <= before; }));
+  CHECK(all_quiet(g));
+  for (auto* r : g.all()) {
+    auto st = stats_of(*r);
+    CHECK(st.live_rooms == 0);
+    CHECK(st.tombstones == 1);
+  }
+  // The handles still answer, and clearing them is what it always was.
+  CHECK(h.receivers[0].poll() == kv_poll::success);
+  CHECK_FALSE(h.receivers[0].failure());
+  CHECK_FALSE(h.receivers[0].clear());
+  CHECK_FALSE(h.senders[0].clear());
+  CHECK(h.senders[0].clear() == make_error(errc::room_cleared));
+
+  auto f = open_room(g, 22);
+  REQUIRE(reaches(f.receivers[0], kv_poll::waiting_for_input));
+  REQUIRE_FALSE(f.receivers[0].abort("test"));
+  REQUIRE(reaches(f.receivers[0], kv_poll::failed));
+  REQUIRE(reaches(f.senders[0], kv_poll::failed));
+  // A Failed room keeps its record (and its actor) until it is cleared.
+  CHECK_FALSE(eventually([&] { return stats_of(*g.decode[0]).live_rooms == 0; }, 200ms));
+  CHECK(stats_of(*g.decode[0]).failure_records == 1);
+  REQUIRE_FALSE(f.receivers[0].clear());
+  REQUIRE_FALSE(f.senders[0].clear());
+  CHECK(all_quiet(g));
+}
+
 TEST_CASE("anonymous messages and exits or downs not sent by the actor they name change nothing") {
   // CAF 0.17 delivers a remote node's anonymous message without a sender,
   // and an exit or down message with any source address; in-process, an
