@@ -354,8 +354,9 @@ namespace {
 
 /// Answers rank `asking`'s decision request for a room whose actor ended
 /// (a bounced request, see `ask_room`) with what the room concluded: its
-/// entry still open here (its `room_concluded` came first, its down not
-/// yet) or its tombstone. A room killed before it concluded needs no
+/// entry still open here (its `room_concluded` came first, its close not
+/// yet: a Success the fence held ends by its down message) or its
+/// tombstone. A room killed before it concluded needs no
 /// answer: its carried protocol decides as the decider and fans out.
 void answer_for_ended(manager_ptr self, room_id room, rank_id asking) {
   auto& st = self->state;

@@ -48,12 +48,12 @@ void room_core::publish_landed(std::vector<int32_t> kv_buffers) {
 }
 
 void room_core::concluded(const room_effect& fx) {
-  // The manager hears before the scheduler: its failure record and fan-out
-  // never lag behind what the scheduler sees.
   // A room that finished with this conclusion (Success published with it,
   // no fence holding it) ends in this job: its word closes it at the
   // manager, which then needs no down message (see run()).
   ending_ = protocol_->finished();
+  // The manager hears before the scheduler: its failure record and fan-out
+  // never lag behind what the scheduler sees.
   self_->send(shared().manager,
               room_concluded{params_.room, fx.state, fx.error, protocol_->counterparts(),
                              fx.fan_out, fx.requested, bytes_, transport_,
