@@ -5,6 +5,7 @@
 #include "caf/all.hpp"
 
 #include "kvroom/api/logging.hpp"
+#include "kvroom/actors/nodes.hpp"
 #include "kvroom/actors/control/rank_control.hpp"
 #include "kvroom/actors/manager/manager_links.hpp"
 #include "kvroom/actors/manager/manager_peers.hpp"
@@ -298,7 +299,7 @@ caf::behavior kv_manager(counted_actor<kv_manager_state>* self,
     members_only<control_bundle>(self, "a bundle of control messages", on_bundle),
     [=](to_peer& msg) {
       // Only a room of this rank has the manager send for it.
-      if (from_here(self) && msg.dest && msg.dest.node() != self->node())
+      if (from_here(self) && msg.dest && !detail::same_node(msg.dest, self))
         send_ctrl(self, msg.dest, std::move(msg.payload));
     },
     [=](sweep_atom) {

@@ -5,6 +5,7 @@
 #include "caf/all.hpp"
 
 #include "kvroom/api/logging.hpp"
+#include "kvroom/actors/nodes.hpp"
 #include "kvroom/actors/manager/manager_peers.hpp"
 #include "kvroom/actors/manager/manager_send.hpp"
 #include "kvroom/messages/clock.hpp"
@@ -19,7 +20,7 @@ bool local_or_trusted(manager_ptr self, const caf::strong_actor_ptr& sender) {
   // actor of this process sends to its manager as itself.
   if (!sender)
     return false;
-  if (sender->node() == self->node())
+  if (detail::same_node(sender, self))
     return true;
   return self->state.trust && self->state.trust->contains(sender->node());
 }
@@ -45,7 +46,7 @@ bool node_in_use(manager_ptr self, const caf::node_id& node) {
 bool from_member(manager_ptr self, const char* what) {
   auto& sender = self->current_sender();
   if (local_or_trusted(self, sender)) {
-    if (sender->node() != self->node())
+    if (!detail::same_node(sender, self))
       note_traffic(self, sender->node());
     return true;
   }
@@ -58,7 +59,7 @@ bool from_member(manager_ptr self, const char* what) {
 bool from_registry(manager_ptr self) {
   auto& sender = self->current_sender();
   // Anonymous: possibly a stranger (see local_or_trusted).
-  if (sender && sender->node() == self->node())
+  if (sender && detail::same_node(sender, self))
     return true;
   auto& st = self->state;
   if (sender && st.registry && sender->node() == st.registry.node())
@@ -71,7 +72,7 @@ bool from_registry(manager_ptr self) {
 
 bool from_here(manager_ptr self) {
   auto& sender = self->current_sender();
-  if (sender && sender->node() == self->node())
+  if (sender && detail::same_node(sender, self))
     return true;
   from_member(self, "a message only this process may send");
   return false;

@@ -6,6 +6,7 @@
 #include "caf/all.hpp"
 
 #include "kvroom/api/logging.hpp"
+#include "kvroom/actors/nodes.hpp"
 #include "kvroom/actors/manager/manager_links.hpp"
 #include "kvroom/actors/room/room_port.hpp"
 #include "kvroom/messages/clock.hpp"
@@ -77,7 +78,7 @@ bool send_to_decider(manager_ptr self, const decider_ref& group, caf::message& p
     return false;
   // Room handles in a part stay in this process: one sent to another makes
   // CAF create, announce and later kill a proxy there.
-  if (e->manager.node() != self->node() && payload.match_elements<part_done>()) {
+  if (!detail::same_node(e->manager, self) && payload.match_elements<part_done>()) {
     auto part = payload.get_as<part_done>(0);
     part.decode_room = nullptr;
     part.prefill_room = nullptr;

@@ -12,6 +12,7 @@
 #include "caf/event_based_actor.hpp"
 #include "caf/message.hpp"
 
+#include "kvroom/actors/nodes.hpp"
 #include "kvroom/actors/manager/kv_manager.hpp"
 
 namespace kvroom::detail {
@@ -43,9 +44,9 @@ void on_bundle(manager_ptr self, control_bundle& msg);
 template <class T>
 void send_ctrl(manager_ptr self, const caf::actor& dest, T&& msg) {
   auto& st = self->state;
-  bool remote = dest && dest.node() != self->node();
+  bool remote = dest && !detail::same_node(dest, self);
   if (remote)
-    note_traffic(self, dest.node());
+    note_traffic(self, detail::node_of(dest));
   if (st.chaos.delay_probability > 0.0 && st.chaos.max_delay_ms > 0) {
     std::uniform_real_distribution<double> coin{0.0, 1.0};
     if (coin(st.chaos_rng) < st.chaos.delay_probability) {

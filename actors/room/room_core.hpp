@@ -16,6 +16,7 @@
 
 #include "kvroom/actors/inline_path.hpp"
 #include "kvroom/actors/local_messages.hpp"
+#include "kvroom/actors/nodes.hpp"
 #include "kvroom/actors/room/room_port.hpp"
 #include "kvroom/actors/room/room_protocol.hpp"
 #include "kvroom/actors/room/room_timing.hpp"
@@ -124,7 +125,7 @@ public:
   /// kill a proxy for it there, several wire frames per room; rooms in
   /// other processes are addressed through their manager by room id.
   bool local(const caf::actor& other) const {
-    return other && other.node() == self_->node();
+    return other && detail::same_node(other, self_);
   }
 
   /// Peer messages always have a sender (the manager or a local room); an
@@ -132,7 +133,7 @@ public:
   /// anonymous message without a sender).
   bool from_member() const {
     auto& sender = self_->current_sender();
-    return sender && (sender->node() == self_->node()
+    return sender && (detail::same_node(sender, self_)
                       || (shared().trust && shared().trust->contains(sender->node())));
   }
 
