@@ -379,28 +379,22 @@ void rank::state::apply(const room_landed& ev) {
 }
 
 void rank::drain() {
-  // Element by element off the mailbox's queues, not through `receive`: a
-  // blocking actor's receive builds a behavior on the heap and runs CAF's
-  // matching and timeout machinery for every message, several times what
-  // applying a room_event costs, on the scheduler's thread (and its
-  // `dequeue()` blocks on an empty mailbox). Only rooms send here; anything
-  // else is dropped, as before.
-  auto& mailbox = inbox_->mailbox();
-  auto& queues = mailbox.queue().queues();
-  auto next = [&]() -> caf::mailbox_element_ptr {
-    if (auto ptr = std::get<caf::blocking_actor::mailbox_policy::urgent_queue_index>(queues)
-                     .take_front())
-      return ptr;
-    return std::get<caf::blocking_actor::mailbox_policy::normal_queue_index>(queues).take_front();
-  };
+  // Element by element with `dequeue()`, not through `receive`: a blocking
+  // actor's receive builds a behavior on the heap and runs CAF's matching
+  // and timeout machinery for every message, several times what applying a
+  // room_event costs, on the scheduler's thread. `dequeue()` blocks on an
+  // empty mailbox, so it is asked only while the mailbox holds something;
+  // this thread is the mailbox's one reader. (Taking elements off its queues
+  // here would compile CAF's intrusive queue templates into kvroom, and the
+  // library's own calls would then run those copies: under UBSan they stop
+  // on the queues' sentinel casts.) Only rooms send here; anything else is
+  // dropped, as before.
+  auto* inbox = inbox_;
   uint64_t n = 0;
-  for (;;) {
-    auto ptr = next();
-    if (!ptr) {
-      if (!mailbox.fetch_more())
-        break;
-      continue;
-    }
+  while (!inbox->mailbox().empty()) {
+    auto ptr = inbox->dequeue();
+    if (!ptr)
+      break;
     ++n;
     auto& msg = ptr->content();
     if (msg.match_elements<room_event>())
