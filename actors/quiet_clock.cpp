@@ -6,6 +6,7 @@
 #include "caf/policy/work_stealing.hpp"
 #include "caf/scheduler/coordinator.hpp"
 
+#include "kvroom/actors/central_policy.hpp"
 #include "kvroom/actors/quiet_worker.hpp"
 
 namespace kvroom::detail {
@@ -109,6 +110,12 @@ bool load_quiet_scheduler(caf::actor_system_config& cfg, caf::atom_value policy)
     });
     return true;
   }
+  if (policy == caf::atom("central")) {
+    cfg.module_factories.push_back([](actor_system& sys) -> actor_system::module* {
+      return new quiet_coordinator<quiet_policy<central_policy>>(sys);
+    });
+    return true;
+  }
   if (policy == caf::atom("sharing")) {
     cfg.module_factories.push_back([](actor_system& sys) -> actor_system::module* {
       return new quiet_coordinator<quiet_policy<caf::policy::work_sharing>>(sys);
@@ -121,6 +128,11 @@ bool load_quiet_scheduler(caf::actor_system_config& cfg, caf::atom_value policy)
 uint64_t resumed_jobs(caf::actor_system& sys) {
   auto* counter = dynamic_cast<const resume_count*>(&sys.scheduler());
   return counter != nullptr ? counter->resumed() : 0;
+}
+
+bool runs_central_policy(caf::actor_system& sys) {
+  using central = quiet_coordinator<quiet_policy<central_policy>>;
+  return dynamic_cast<central*>(&sys.scheduler()) != nullptr;
 }
 
 const quiet_clock* quiet_clock_of(caf::actor_system& sys) {

@@ -12,7 +12,8 @@
 // one, is cancelled as CAF does.
 //
 // The clock is CAF's own `thread_safe_actor_clock`, run by a coordinator
-// that is CAF's work-stealing or work-sharing one in all else, loaded as
+// that is CAF's work-stealing or work-sharing one in all else (or runs
+// kvroom's central queue, central_policy.hpp), loaded as
 // the system's scheduler module by `load_quiet_scheduler` (an actor system
 // takes a user's scheduler module before making its own). Its workers skip
 // the bookkeeping of CAF's logger for every job they resume, which Debian's
@@ -79,13 +80,17 @@ public:
   virtual uint64_t resumed() const noexcept = 0;
 };
 
-/// Makes `cfg`'s actor system run `policy` ("stealing" or "sharing") with a
+/// Makes `cfg`'s actor system run `policy` ("central", kvroom's
+/// central_policy.hpp, or CAF's "stealing" or "sharing") with a
 /// quiet_clock; false (and nothing loaded) for any other policy.
 bool load_quiet_scheduler(caf::actor_system_config& cfg, caf::atom_value policy);
 
 /// Jobs the workers of `sys` resumed so far: an actor scheduled from idle
 /// once, for any number of messages. 0 when its scheduler is another.
 uint64_t resumed_jobs(caf::actor_system& sys);
+
+/// Whether `sys` runs kvroom's central queue (central_policy.hpp).
+bool runs_central_policy(caf::actor_system& sys);
 
 /// The quiet clock of `sys`, or nullptr when its scheduler is another.
 const quiet_clock* quiet_clock_of(caf::actor_system& sys);

@@ -30,7 +30,10 @@ void prepare_config(caf::actor_system_config& cfg,
                     const runtime_options& opts) {
   add_message_types(cfg);
   auto policy = caf::atom_from_string(opts.scheduler_policy);
-  cfg.set("scheduler.policy", policy);
+  // "central" is kvroom's own policy (actors/central_policy.hpp), run by
+  // kvroom's coordinator only; with CAF's clock CAF runs its work sharing.
+  bool central = policy == caf::atom("central");
+  cfg.set("scheduler.policy", central ? caf::atom("sharing") : policy);
   if (opts.quiet_clock)
     detail::load_quiet_scheduler(cfg, policy);
   auto threads = opts.max_threads;

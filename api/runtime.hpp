@@ -23,9 +23,13 @@ class membership;
 
 /// How an owned actor system is set up.
 struct runtime_options {
-  /// CAF scheduler policy. "sharing" by default: with one actor per room,
-  /// bursts of spawns collapse CAF 0.17's work stealing (docs/TOOLCHAIN.md).
-  std::string scheduler_policy = "sharing";
+  /// Scheduler policy: "central" (default), kvroom's one shared queue
+  /// whose idle worker looks again for a few microseconds before it sleeps
+  /// (actors/central_policy.hpp); "sharing", CAF's work sharing; "stealing",
+  /// CAF's work stealing, which bursts of spawns (one actor per room)
+  /// collapse in CAF 0.17 (docs/TOOLCHAIN.md). "central" needs the quiet
+  /// clock below; with CAF's clock it is CAF's "sharing".
+  std::string scheduler_policy = "central";
   /// Scheduler threads; 0 picks the hardware threads (at least 2). CAF's own
   /// default, max(hardware threads, 4), halves room throughput on 2 cores:
   /// idle workers contend for the shared queue and wake each other.

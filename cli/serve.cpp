@@ -59,6 +59,7 @@ public:
   int64_t heartbeat_ms = 100;
   int64_t threads = 0;
   bool caf_clock = false;
+  std::string scheduler_policy = "central";
   int64_t idle_us = 50;
   int64_t connection_timeout_ms = 1000;
   int64_t idle_link_ms = 60'000;
@@ -126,6 +127,8 @@ public:
       .add(metrics_host, "metrics-host", "address of the metrics endpoint (default: --tcp-host)")
       .add(heartbeat_ms, "heartbeat-ms", "CAF middleman heartbeat interval")
       .add(threads, "threads", "CAF scheduler threads (0: the hardware's, at least 2)")
+      .add(scheduler_policy, "scheduler-policy", "scheduling policy: central (kvroom's shared queue), "
+                                   "sharing or stealing (CAF's)")
       .add(caf_clock, "caf-clock", "CAF's own clock, which its thread wakes for every actor's "
                                    "end (to measure what kvroom's quiet clock saves)")
       .add(idle_us, "idle-us", "the scheduler loop sleeps this long when nothing changed (0: yields)")
@@ -228,6 +231,9 @@ int run_serve(int argc, char** argv) {
   if (cfg.threads < 0 || cfg.threads > 256)
     return bad("--threads must be in [0, 256]");
   opts.max_threads = static_cast<size_t>(cfg.threads);
+  if (cfg.scheduler_policy != "central" && cfg.scheduler_policy != "sharing" && cfg.scheduler_policy != "stealing")
+    return bad("--scheduler-policy must be central, sharing or stealing");
+  opts.scheduler_policy = cfg.scheduler_policy;
   opts.quiet_clock = !cfg.caf_clock;
   opts.connection_timeout_ms = static_cast<uint32_t>(cfg.connection_timeout_ms);
   opts.log_level = cfg.log_level;

@@ -43,7 +43,7 @@ inline room_id key(room_id room, int tp) {
 
 /// A prefill group and a decode group of equal TP size in one runtime.
 struct group {
-  runtime rt{runtime_options{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
+  runtime rt{runtime_options{"central", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
   std::vector<std::unique_ptr<host_kv_cache>> caches;
   std::vector<std::unique_ptr<rank>> prefill;
   std::vector<std::unique_ptr<rank>> decode;

@@ -282,7 +282,7 @@ TEST_CASE("GPU KV beside host aux: the pages go on a GPU path, the aux slot in a
 }
 
 TEST_CASE("a state buffer off the KV's device, or aux on a third one, is refused with both places named") {
-  runtime rt{runtime_options{"sharing", 0, "off"}};
+  runtime rt{runtime_options{"central", 0, "off"}};
   host_kv_cache cache{small_shape()};
   rank_config cfg;
   cfg.memory = cache.layout();
@@ -802,7 +802,7 @@ TEST_CASE("API misuse returns a clear error or fails only that room") {
 }
 
 TEST_CASE("bad rank configurations are refused with the field named") {
-  runtime rt{runtime_options{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
+  runtime rt{runtime_options{"central", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
   rank_config cfg;
   auto r = rt.add_rank(cfg);
   REQUIRE_FALSE(r);
@@ -849,7 +849,7 @@ TEST_CASE("bad rank configurations are refused with the field named") {
 }
 
 TEST_CASE("declared parallel layouts: fitting ranks move rooms byte-exact, a misfit is refused at registration") {
-  runtime rt{runtime_options{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
+  runtime rt{runtime_options{"central", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
   host_kv_cache src{small_shape()}, dst{small_shape()}, odd{small_shape()};
   // 4 buffers of 256 B pages: K and V of 2 layers, 2 tokens x 1 head x 64 x 2 B.
   parallel_layout x;
@@ -930,7 +930,7 @@ TEST_CASE("the control door ends with its runtime even while someone holds its h
 }
 
 TEST_CASE("a networked rank publishes its control endpoint and closes it when it goes") {
-  runtime_options opts{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"};
+  runtime_options opts{"central", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"};
   opts.network = true;
   opts.secret = deployment_secret{"a secret of a test deployment"};
   runtime rt{opts};
@@ -1286,7 +1286,7 @@ TEST_CASE("without the integrity check the same flip lands silently (the injecti
 }
 
 TEST_CASE("a rank whose integrity check differs from its deployment's is refused at registration") {
-  runtime rt{runtime_options{"sharing", 0, "off"}};
+  runtime rt{runtime_options{"central", 0, "off"}};
   host_kv_cache a{small_shape()}, b{small_shape()};
   rank_config pc;
   pc.side = role::prefill;

@@ -138,7 +138,7 @@ bool until(std::function<bool()> pred) {
 /// Moves `rooms` rooms (2 pages each, at other pages on the two sides) and
 /// checks every decode rank byte-exact, and every prefill rank Success.
 void run_rooms(const deployment_shape& s, int rooms) {
-  runtime rt{runtime_options{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
+  runtime rt{runtime_options{"central", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
   auto p = make_side(rt, s, true);
   auto d = make_side(rt, s, false);
   for (int i = 0; i < rooms; ++i) {
@@ -301,7 +301,7 @@ namespace {
 /// `who` and checks that every rank, dummies included, concludes Failed with
 /// that rank as the one origin.
 void abort_on(const deployment_shape& s, bool on_prefill, size_t who, bool prefill_sends) {
-  runtime rt{runtime_options{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
+  runtime rt{runtime_options{"central", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
   auto p = make_side(rt, s, true);
   auto d = make_side(rt, s, false);
   room_id room = 7;
@@ -368,7 +368,7 @@ TEST_CASE("mapped rooms: a dummy's scheduler may call init and send after the ro
   s.mla = true;
   s.prefill_tp = 4;
   s.decode_tp = 2;
-  runtime rt{runtime_options{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
+  runtime rt{runtime_options{"central", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
   auto p = make_side(rt, s, true);
   auto d = make_side(rt, s, false);
   room_id room = 9;

@@ -38,7 +38,7 @@ kv_shape hybrid_shape(uint32_t num_state, uint64_t state_bytes) {
 }
 
 struct pair_of_ranks {
-  runtime rt{runtime_options{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
+  runtime rt{runtime_options{"central", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
   std::vector<std::unique_ptr<host_kv_cache>> mem;
   std::vector<std::unique_ptr<rank>> prefill, decode;
 
@@ -194,7 +194,7 @@ TEST_CASE("hybrid state: bad state indices and misfit layouts are refused with t
 }
 
 TEST_CASE("a handle may outlive its rank: the live room reads Failed, calls do nothing") {
-  runtime rt{runtime_options{"sharing", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
+  runtime rt{runtime_options{"central", 0, std::getenv("KVROOM_TEST_LOG") ? std::getenv("KVROOM_TEST_LOG") : "off"}};
   host_kv_cache mem{hybrid_shape(0, 0)};
   rank_config c;
   c.memory = mem.layout();

@@ -79,7 +79,7 @@ transfer_job job(room_id room, uint64_t id, uint64_t key) {
 }
 
 struct rig {
-  runtime rt{runtime_options{"sharing", 0, "off"}};
+  runtime rt{runtime_options{"central", 0, "off"}};
   std::shared_ptr<scripted_backend> be = std::make_shared<scripted_backend>();
   caf::scoped_actor room{rt.system()};
   caf::actor worker;

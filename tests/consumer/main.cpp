@@ -36,7 +36,7 @@ struct cache {
 } // namespace
 
 int main() {
-  kvroom::runtime rt{kvroom::runtime_options{"sharing", 0, "warn"}};
+  kvroom::runtime rt{kvroom::runtime_options{"central", 0, "warn"}};
   cache src, dst;
   for (size_t i = 0; i < src.kv.size(); ++i)
     src.kv[i] = static_cast<uint8_t>(i * 7 + 1);
@@ -131,7 +131,7 @@ int main() {
   // serves is refused by name, and an etcd that does not answer is an error
   // within the timeout (no etcd runs here).
   {
-    kvroom::runtime_options o{"sharing", 0, "error"};
+    kvroom::runtime_options o{"central", 0, "error"};
     o.network = true;
     kvroom::runtime net{o};
     kvroom::directory_options dir;
