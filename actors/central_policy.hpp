@@ -24,6 +24,11 @@
 // core between looks, before it sleeps; an enqueue signals outside the
 // lock, and only when a worker sleeps that no earlier signal is on its way
 // to. Measured in docs/performance.md ("The scheduler's central queue").
+//
+// The one lock in actors/, and why: this is not actor state but the run
+// queue beneath every actor, shared by the worker threads by definition
+// (CAF's policies guard theirs with the same mutex and condition variable).
+// No handler ever runs under it; it guards a push or a pop.
 
 #include <algorithm>
 #include <atomic>
