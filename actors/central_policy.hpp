@@ -21,7 +21,8 @@
 // that yields goes to the back, a sleeping worker is signalled for a new
 // job as in CAF) and changes how: jobs sit in a ring; one worker at a time,
 // finding the queue empty, looks again for a few microseconds, yielding its
-// core between looks, before it sleeps; an enqueue signals outside the
+// core between looks, before it sleeps (and mostly stops looking while its
+// looks find nothing); an enqueue signals outside the
 // lock, and only when a worker sleeps that no earlier signal is on its way
 // to. Measured in docs/performance.md ("The scheduler's central queue").
 //
@@ -54,7 +55,7 @@ public:
   /// other worker, the scheduler's thread or the middleman's; a sleeping
   /// worker costs a futex wake and a context switch to get back (tens of
   /// microseconds on a virtualised machine). Measured: 10 us (30 us was no
-  /// better at 16 and 64 rooms in flight and worse at 256).
+  /// better).
   static constexpr auto spin_time = std::chrono::microseconds(10);
 
   /// Bounds of the spin score (below), and how often a worker spins all the
