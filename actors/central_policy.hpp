@@ -28,7 +28,7 @@
 //
 // The one lock in actors/, and why: this is not actor state but the run
 // queue beneath every actor, shared by the worker threads by definition
-// (CAF's policies guard theirs with the same mutex and condition variable).
+// (CAF's policies guard theirs with a mutex and a condition variable too).
 // No handler ever runs under it; it guards a push or a pop.
 
 #include <algorithm>
