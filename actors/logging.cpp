@@ -59,11 +59,15 @@ std::shared_ptr<spdlog::logger> logger() {
   return instance;
 }
 
+bool known_log_level(const std::string& level) {
+  // spdlog reads an unknown name as "off".
+  return spdlog::level::from_str(level) != spdlog::level::off || level == "off";
+}
+
 bool set_log_level(const std::string& level) {
-  auto lvl = spdlog::level::from_str(level);
-  if (lvl == spdlog::level::off && level != "off")
+  if (!known_log_level(level))
     return false;
-  logger()->set_level(lvl);
+  logger()->set_level(spdlog::level::from_str(level));
   return true;
 }
 

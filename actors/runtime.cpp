@@ -5,6 +5,7 @@
 #include "kvroom/actors/counted_actor.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 #include <thread>
 
 #include "caf/all.hpp"
@@ -26,8 +27,34 @@
 
 namespace kvroom {
 
+bool known_scheduler_policy(const std::string& name) noexcept {
+  return name == "central" || name == "sharing" || name == "stealing";
+}
+
+caf::error check_options(const runtime_options& opts) {
+  auto bad = [](std::string what) { return make_error(errc::invalid_config, std::move(what)); };
+  if (!known_scheduler_policy(opts.scheduler_policy))
+    return bad("scheduler policy '" + opts.scheduler_policy
+               + "': it must be central, sharing or stealing");
+  if (!known_log_level(opts.log_level))
+    return bad("log level '" + opts.log_level
+               + "': it must be trace, debug, info, warn, error, critical or off");
+  int tls = !opts.tls_certificate.empty() + !opts.tls_key.empty() + !opts.tls_cafile.empty();
+  if (tls != 0 && tls != 3)
+    return bad("control-plane TLS needs a certificate, a key and a CA file, all three");
+  if (opts.network && opts.heartbeat_ms == 0)
+    return bad("a heartbeat of 0 ms: peers on the network need one to be found lost");
+  if (opts.network && opts.connection_timeout_ms <= opts.heartbeat_ms)
+    return bad("a connection timeout of " + std::to_string(opts.connection_timeout_ms)
+               + " ms is not above the heartbeat of " + std::to_string(opts.heartbeat_ms)
+               + " ms: a healthy peer would be declared lost");
+  return caf::none;
+}
+
 void prepare_config(caf::actor_system_config& cfg,
                     const runtime_options& opts) {
+  if (auto err = check_options(opts))
+    throw std::invalid_argument("kvroom: " + describe(err));
   add_message_types(cfg);
   auto policy = caf::atom_from_string(opts.scheduler_policy);
   // "central" is kvroom's own policy (actors/central_policy.hpp), run by

@@ -12,7 +12,11 @@ namespace kvroom {
 std::shared_ptr<spdlog::logger> logger();
 
 /// Sets the level from a name: trace, debug, info, warn, error, off.
+/// False, and the level unchanged, for another name.
 bool set_log_level(const std::string& level);
+
+/// Whether `set_log_level` takes `level`.
+bool known_log_level(const std::string& level);
 
 /// "text" (spdlog's lines, the default) or "json": one JSON object per line
 /// on stderr, {"time", "level", "logger", "msg"}, with the fields of a

@@ -64,10 +64,23 @@ struct runtime_options {
   bool quiet_clock = true;
 };
 
+/// The scheduler policies `runtime_options::scheduler_policy` takes.
+bool known_scheduler_policy(const std::string& name) noexcept;
+
+/// Why `opts` cannot set up a runtime (`errc::invalid_config`, naming the
+/// field and what it takes), or none: an unknown scheduler policy or log
+/// level, control-plane TLS without all three of its files, and on the
+/// network a heartbeat of 0 ms or a connection timeout not above it (a
+/// healthy peer would be declared lost). Nothing is set up by asking.
+caf::error check_options(const runtime_options& opts);
+
 /// Adds kvroom's message types and scheduler defaults to a CAF config an
 /// embedder owns, and (with `opts.quiet_clock`) the scheduler module that
 /// runs CAF's coordinator with the quiet clock. `runtime(caf::actor_system&)`
-/// needs this on that config.
+/// needs this on that config. Throws `std::invalid_argument` with
+/// `check_options`' reason for options it refuses, before touching `cfg`
+/// (CAF 0.17 itself takes an unknown policy as work stealing, with a line
+/// on stderr, and an unknown log level would leave the level as it was).
 void prepare_config(caf::actor_system_config& cfg,
                     const runtime_options& opts = {});
 
@@ -76,7 +89,8 @@ void prepare_config(caf::actor_system_config& cfg,
 /// be destroyed before it.
 class runtime {
 public:
-  /// Owns an actor system configured by `opts`.
+  /// Owns an actor system configured by `opts`; throws
+  /// `std::invalid_argument` for options `check_options` refuses.
   explicit runtime(runtime_options opts = {});
 
   /// Attaches to the caller's system, whose config went through

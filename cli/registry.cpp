@@ -78,11 +78,18 @@ int run_registry(int argc, char** argv) {
   if (auto err = cfg.join.apply("registry", opts))
     return bad(describe(err));
   opts.network = true;
+  // Checked before the casts: -1 would read as 49 days.
+  for (auto [ms, flag] : {std::pair{cfg.heartbeat_ms, "--heartbeat-ms"},
+                          std::pair{cfg.connection_timeout_ms, "--connection-timeout-ms"}})
+    if (ms < 1 || ms > 3'600'000)
+      return bad(std::string{flag} + " must be in [1, 3600000]");
   opts.heartbeat_ms = static_cast<uint32_t>(cfg.heartbeat_ms);
   opts.connection_timeout_ms = static_cast<uint32_t>(cfg.connection_timeout_ms);
   opts.log_level = cfg.log_level;
   if (!set_log_format(cfg.log_format))
     return bad("--log-format must be text or json");
+  if (auto err = check_options(opts))
+    return bad(describe(err));
   prepare_config(cfg, opts);
   caf::actor_system sys{cfg};
   {

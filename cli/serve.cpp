@@ -227,18 +227,23 @@ int run_serve(int argc, char** argv) {
   if (auto err = cfg.join.apply("serve", opts))
     return bad(describe(err));
   opts.network = true;
+  // Checked before the casts: -1 would read as 49 days.
+  for (auto [ms, flag] : {std::pair{cfg.heartbeat_ms, "--heartbeat-ms"},
+                          std::pair{cfg.connection_timeout_ms, "--connection-timeout-ms"}})
+    if (ms < 1 || ms > 3'600'000)
+      return bad(std::string{flag} + " must be in [1, 3600000]");
   opts.heartbeat_ms = static_cast<uint32_t>(cfg.heartbeat_ms);
   if (cfg.threads < 0 || cfg.threads > 256)
     return bad("--threads must be in [0, 256]");
   opts.max_threads = static_cast<size_t>(cfg.threads);
-  if (cfg.scheduler_policy != "central" && cfg.scheduler_policy != "sharing" && cfg.scheduler_policy != "stealing")
-    return bad("--scheduler-policy must be central, sharing or stealing");
   opts.scheduler_policy = cfg.scheduler_policy;
   opts.quiet_clock = !cfg.caf_clock;
   opts.connection_timeout_ms = static_cast<uint32_t>(cfg.connection_timeout_ms);
   opts.log_level = cfg.log_level;
   if (!set_log_format(cfg.log_format))
     return bad("--log-format must be text or json");
+  if (auto err = check_options(opts))
+    return bad(describe(err));
   prepare_config(cfg, opts);
   caf::actor_system sys{cfg};
   auto side = cfg.role == "prefill" ? role::prefill : role::decode;

@@ -311,6 +311,8 @@ PYBIND11_MODULE(_core, m) {
            opts.network = network;
            opts.log_level = log_level;
            opts.max_threads = threads;
+           if (auto err = check_options(opts))
+             throw py::value_error(describe(err));
            if (!secret_file.empty()) {
              auto s = deployment_secret::from_file(secret_file);
              if (!s)

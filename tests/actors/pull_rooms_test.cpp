@@ -143,7 +143,7 @@ TEST_CASE("the prefill's lease: once its room concluded, a late read of its page
 }
 
 TEST_CASE("pull is a decode rank's choice", "[pull]") {
-  runtime rt{runtime_options{"pull-config", 0, "off"}};
+  runtime rt{runtime_options{"central", 0, "off"}};
   host_kv_cache cache{small_shape()};
   rank_config cfg;
   cfg.side = role::prefill;

@@ -36,6 +36,13 @@ struct cache {
 } // namespace
 
 int main() {
+  // Options that cannot work are refused by name before anything starts.
+  kvroom::runtime_options bad{"fifo", 0, "warn"};
+  auto refused = kvroom::check_options(bad);
+  if (!refused || kvroom::describe(refused).find("'fifo'") == std::string::npos) {
+    std::fprintf(stderr, "consumer: an unknown scheduler policy was not refused\n");
+    return 1;
+  }
   kvroom::runtime rt{kvroom::runtime_options{"central", 0, "warn"}};
   cache src, dst;
   for (size_t i = 0; i < src.kv.size(); ++i)

@@ -202,6 +202,8 @@ def test_bad_input_is_a_clear_exception(pair):
         rt.add_rank("middle")
     with pytest.raises(ValueError, match="do not split"):
         kvroom.buffer_of(np.zeros(100, np.uint8), 64)
+    with pytest.raises(ValueError, match="log level 'loud'"):
+        kvroom.Runtime(log_level="loud")
 
 
 def test_a_closed_rank_is_refused_not_a_crash(pair):
