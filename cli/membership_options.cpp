@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "kvroom/api/errors.hpp"
 
@@ -16,12 +17,21 @@ void join_options::add_to(caf::config_option_adder& group) {
     .add(insecure, "insecure", "run without a deployment secret")
     .add(tls_certificate, "tls-certificate", "control-plane TLS: this process's PEM certificate")
     .add(tls_key, "tls-key", "control-plane TLS: its PEM private key")
-    .add(tls_cafile, "tls-cafile", "control-plane TLS: the CA every peer's certificate chains to");
+    .add(tls_cafile, "tls-cafile", "control-plane TLS: the CA every peer's certificate chains to")
+    .add(heartbeat_ms, "heartbeat-ms", "CAF middleman heartbeat interval (the same on every node)")
+    .add(connection_timeout_ms, "connection-timeout-ms", "a silent peer is lost after this");
 }
 
 caf::error join_options::apply(const std::string& command, runtime_options& opts) const {
   if (!secret_file.empty() && insecure)
     return make_error(errc::invalid_config, "--secret-file and --insecure exclude each other");
+  // Checked before the casts: -1 would read as 49 days.
+  for (auto [ms, flag] : {std::pair{heartbeat_ms, "--heartbeat-ms"},
+                          std::pair{connection_timeout_ms, "--connection-timeout-ms"}})
+    if (ms < 1 || ms > 3'600'000)
+      return make_error(errc::invalid_config, std::string{flag} + " must be in [1, 3600000]");
+  opts.heartbeat_ms = static_cast<uint32_t>(heartbeat_ms);
+  opts.connection_timeout_ms = static_cast<uint32_t>(connection_timeout_ms);
   int tls = !tls_certificate.empty() + !tls_key.empty() + !tls_cafile.empty();
   if (tls != 0 && tls != 3)
     return make_error(errc::invalid_config,

@@ -1,8 +1,10 @@
 #pragma once
 
 // The options every `kvroom` command that joins a deployment shares: the
-// deployment secret (or an explicit --insecure) and control-plane TLS.
+// deployment secret (or an explicit --insecure), control-plane TLS, and
+// CAF's failure detection (the same on every node).
 
+#include <cstdint>
 #include <string>
 
 #include "caf/config_option_adder.hpp"
@@ -18,13 +20,16 @@ struct join_options {
   std::string tls_certificate;
   std::string tls_key;
   std::string tls_cafile;
+  int64_t heartbeat_ms = 100;
+  int64_t connection_timeout_ms = 1000;
 
-  /// Adds --secret-file, --insecure, --tls-certificate, --tls-key, --tls-cafile.
+  /// Adds --secret-file, --insecure, --tls-certificate, --tls-key,
+  /// --tls-cafile, --heartbeat-ms, --connection-timeout-ms.
   void add_to(caf::config_option_adder& group);
 
-  /// Loads the secret and checks the TLS files into `opts`; without a
-  /// secret, an error unless --insecure (then one line on stderr saying
-  /// what that means).
+  /// Loads the secret and checks the TLS files into `opts`, with the
+  /// heartbeat and connection timeout; without a secret, an error unless
+  /// --insecure (then one line on stderr saying what that means).
   caf::error apply(const std::string& command, runtime_options& opts) const;
 };
 

@@ -36,8 +36,6 @@ public:
   int64_t bootstrap_port = 0;
   int64_t max_ranks = 4096;
   join_options join;
-  int64_t heartbeat_ms = 100;
-  int64_t connection_timeout_ms = 1000;
   std::string log_level = "info";
   std::string log_format = "text";
   int64_t chaos_drop_rank = -1;
@@ -49,8 +47,6 @@ public:
     group.add(bootstrap_host, "bootstrap-host", "IPv4 address to listen on (not all interfaces)")
       .add(bootstrap_port, "bootstrap-port", "port to listen on")
       .add(max_ranks, "max-ranks", "most ranks that may register")
-      .add(heartbeat_ms, "heartbeat-ms", "CAF middleman heartbeat (same on every node)")
-      .add(connection_timeout_ms, "connection-timeout-ms", "a silent peer is lost after this")
       .add(log_level, "log-level", "trace, debug, info, warn, error, off")
       .add(log_format, "log-format", "text, or json: one JSON object per line")
       .add(chaos_drop_rank, "chaos-drop-rank", "tests: drop this rank id as a stalled registry "
@@ -78,13 +74,6 @@ int run_registry(int argc, char** argv) {
   if (auto err = cfg.join.apply("registry", opts))
     return bad(describe(err));
   opts.network = true;
-  // Checked before the casts: -1 would read as 49 days.
-  for (auto [ms, flag] : {std::pair{cfg.heartbeat_ms, "--heartbeat-ms"},
-                          std::pair{cfg.connection_timeout_ms, "--connection-timeout-ms"}})
-    if (ms < 1 || ms > 3'600'000)
-      return bad(std::string{flag} + " must be in [1, 3600000]");
-  opts.heartbeat_ms = static_cast<uint32_t>(cfg.heartbeat_ms);
-  opts.connection_timeout_ms = static_cast<uint32_t>(cfg.connection_timeout_ms);
   opts.log_level = cfg.log_level;
   if (!set_log_format(cfg.log_format))
     return bad("--log-format must be text or json");

@@ -56,12 +56,10 @@ public:
   std::string metrics_host;
   join_options join;
   directory_cli_options directory;
-  int64_t heartbeat_ms = 100;
   int64_t threads = 0;
   bool caf_clock = false;
   std::string scheduler_policy = "central";
   int64_t idle_us = 50;
-  int64_t connection_timeout_ms = 1000;
   int64_t idle_link_ms = 60'000;
   int64_t timeout_ms = 5000;
   int64_t layers = 4;
@@ -125,14 +123,12 @@ public:
       .add(metrics_port, "metrics-port", "serve Prometheus /metrics and /health here (0: any "
                                          "port; -1: off)")
       .add(metrics_host, "metrics-host", "address of the metrics endpoint (default: --tcp-host)")
-      .add(heartbeat_ms, "heartbeat-ms", "CAF middleman heartbeat interval")
       .add(threads, "threads", "CAF scheduler threads (0: the hardware's, at least 2)")
       .add(scheduler_policy, "scheduler-policy", "scheduling policy: central (kvroom's shared queue), "
                                    "sharing or stealing (CAF's)")
       .add(caf_clock, "caf-clock", "CAF's own clock, which its thread wakes for every actor's "
                                    "end (to measure what kvroom's quiet clock saves)")
       .add(idle_us, "idle-us", "the scheduler loop sleeps this long when nothing changed (0: yields)")
-      .add(connection_timeout_ms, "connection-timeout-ms", "a silent peer is lost after this")
       .add(idle_link_ms, "idle-link-ms", "a link to a peer process that carried nothing this "
                                          "long, with no room here involving it, closes (0: never)")
       .add(timeout_ms, "timeout-ms", "room state timeouts (decode waits twice as long)")
@@ -227,18 +223,11 @@ int run_serve(int argc, char** argv) {
   if (auto err = cfg.join.apply("serve", opts))
     return bad(describe(err));
   opts.network = true;
-  // Checked before the casts: -1 would read as 49 days.
-  for (auto [ms, flag] : {std::pair{cfg.heartbeat_ms, "--heartbeat-ms"},
-                          std::pair{cfg.connection_timeout_ms, "--connection-timeout-ms"}})
-    if (ms < 1 || ms > 3'600'000)
-      return bad(std::string{flag} + " must be in [1, 3600000]");
-  opts.heartbeat_ms = static_cast<uint32_t>(cfg.heartbeat_ms);
   if (cfg.threads < 0 || cfg.threads > 256)
     return bad("--threads must be in [0, 256]");
   opts.max_threads = static_cast<size_t>(cfg.threads);
   opts.scheduler_policy = cfg.scheduler_policy;
   opts.quiet_clock = !cfg.caf_clock;
-  opts.connection_timeout_ms = static_cast<uint32_t>(cfg.connection_timeout_ms);
   opts.log_level = cfg.log_level;
   if (!set_log_format(cfg.log_format))
     return bad("--log-format must be text or json");
