@@ -168,8 +168,10 @@ class Runtime:
     DEVICE_FROM_POINTER = -2
 
     def __init__(self, network=False, secret_file="", log_level="warn", threads=0):
-        # ValueError for a log level other than trace, debug, info, warn,
-        # error, critical or off.
+        # Any case (Python's WARNING too); ValueError for a log level other
+        # than trace, debug, info, warn(ing), error, critical or off.
+        if isinstance(log_level, str):
+            log_level = log_level.lower()
         self._impl = _core.Runtime(network, secret_file, log_level, threads)
 
     def publish_registry(self, port=0, host="127.0.0.1"):

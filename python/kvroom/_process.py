@@ -35,11 +35,11 @@ def close_at_exit(x):
 def runtime(secret_file):
     """The process's runtime; every caller names the same secret file.
     ``KVROOM_LOG_LEVEL`` (trace, debug, info, warn, error; default warn;
-    Python's names too, as WARNING) sets its log level; another name is a
-    ValueError here, at the first rank, not a level silently kept."""
+    any case, so Python's WARNING too) sets its log level; another name is
+    a ValueError here, at the first rank, not a level silently kept."""
     if _state["runtime"] is None:
         _state["runtime"] = Runtime(network=True, secret_file=secret_file or "",
-                                    log_level=os.environ.get("KVROOM_LOG_LEVEL", "warn").lower())
+                                    log_level=os.environ.get("KVROOM_LOG_LEVEL", "warn"))
         _state["secret"] = secret_file
         atexit.register(_close_at_exit)
     elif (secret_file or None) != (_state["secret"] or None):

@@ -204,6 +204,7 @@ def test_bad_input_is_a_clear_exception(pair):
         kvroom.buffer_of(np.zeros(100, np.uint8), 64)
     with pytest.raises(ValueError, match="log level 'loud'"):
         kvroom.Runtime(log_level="loud")
+    kvroom.Runtime(log_level="WARNING")  # Python's name, any case
 
 
 def test_a_closed_rank_is_refused_not_a_crash(pair):
