@@ -346,6 +346,7 @@ int bench_processes(int argc, char** argv) {
                        .num("concurrency", static_cast<double>(c))
                        .num("rooms_per_s", rate)
                        .num("rooms_per_s_whole_run", whole_rate)
+                       .raw("steady_state", steady ? "true" : "false")
                        .num("succeeded", static_cast<double>(ok))
                        .num("failed", static_cast<double>(failed))
                        .num("prefill_latency_us_p50", percentile(prefill_us, 50))

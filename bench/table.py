@@ -90,9 +90,17 @@ def process_rows(proc):
     for tp, shape in ((1, "1P x 1D, two processes"), (2, "2P x 2D, four processes")):
         pts = [p for p in proc.get("points", []) if p["tp"] == tp]
         if pts:
-            rows.append((f"tiny rooms/s, {shape}, by rooms in flight",
-                         ", ".join(f"{p['concurrency']}: {p['rooms_per_s'] / 1e3:.1f} K" for p in pts),
-                         "", ""))
+            # Steady state (from the c-th success to the (n - c)-th) where
+            # the point had rooms enough, else the whole run's rate, marked.
+            def rate(p):
+                # Results from before the field: steady where the two rates
+                # differ (a short point fell back to the whole run's).
+                steady = p.get("steady_state", "rooms_per_s_whole_run" in p
+                               and p["rooms_per_s"] != p["rooms_per_s_whole_run"])
+                whole = "" if steady else " (whole run)"
+                return f"{p['concurrency']}: {p['rooms_per_s'] / 1e3:.1f} K{whole}"
+            rows.append((f"tiny rooms/s, {shape}, steady state, by rooms in flight",
+                         ", ".join(rate(p) for p in pts), "", ""))
     lat = proc.get("latency")
     if lat:
         measured = (f"{lat['room_p50_us']:.0f} / {lat['room_p99_us']:.0f} us "
