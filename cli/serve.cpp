@@ -159,16 +159,6 @@ public:
   }
 };
 
-struct outcome {
-  room_id room = 0;
-  kv_poll state = kv_poll::bootstrapping;
-  std::optional<kv_transfer_error> error;
-  int64_t opened_at_ms = 0;     // system clock, comparable across processes
-  int64_t latency_us = 0;       // open to conclusion, as this rank's scheduler saw it
-  int64_t concluded_at_ms = 0;
-  std::string data_error;
-};
-
 int64_t wall_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
            std::chrono::system_clock::now().time_since_epoch())
@@ -238,7 +228,7 @@ int run_serve(int argc, char** argv) {
   auto side = cfg.role == "prefill" ? role::prefill : role::decode;
   // Every room's outcome only for a --report, which asks for each; the
   // counts always: a long run without one holds nothing per room it ran.
-  std::vector<outcome> outcomes;
+  std::vector<std::pair<room_id, harness::report_line>> outcomes;
   uint64_t succeeded = 0, failed = 0;
   rank_ref me;
   {
@@ -400,14 +390,15 @@ int run_serve(int argc, char** argv) {
       hooks.concluded = [&](loop_room& l) {
         room_handle& h = side == role::prefill ? static_cast<room_handle&>(l.senders[0])
                                                : static_cast<room_handle&>(l.receivers[0]);
-        outcome o;
-        o.room = l.id;
+        // The report's line: times on the system clock, comparable across
+        // processes; latency as this rank's scheduler saw it.
+        harness::report_line o;
         o.state = h.poll();
-        o.opened_at_ms = by_slot[l.slot].opened_ms;
+        o.opened_ms = by_slot[l.slot].opened_ms;
         o.latency_us = std::chrono::duration_cast<std::chrono::microseconds>(
                          clock_type::now() - by_slot[l.slot].opened)
                          .count();
-        o.concluded_at_ms = wall_ms();
+        o.at_ms = wall_ms();
         if (o.state == kv_poll::failed)
           o.error = h.failure();
         else if (side == role::decode
@@ -421,7 +412,7 @@ int run_serve(int argc, char** argv) {
                        o.data_error.c_str());
         (o.state == kv_poll::success && o.data_error.empty() ? succeeded : failed) += 1;
         if (!cfg.report.empty())
-          outcomes.push_back(std::move(o));
+          outcomes.emplace_back(l.id, std::move(o));
       };
       std::vector<rank*> senders, receivers;
       (side == role::prefill ? senders : receivers).push_back(&r);
@@ -487,19 +478,8 @@ int run_serve(int argc, char** argv) {
     made->reset();
   }
   if (!cfg.report.empty()) {
-    std::vector<std::pair<room_id, harness::report_line>> lines;
-    for (auto& o : outcomes) {
-      harness::report_line r;
-      r.state = o.state;
-      r.error = o.error;
-      r.opened_ms = o.opened_at_ms;
-      r.latency_us = o.latency_us;
-      r.at_ms = o.concluded_at_ms;
-      r.data_error = o.data_error;
-      lines.emplace_back(o.room, std::move(r));
-    }
     std::ofstream out{cfg.report};
-    out << harness::report_json(to_string(me), me.id, lines);
+    out << harness::report_json(to_string(me), me.id, outcomes);
   }
   std::printf("%s\n", harness::event_line({{"event", "done"},
                                             {"rank", to_string(me)},
